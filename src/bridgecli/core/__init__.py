@@ -1,0 +1,1 @@
+"""Pure algorithms (numpy only, no torch): budgets, top-b, alternating selection, closure."""

@@ -1,0 +1,16 @@
+"""Per-example token budgets: b = ceil(rho * |eligible|)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+
+def budget(rho: float, eligible: int) -> int:
+    """``ceil(rho * eligible)`` computed exactly on the decimal value of ``rho`` (so that
+    ``budget(0.7, 10) == 7``, not 8 from floating-point rounding). ``rho`` must lie in [0, 1]."""
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"a retention ratio must lie in [0, 1], got {rho}")
+    if eligible < 0:
+        raise ValueError("eligible count must be >= 0")
+    return math.ceil(Fraction(str(rho)) * eligible)

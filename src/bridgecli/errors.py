@@ -1,0 +1,61 @@
+"""Typed errors. Every error the CLI reports is one line, names where it happened, and maps to an exit code."""
+
+from __future__ import annotations
+
+
+class BridgeError(Exception):
+    """Base class: a problem the user can fix. The CLI prints ``str(err)`` on one line and exits ``exit_code``."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
+                 field: str | None = None, hint: str | None = None):
+        self.message = message
+        self.file = file
+        self.record = record
+        self.field = field
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = []
+        if self.file is not None:
+            where.append(str(self.file))
+        if self.record is not None:
+            where.append(f"record {self.record}")
+        if self.field is not None:
+            where.append(f"field '{self.field}'")
+        text = (": ".join([", ".join(where), self.message]) if where else self.message)
+        if self.hint:
+            text += f" ({self.hint})"
+        return " ".join(text.split("\n"))
+
+
+class UsageError(BridgeError):
+    """Bad flags or combinations of flags."""
+
+    exit_code = 2
+
+
+class FormatError(BridgeError):
+    """A bridge stream file that cannot be read: wrong magic, newer major version, truncated, corrupted."""
+
+    exit_code = 3
+
+
+class InputError(BridgeError):
+    """A data file (JSONL, JSON, Parquet, ...) whose records cannot be understood."""
+
+    exit_code = 4
+
+
+class ModelError(BridgeError):
+    """A model, tokenizer or run folder that cannot be used."""
+
+    exit_code = 5
+
+
+class PluginError(BridgeError):
+    """A plugin that is missing, collides with another, or misbehaves."""
+
+    exit_code = 6

@@ -1,0 +1,166 @@
+"""The records of a bridge stream, as msgspec structs.
+
+Rules for evolving them (see docs/format.md): fields are only ever added, each added field has a
+default, a field's type never changes, and readers ignore fields they do not know. Adding a field is
+a minor version bump; anything else is a major one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+
+from .spec import EOS, PROMPT, RESPONSE
+
+
+class Array(msgspec.Struct, frozen=True):
+    """A dense little-endian numeric array: ``dtype`` is a numpy dtype name, ``shape`` its dimensions."""
+
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+    @classmethod
+    def of(cls, values: Any, dtype: str = "float32") -> "Array":
+        arr = np.ascontiguousarray(np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<")))
+        return cls(dtype=dtype, shape=list(arr.shape), data=arr.tobytes())
+
+    def numpy(self) -> np.ndarray:
+        if self.dtype not in ALLOWED_DTYPES:
+            raise ValueError(f"unsupported array dtype {self.dtype!r}")
+        dt = np.dtype(self.dtype).newbyteorder("<")
+        expected = int(np.prod(self.shape, dtype=np.int64)) * dt.itemsize
+        if len(self.data) != expected:
+            raise ValueError(f"array of shape {self.shape} and dtype {self.dtype} needs {expected} bytes, has {len(self.data)}")
+        return np.frombuffer(self.data, dtype=dt).reshape(self.shape).astype(np.dtype(self.dtype))
+
+
+ALLOWED_DTYPES = ("float16", "float32", "float64", "int32", "int64", "uint8")
+
+
+class Tokens(msgspec.Struct):
+    """The tokenised example. ``kinds[t]`` is one of spec.TEMPLATE/PROMPT/RESPONSE/EOS.
+    ``offsets`` holds ``[start, end)`` character offsets into ``Example.text`` for every token,
+    flattened as ``[s0, e0, s1, e1, ...]``; tokens with no characters have ``s == e``."""
+
+    input_ids: list[int]
+    kinds: bytes
+    offsets: list[int]
+
+    def positions(self, kind: int) -> np.ndarray:
+        return np.flatnonzero(np.frombuffer(self.kinds, dtype=np.uint8) == kind)
+
+    def prompt_positions(self) -> np.ndarray:
+        return self.positions(PROMPT)
+
+    def response_positions(self) -> np.ndarray:
+        return self.positions(RESPONSE)
+
+    def eos_positions(self) -> np.ndarray:
+        return self.positions(EOS)
+
+    def spans(self) -> np.ndarray:
+        return np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
+
+
+class Scores(msgspec.Struct):
+    """What a scorer computed. Rows follow the eligible response positions in order, columns the
+    eligible prompt positions in order.
+
+    - ``a``: float32 [n]   validation-directed utility a_j = v . grad l_j
+    - ``c``: float32 [n]   history mass: attention from r_j's query row to earlier response tokens
+    - ``A``: float16 [n, m] response-to-prompt attention rows (head- and layer-averaged)
+    - ``loss``: float32 [n] the per-token loss l_j at the scoring checkpoint
+    """
+
+    scorer: str
+    a: Array
+    c: Array
+    A: Array
+    loss: Array | None = None
+
+
+class Selection(msgspec.Struct):
+    """The token-level selection. Positions are absolute token indices into ``Tokens.input_ids``.
+
+    ``response_scores`` are the scores the closure step projects (for BRIDGE: Delta_r(j | S_p(T))),
+    float32 over the eligible response positions. ``u_sur`` is U_sur after every update."""
+
+    method: str
+    b_p: int
+    b_r: int
+    prompt_keep: list[int]
+    response_keep: list[int]
+    response_scores: Array
+    u_sur: list[float] = []
+
+
+class Closure(msgspec.Struct):
+    """The structure-aware projection. ``units`` are ``[start, end)`` absolute token positions,
+    flattened; ``chosen`` indexes ``units``; ``supervise`` is the final supervision set (absolute
+    positions, sorted, EOS not included: it is always supervised)."""
+
+    segmenter: str
+    alpha: float
+    units: list[int]
+    chosen: list[int]
+    supervise: list[int]
+
+
+class Example(msgspec.Struct, tag="example"):
+    """One example; every step adds its part and passes the rest through unchanged."""
+
+    id: str
+    index: int
+    text: str
+    tokens: Tokens
+    scores: Scores | None = None
+    selection: Selection | None = None
+    closure: Closure | None = None
+
+    def stage(self) -> str:
+        if self.closure is not None:
+            return "closure"
+        if self.selection is not None:
+            return "selection"
+        if self.scores is not None:
+            return "scores"
+        return "tokens"
+
+
+class ModelInfo(msgspec.Struct):
+    """Which model and tokenizer produced the tokens and scores."""
+
+    source: str
+    fingerprint: str
+    tokenizer_fingerprint: str
+    chat_template: bool = True
+
+
+class Step(msgspec.Struct):
+    """One pipeline step that touched the stream, with every parameter it used."""
+
+    step: str
+    producer: str
+    time: str
+    params: dict[str, Any] = {}
+
+
+class Header(msgspec.Struct, tag="header"):
+    stage: str
+    producer: str
+    created: str
+    model: ModelInfo
+    steps: list[Step] = []
+    source: str = ""
+
+
+class End(msgspec.Struct, tag="end"):
+    """Closes a stream; ``count`` is the number of Example records (a reader checks it)."""
+
+    count: int
+
+
+Record = Union[Header, Example, End]

@@ -1,0 +1,80 @@
+"""Write a bridge stream: preamble, then records framed with length + CRC-32, in zstd frames."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zlib
+from typing import BinaryIO, Iterator
+
+import msgspec
+import zstandard
+
+from ..io import open_binary_output
+from .records import End, Example, Header
+from .spec import MAJOR, MINOR, MAGIC, PREAMBLE, RECORD_PREFIX, RECORDS_PER_FRAME, ZSTD_LEVEL
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_record(record: Header | Example | End) -> bytes:
+    payload = _encoder.encode(record)
+    return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+class StreamWriter:
+    """Writes one stream to a binary file object. Call :meth:`close` (or use as a context manager)
+    to write the end record; a stream without it reads as truncated."""
+
+    def __init__(self, fh: BinaryIO, header: Header, *, records_per_frame: int = RECORDS_PER_FRAME):
+        self._fh = fh
+        self._records_per_frame = records_per_frame
+        self._pending = 0
+        self.count = 0
+        self._closed = False
+        fh.write(PREAMBLE.pack(MAGIC, MAJOR, MINOR))
+        self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(
+            fh, closefd=False, write_return_read=True
+        )
+        self._write(header)
+        self.flush()
+
+    def _write(self, record) -> None:
+        self._zw.write(encode_record(record))
+        self._pending += 1
+        if self._pending >= self._records_per_frame:
+            self.flush()
+
+    def write(self, example: Example) -> None:
+        self._write(example)
+        self.count += 1
+
+    def flush(self) -> None:
+        """End the current zstd frame so a reader on the other side of a pipe sees every record so far."""
+        if self._pending:
+            self._zw.flush(zstandard.FLUSH_FRAME)
+            self._fh.flush()
+            self._pending = 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._write(End(count=self.count))
+        self.flush()
+        self._closed = True
+
+    def __enter__(self) -> "StreamWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+
+
+@contextlib.contextmanager
+def open_writer(path: str | os.PathLike | None, header: Header, **kwargs) -> Iterator[StreamWriter]:
+    """Open ``path`` (``-`` for stdout) and write a stream; the file appears only when complete."""
+    with open_binary_output(path, what="a bridge stream") as fh:
+        writer = StreamWriter(fh, header, **kwargs)
+        yield writer
+        writer.close()

