@@ -38,7 +38,7 @@ def register_selectors(register):
     """Register token selectors for ``bridge select --method NAME``.
 
     ``register(name, fn, description="")`` where ``fn(example, b_p, b_r, options) -> SelectionResult``
-    (see bridgecli.selection)."""
+    with indices into the eligible prompt/response positions (see bridgecli.core.select)."""
 
 
 @hookspec

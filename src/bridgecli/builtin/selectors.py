@@ -1,0 +1,30 @@
+"""Built-in selectors: the BRIDGE schedules over the attention-routed surrogate."""
+
+from __future__ import annotations
+
+from ..core.select import SelectionResult, Surrogate, select
+from ..errors import FormatError
+from ..format.records import Example
+from ..hookspecs import hookimpl
+
+
+def surrogate_of(example: Example) -> Surrogate:
+    s = example.scores
+    if s is None:
+        raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
+    return Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
+
+
+def _schedule(name: str):
+    def run(example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
+        return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)))
+
+    run.__name__ = f"select_{name.replace('-', '_')}"
+    return run
+
+
+@hookimpl(trylast=True)
+def register_selectors(register):
+    register("bridge", _schedule("bridge"), "alternating coupled selection, T rounds (-T)")
+    register("one-pass", _schedule("one-pass"), "one alternating round (T = 1)")
+    register("independent", _schedule("independent"), "each side ranked by its full-state score")

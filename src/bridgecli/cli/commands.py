@@ -1,0 +1,23 @@
+"""The subcommands, in pipeline order."""
+
+from .close import close
+from .compact import compact
+from .eval import eval
+from .inspect import inspect
+from .plugins import plugins
+from .score import score
+from .select import select
+from .train import train
+from .warmup import warmup
+
+COMMANDS = [
+    ("warmup", warmup),
+    ("score", score),
+    ("select", select),
+    ("close", close),
+    ("compact", compact),
+    ("train", train),
+    ("eval", eval),
+    ("inspect", inspect),
+    ("plugins", plugins),
+]

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..steps.inspect import summarize
+from .options import InputArg
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)
+
+
+def inspect(
+    input: InputArg = "-",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+):
+    """Header and summary of a bridge stream, human readable."""
+    info = summarize(input)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    console = Console()
+    t = Table(title=f"{info['file']}  (format {info['format']}, stage {info['stage']})", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for key in ("producer", "created", "source", "examples", "tokens", "eligible_prompt_tokens",
+                "eligible_response_tokens"):
+        t.add_row(key, _fmt(info[key]))
+    for key, val in info["model"].items():
+        t.add_row(f"model.{key}", _fmt(val))
+    for section in ("scores", "selection", "closure"):
+        for key, val in (info.get(section) or {}).items():
+            t.add_row(f"{section}.{key}", _fmt(val))
+    console.print(t)
+    steps = Table(title="steps")
+    for col in ("step", "producer", "time", "params"):
+        steps.add_column(col)
+    for s in info["steps"]:
+        steps.add_row(s["step"], s["producer"], s["time"], ", ".join(f"{k}={_fmt(v)}" for k, v in s["params"].items()))
+    console.print(steps)

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..steps.select import SelectOptions, run_select
+from .options import InputArg, StreamOut
+
+
+def select(
+    input: InputArg = "-",
+    output: StreamOut = "-",
+    method: Annotated[str, typer.Option(help="Selector: bridge, one-pass, independent, or a plugin's.")] = "bridge",
+    rho_p: Annotated[float, typer.Option("--rho-p", help="Prompt retention ratio: b_p = ceil(rho_p * eligible).")] = 0.75,
+    rho_r: Annotated[float, typer.Option("--rho-r", help="Response retention ratio: b_r = ceil(rho_r * eligible).")] = 0.75,
+    rounds: Annotated[int, typer.Option("--rounds", "-T", help="Alternating rounds T.")] = 4,
+):
+    """Budgeted coupled selection of prompt context and response supervision."""
+    run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds))

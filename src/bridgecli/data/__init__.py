@@ -1,0 +1,1 @@
+"""Reading training data in common shapes and tokenising it into stream records."""

@@ -1,0 +1,78 @@
+"""From a data file to tokenised :class:`Example` records (the ``tokens`` stage of a stream)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from ..format.records import Example
+from .shapes import Pair, to_pair
+from .sources import read_records
+from .tokenize import tokenize_pair
+
+
+@dataclass
+class DataOptions:
+    prompt_field: str | None = None
+    response_field: str | None = None
+    chat_template: bool = True
+    max_length: int | None = None
+    split: str | None = None
+    limit: int | None = None
+    exclude_ids: frozenset[str] = frozenset()
+
+
+@dataclass
+class Report:
+    """What was left out, for the end-of-step summary on stderr."""
+
+    read: int = 0
+    too_long: list[str] = field(default_factory=list)
+    excluded: int = 0
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.excluded:
+            out.append(f"left out {self.excluded} examples used by warmup")
+        if self.too_long:
+            shown = ", ".join(self.too_long[:5]) + (" ..." if len(self.too_long) > 5 else "")
+            out.append(f"skipped {len(self.too_long)} examples longer than --max-length ({shown})")
+        return out
+
+
+def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, Pair]]:
+    """Yield ``(index, where, pair)``; ``index`` counts records in file order from 0."""
+    for index, (where, rec) in enumerate(read_records(path, opts.split)):
+        if opts.limit is not None and index >= opts.limit:
+            return
+        yield index, where, to_pair(rec, index, where, str(path), prompt_field=opts.prompt_field,
+                                    response_field=opts.response_field)
+
+
+def iter_examples(path: str | Path, tokenizer, opts: DataOptions, report: Report | None = None) -> Iterator[Example]:
+    report = report if report is not None else Report()
+    for index, where, pair in iter_pairs(path, opts):
+        report.read += 1
+        if pair.id in opts.exclude_ids:
+            report.excluded += 1
+            continue
+        tok = tokenize_pair(tokenizer, pair, chat_template=opts.chat_template, file=str(path), where=where)
+        if opts.max_length is not None and len(tok.tokens.input_ids) > opts.max_length:
+            report.too_long.append(pair.id)
+            continue
+        yield Example(id=pair.id, index=index, text=tok.text, tokens=tok.tokens)
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a data file (or of a folder's files), to recognise the same data later."""
+    p = Path(path)
+    h = hashlib.sha256()
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()

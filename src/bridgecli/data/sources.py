@@ -1,0 +1,116 @@
+"""Read raw records from JSONL (optionally .gz), JSON, Parquet or an HF ``save_to_disk`` folder.
+
+Every reader yields ``(where, record)`` where ``where`` names the record for error messages
+("line 12", "item 3", "row 7").
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+
+from ..errors import InputError
+
+_json = msgspec.json.Decoder()
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = _json.decode(line)
+            except msgspec.DecodeError as exc:
+                raise InputError(f"invalid JSON ({exc})", file=str(path), record=f"line {lineno}") from None
+            if not isinstance(rec, dict):
+                raise InputError("expected a JSON object", file=str(path), record=f"line {lineno}")
+            yield f"line {lineno}", rec
+
+
+def read_json(path: Path) -> Iterator[tuple[str, dict]]:
+    try:
+        with _open_text(path) as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON ({exc})", file=str(path)) from None
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list)]
+        if "data" in data and isinstance(data["data"], list):
+            data = data["data"]
+        elif len(lists) == 1:
+            data = lists[0]
+        else:
+            raise InputError("expected a JSON array of records (or an object with one array, e.g. 'data')", file=str(path))
+    if not isinstance(data, list):
+        raise InputError("expected a JSON array of records", file=str(path))
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict):
+            raise InputError("expected a JSON object", file=str(path), record=f"item {i}")
+        yield f"item {i}", rec
+
+
+def read_parquet(path: Path) -> Iterator[tuple[str, dict]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:
+        raise InputError(f"cannot read Parquet ({exc})", file=str(path)) from None
+    row = 0
+    for batch in pf.iter_batches(batch_size=1024):
+        for rec in batch.to_pylist():
+            yield f"row {row}", rec
+            row += 1
+
+
+def read_hf_disk(path: Path, split: str | None) -> Iterator[tuple[str, dict]]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as exc:
+        raise InputError(f"cannot load the saved dataset ({exc})", file=str(path)) from None
+    if isinstance(ds, datasets.DatasetDict):
+        names = list(ds.keys())
+        chosen = split or ("train" if "train" in ds else None)
+        if chosen is None or chosen not in ds:
+            raise InputError(f"the dataset has splits {names}; choose one with --split", file=str(path))
+        ds = ds[chosen]
+    for row, rec in enumerate(ds):
+        yield f"row {row}", rec
+
+
+def is_hf_disk(path: Path) -> bool:
+    return path.is_dir() and any((path / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json"))
+
+
+def read_records(path: str | Path, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``(where, record)`` from any supported file or folder."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("no such file or folder", file=str(p))
+    if p.is_dir():
+        if is_hf_disk(p):
+            yield from read_hf_disk(p, split)
+            return
+        raise InputError("a folder that is not a datasets save_to_disk folder", file=str(p))
+    name = p.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        yield from read_jsonl(p)
+    elif name.endswith((".json", ".json.gz")):
+        yield from read_json(p)
+    elif name.endswith(".parquet"):
+        yield from read_parquet(p)
+    else:
+        raise InputError("unknown data format; use .jsonl, .json, .parquet or a save_to_disk folder", file=str(p))

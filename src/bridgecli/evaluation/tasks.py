@@ -1,0 +1,42 @@
+"""The evaluation task interface: what ``bridge eval --task NAME`` calls.
+
+A task is any callable ``task(model, tokenizer, options: EvalOptions) -> EvalRun``. It reads its
+own data (``options.data``), generates or scores with the model, grades, and returns a summary
+plus one record per evaluated item. Tasks registered by plugins (hook ``register_eval_tasks``)
+get exactly the same options as the built-ins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, TypedDict
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Settings shared by every task. A task ignores what does not apply to it (a multiple-choice
+    task has no use for ``max_new_tokens``)."""
+
+    data: str  # the task's data file
+    limit: int | None = None  # evaluate only the first N items
+    few_shot: int = 0  # worked examples prepended to every prompt
+    few_shot_data: str | None = None  # where they come from (default: the data file, past the evaluated items)
+    batch_size: int = 8
+    max_new_tokens: int = 256
+    chat_template: bool = True  # use the tokenizer's chat template when it has one
+    progress: bool = True  # progress bar on stderr
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class EvalRun(TypedDict):
+    """What a task returns. ``summary`` holds at least ``task``, ``n``, ``accuracy`` (a fraction),
+    ``correct`` and ``settings``; each item holds at least ``index`` and ``correct``."""
+
+    summary: dict[str, Any]
+    items: list[dict[str, Any]]
+
+
+class EvalTask(Protocol):
+    def __call__(self, model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun: ...

@@ -1,0 +1,117 @@
+"""An attention implementation for scoring: fused SDPA where no tangent flows, explicit math where
+forward-mode AD must pass (the tail blocks), and capture of the response-query attention rows of
+the routing layers only (never the full L x L maps of every layer).
+
+It is registered with transformers' AttentionInterface as ``"bridge"``; :func:`routing` activates
+capture for one forward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+IMPLEMENTATION = "bridge"
+
+
+@dataclass
+class Routing:
+    """What to do in one forward pass. ``math_layers`` run the explicit-math attention (needed
+    under ``torch.func.jvp``); ``capture_layers`` record the head-averaged attention rows of query
+    positions ``query_start:`` into ``rows`` (summed over the captured layers)."""
+
+    math_layers: frozenset[int]
+    capture_layers: frozenset[int]
+    query_start: int = 0
+    rows: torch.Tensor | None = None
+    captured: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+_active: Routing | None = None
+
+
+@contextlib.contextmanager
+def routing(r: Routing) -> Iterator[Routing]:
+    global _active
+    prev, _active = _active, r
+    try:
+        yield r
+    finally:
+        _active = prev
+
+
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return x
+    b, h, n, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, groups, n, d).reshape(b, h * groups, n, d)
+
+
+def math_attention(module, query, key, value, attention_mask, scaling, softcap=None):
+    """softmax(q k^T * scaling + mask) v with plain ops (forward-mode AD works through them).
+    Returns (output [B, Lq, H, D], probabilities [B, H, Lq, Lk] in float32)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    key = _repeat_kv(key, groups)
+    value = _repeat_kv(value, groups)
+    scores = torch.matmul(query, key.transpose(2, 3)).float() * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    lq, lk = scores.shape[-2], scores.shape[-1]
+    if attention_mask is None:
+        allowed = torch.ones(lq, lk, dtype=torch.bool, device=scores.device).tril(diagonal=lk - lq)
+    elif attention_mask.dtype == torch.bool:
+        allowed = attention_mask
+    else:
+        allowed = None
+        scores = scores + attention_mask[..., :lk].float()
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs.to(value.dtype), value)
+    return out.transpose(1, 2).contiguous(), probs
+
+
+def bridge_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):
+    r = _active
+    layer = getattr(module, "layer_idx", None)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    if r is None or (layer not in r.math_layers and layer not in r.capture_layers):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"))
+    if layer in r.capture_layers:
+        rows = probs[:, :, r.query_start:, :].mean(dim=1)
+        r.rows = rows if r.rows is None else r.rows + rows
+        r.captured += 1
+    return out, None
+
+
+_registered = False
+
+
+def register() -> None:
+    """Make ``attn_implementation="bridge"`` known to transformers (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(IMPLEMENTATION, bridge_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    _registered = True
+
+
+def use_bridge_attention(model) -> None:
+    register()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(IMPLEMENTATION)
+    else:  # pragma: no cover - older transformers
+        model.config._attn_implementation = IMPLEMENTATION

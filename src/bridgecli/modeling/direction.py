@@ -1,0 +1,96 @@
+"""The scoring direction v (METHOD_NOTES "Scoring checkpoint and direction v").
+
+v = (1 - lambda) g_target / (||g_target|| + eps) + lambda g_anchor / (||g_anchor|| + eps), over the
+parameters of the final K blocks, where g_target is the gradient of the mean validation loss
+(all response tokens of D_val) at theta_bar and g_anchor = theta_bar - theta_old.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..errors import ModelError
+from ..training.rows import Row
+from ..training.sft import collate, token_loss_sum
+
+FILENAME = "direction.safetensors"
+
+
+@dataclass
+class Direction:
+    v: dict[str, torch.Tensor]
+    meta: dict
+
+
+def flat_norm(tensors: dict[str, torch.Tensor]) -> float:
+    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values())))
+
+
+def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad_id: int, device="cpu",
+                        batch_size: int = 8, progress=None) -> tuple[dict[str, torch.Tensor], float, int]:
+    """Gradient of the token-mean validation loss w.r.t. the named parameters only.
+    Returns (gradient, mean loss, number of loss tokens)."""
+    params = dict(model.named_parameters())
+    wanted = set(names)
+    saved = {n: p.requires_grad for n, p in params.items()}
+    for n, p in params.items():
+        p.requires_grad_(n in wanted)
+    model.eval()
+    total_tokens = sum(r.supervised for r in rows)
+    if total_tokens == 0:
+        raise ModelError("the validation data has no response tokens")
+    loss_sum = 0.0
+    task = progress.add_task("validation gradient", total=len(rows)) if progress is not None else None
+    try:
+        model.zero_grad(set_to_none=True)
+        for s in range(0, len(rows), batch_size):
+            chunk = rows[s:s + batch_size]
+            ids, mask, labels = collate(chunk, pad_id, device)
+            loss = token_loss_sum(model, ids, mask, labels) / total_tokens
+            loss.backward()
+            loss_sum += float(loss.detach())
+            if progress is not None:
+                progress.update(task, advance=len(chunk))
+        grad = {n: params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n])
+                for n in names}
+    finally:
+        model.zero_grad(set_to_none=True)
+        for n, p in params.items():
+            p.requires_grad_(saved[n])
+    return grad, loss_sum, total_tokens
+
+
+def combine(g_target: dict[str, torch.Tensor], g_anchor: dict[str, torch.Tensor], lam: float = 0.2,
+            eps: float = 1e-8) -> tuple[dict[str, torch.Tensor], dict]:
+    nt, na = flat_norm(g_target), flat_norm(g_anchor)
+    v = {n: ((1 - lam) * g_target[n].double() / (nt + eps) + lam * g_anchor[n].double() / (na + eps)).float()
+         for n in g_target}
+    return v, {"lambda": lam, "eps": eps, "g_target_norm": nt, "g_anchor_norm": na, "v_norm": flat_norm(v)}
+
+
+def save(direction: Direction, folder: str | Path) -> Path:
+    from safetensors.torch import save_file
+
+    path = Path(folder) / FILENAME
+    meta = {k: json.dumps(v) for k, v in direction.meta.items()}
+    save_file({k: t.contiguous().cpu() for k, t in direction.v.items()}, str(path), metadata=meta)
+    return path
+
+
+def load(folder: str | Path) -> Direction:
+    from safetensors import safe_open
+
+    path = Path(folder) / FILENAME
+    if not path.exists():
+        raise ModelError(f"{path} not found", hint="run `bridge warmup` to make it")
+    tensors = {}
+    with safe_open(str(path), framework="pt") as fh:
+        meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
+        for k in fh.keys():
+            tensors[k] = fh.get_tensor(k)
+    return Direction(tensors, meta)

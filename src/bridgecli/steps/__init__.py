@@ -1,0 +1,1 @@
+"""One module per pipeline step: the work behind each subcommand, callable from Python."""

@@ -1,0 +1,65 @@
+"""``bridge close``: structure-aware projection of the response selection onto whole units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from ..core.closure import project, units_from_spans
+from ..errors import PluginError, UsageError
+from ..format.records import Closure, Example, Header
+from ..registry import get
+from .common import map_stream, step_record
+
+
+@dataclass
+class CloseOptions:
+    inp: str | None = None
+    out: str | None = None
+    segmenter: str = "sentence"
+    alpha: float = 0.0
+
+
+def response_text(example: Example) -> tuple[str, int]:
+    """The response content and its character offset in ``example.text``."""
+    resp = example.tokens.response_positions()
+    spans = example.tokens.spans()
+    start, end = int(spans[resp[0], 0]), int(spans[resp[-1], 1])
+    return example.text[start:end], start
+
+
+def close_example(example: Example, segment, name: str, alpha: float) -> Example:
+    sel = example.selection
+    resp = example.tokens.response_positions()
+    if len(resp) == 0:
+        closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
+        return msgspec.structs.replace(example, closure=closure)
+    text, offset = response_text(example)
+    try:
+        spans = [(int(s), int(e)) for s, e in segment(text)]
+    except Exception as exc:
+        raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
+    token_spans = example.tokens.spans()[resp] - offset
+    units = units_from_spans(token_spans, spans)
+    proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha)
+    flat_units = []
+    for u in units:
+        flat_units += [int(resp[u[0]]), int(resp[u[-1]]) + 1]
+    closure = Closure(segmenter=name, alpha=alpha, units=flat_units, chosen=proj.chosen.tolist(),
+                      supervise=resp[proj.supervise].tolist() if len(proj.supervise) else [])
+    return msgspec.structs.replace(example, closure=closure)
+
+
+def run_close(opts: CloseOptions) -> int:
+    if not 0.0 <= opts.alpha <= 1.0:
+        raise UsageError(f"--alpha must lie in [0, 1], got {opts.alpha}")
+    entry = get("segmenter", opts.segmenter)
+    params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
+
+    def fn(ex: Example, header: Header) -> Example:
+        return close_example(ex, entry.obj, opts.segmenter, opts.alpha)
+
+    return map_stream(opts.inp, opts.out, step=step_record("close", params), stage="closure", needs="selection",
+                      hint="run `bridge select` first", fn=fn, label="closing")

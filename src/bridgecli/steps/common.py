@@ -1,0 +1,52 @@
+"""Pieces every step shares: timestamps, header updates, stage checks, stream-to-stream maps."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Callable
+
+import msgspec
+
+from .. import PRODUCER
+from ..errors import FormatError
+from ..format.reader import open_reader
+from ..format.records import Example, Header, Step
+from ..format.spec import STAGES
+from ..format.writer import open_writer
+from ..progress import progress_bar
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def step_record(name: str, params: dict) -> Step:
+    return Step(step=name, producer=PRODUCER, time=now(), params=params)
+
+
+def require_stage(header: Header, needed: str, name: str, hint: str) -> None:
+    if STAGES.index(header.stage) < STAGES.index(needed):
+        raise FormatError(f"this stream is at stage '{header.stage}', but this step needs '{needed}'",
+                          file=name, hint=hint)
+
+
+def next_header(header: Header, stage: str, step: Step) -> Header:
+    return msgspec.structs.replace(header, stage=stage, producer=PRODUCER, created=now(),
+                                   steps=[*header.steps, step])
+
+
+def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
+               fn: Callable[[Example, Header], Example | None], label: str) -> int:
+    """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
+    Returns the number of examples written."""
+    with open_reader(inp) as reader:
+        require_stage(reader.header, needs, reader.name, hint)
+        header = next_header(reader.header, stage, step)
+        with open_writer(out, header) as writer, progress_bar() as bar:
+            task = bar.add_task(label, total=None)
+            for ex in reader:
+                new = fn(ex, reader.header)
+                if new is not None:
+                    writer.write(new)
+                bar.update(task, advance=1)
+            return writer.count

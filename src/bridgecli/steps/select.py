@@ -1,0 +1,61 @@
+"""``bridge select``: per-example budgets and the chosen selector."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from ..core.budgets import budget
+from ..errors import FormatError, UsageError
+from ..format.records import Array, Example, Header, Selection
+from ..registry import get
+from .common import map_stream, step_record
+
+
+@dataclass
+class SelectOptions:
+    inp: str | None = None
+    out: str | None = None
+    method: str = "bridge"
+    rho_p: float = 0.75
+    rho_r: float = 0.75
+    rounds: int = 4
+
+
+def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float, options: dict) -> Example:
+    if example.scores is None:
+        raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
+    prompt = example.tokens.prompt_positions()
+    resp = example.tokens.response_positions()
+    b_p, b_r = budget(rho_p, len(prompt)), budget(rho_r, len(resp))
+    result = fn(example, b_p, b_r, options)
+    if len(result.prompt) != min(b_p, len(prompt)) or len(result.response) != min(b_r, len(resp)):
+        raise FormatError(f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for "
+                          f"budgets {b_p}/{b_r}", record=example.index)
+    sel = Selection(
+        method=method, b_p=b_p, b_r=b_r,
+        prompt_keep=prompt[np.asarray(result.prompt, dtype=np.int64)].tolist(),
+        response_keep=resp[np.asarray(result.response, dtype=np.int64)].tolist(),
+        response_scores=Array.of(result.response_scores), u_sur=[float(u) for u in result.u_sur],
+    )
+    return msgspec.structs.replace(example, selection=sel, closure=None)
+
+
+def run_select(opts: SelectOptions) -> int:
+    for name, rho in (("--rho-p", opts.rho_p), ("--rho-r", opts.rho_r)):
+        if not 0.0 <= rho <= 1.0:
+            raise UsageError(f"{name} must lie in [0, 1], got {rho}")
+    if opts.rounds < 1:
+        raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    entry = get("selector", opts.method)
+    options = {"rounds": opts.rounds}
+    params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,
+              "plugin": entry.plugin}
+
+    def fn(ex: Example, header: Header) -> Example:
+        return select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options)
+
+    return map_stream(opts.inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
+                      hint="run `bridge score` first", fn=fn, label="selecting")

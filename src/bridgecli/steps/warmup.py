@@ -1,0 +1,133 @@
+"""``bridge warmup``: short SFT from theta_old on the warm split, then the direction v."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import PRODUCER
+from ..data.examples import DataOptions, file_digest, iter_examples, iter_pairs
+from ..errors import UsageError
+from ..io import atomic_dir
+from ..modeling import direction as direction_mod
+from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
+from ..modeling.params import tail_parameters
+from ..progress import note, progress_bar
+from ..runfolder import DEFAULT_WARMUP_DIR, META
+from ..training.rows import full_response_row
+from ..training.sft import SFTConfig, config_dict, train
+from .common import now
+
+
+@dataclass
+class WarmupOptions:
+    data: str
+    val: str | None = None
+    out: str | Path = DEFAULT_WARMUP_DIR
+    model: str | None = None
+    warm_fraction: float | None = None
+    val_fraction: float | None = None
+    direction_layers: int = 4
+    lam: float = 0.2
+    device: str = "auto"
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=1.0, grad_accum=1))
+    data_opts: DataOptions = field(default_factory=DataOptions)
+
+
+def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
+    """A deterministic ``fraction`` of ``ids`` (at least one when fraction > 0)."""
+    if not 0.0 < fraction < 1.0:
+        raise UsageError(f"a fraction must lie strictly between 0 and 1, got {fraction}")
+    k = max(1, round(len(ids) * fraction))
+    return set(random.Random(seed).sample(sorted(ids), k))
+
+
+def run_warmup(opts: WarmupOptions) -> dict:
+    if opts.val is None and opts.val_fraction is None:
+        raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
+    device = resolve_device(opts.device)
+    ref = resolve(opts.model)
+    note(f"loading {ref.spec}")
+    tokenizer = load_tokenizer(ref)
+    model = load_model(ref, device=device)
+
+    warm_ids: set[str] | None = None
+    val_ids: set[str] | None = None
+    if opts.warm_fraction is not None or opts.val_fraction is not None:
+        all_ids = [p.id for _, _, p in iter_pairs(opts.data, opts.data_opts)]
+        rest = all_ids
+        if opts.val is None:
+            val_ids = split_ids(rest, opts.val_fraction, opts.sft.seed + 1)
+            rest = [i for i in rest if i not in val_ids]
+        if opts.warm_fraction is not None:
+            warm_ids = split_ids(rest, opts.warm_fraction, opts.sft.seed)
+
+    examples = list(iter_examples(opts.data, tokenizer, opts.data_opts))
+    if warm_ids is not None:
+        warm = [e for e in examples if e.id in warm_ids]
+    else:
+        warm = [e for e in examples if val_ids is None or e.id not in val_ids]
+    if opts.val is not None:
+        val = list(iter_examples(opts.val, tokenizer, DataOptions(
+            prompt_field=opts.data_opts.prompt_field, response_field=opts.data_opts.response_field,
+            chat_template=opts.data_opts.chat_template, max_length=opts.data_opts.max_length)))
+    else:
+        val = [e for e in examples if e.id in val_ids]
+    if not warm:
+        raise UsageError("the warm split is empty")
+    if not val:
+        raise UsageError("the validation split is empty")
+
+    tail = tail_parameters(model, opts.direction_layers)
+    theta_old = {n: p.detach().to("cpu", copy=True) for n, p in tail.items()}
+    pad = tokenizer.pad_token_id
+    warm_rows = [full_response_row(e.id, e.tokens) for e in warm]
+    note(f"warmup SFT on {len(warm_rows)} examples, validation {len(val)} examples")
+    with progress_bar() as bar:
+        history = train(model, warm_rows, opts.sft, pad_id=pad, device=device, progress=bar)
+        val_rows = [full_response_row(e.id, e.tokens) for e in val]
+        g_target, val_loss, val_tokens = direction_mod.validation_gradient(
+            model, val_rows, list(tail), pad_id=pad, device=device, batch_size=opts.sft.batch_size, progress=bar)
+    params = dict(model.named_parameters())
+    g_anchor = {n: params[n].detach().cpu() - theta_old[n] for n in tail}
+    v, stats = direction_mod.combine({n: g.cpu() for n, g in g_target.items()}, g_anchor, lam=opts.lam)
+
+    with atomic_dir(opts.out) as tmp:
+        model.save_pretrained(tmp / "checkpoint")
+        tokenizer.save_pretrained(tmp / "checkpoint")
+        meta = {
+            "producer": PRODUCER,
+            "created": now(),
+            "base_model": ref.spec,
+            "base_fingerprint": fingerprint(ref),
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "chat_template": opts.data_opts.chat_template,
+            "data": str(opts.data),
+            "data_digest": file_digest(opts.data),
+            "warm_ids": sorted(warm_ids) if warm_ids is not None else None,
+            "val": str(opts.val) if opts.val else None,
+            "val_ids": sorted(val_ids) if val_ids is not None else None,
+            "warm_examples": len(warm_rows),
+            "val_examples": len(val_rows),
+            "val_loss": val_loss,
+            "val_tokens": val_tokens,
+            "direction_layers": opts.direction_layers,
+            "direction": stats,
+            "sft": config_dict(opts.sft),
+            "steps": len(history),
+            "final_train_loss": history[-1]["loss"] if history else None,
+        }
+        direction_mod.save(direction_mod.Direction(v, {**stats, "layers": opts.direction_layers,
+                                                       "base_model": ref.spec}), tmp)
+        (tmp / META).write_text(json.dumps(meta, indent=2))
+        with open(tmp / "metrics.jsonl", "w") as fh:
+            for rec in history:
+                fh.write(json.dumps(rec) + "\n")
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return meta

@@ -1,0 +1,1 @@
+"""Supervised fine-tuning: rows of input_ids/labels, the training loop, saving checkpoints."""
