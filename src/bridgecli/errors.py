@@ -21,8 +21,10 @@ class BridgeError(Exception):
         where = []
         if self.file is not None:
             where.append(str(self.file))
-        if self.record is not None:
-            where.append(f"record {self.record}")
+        if self.record is not None and self.record != "":
+            # "line 12", "row 3", "item 0", "header" are already descriptive; bare numbers are record indices
+            where.append(self.record if isinstance(self.record, str) and not self.record.isdigit()
+                         else f"record {self.record}")
         if self.field is not None:
             where.append(f"field '{self.field}'")
         text = (": ".join([", ".join(where), self.message]) if where else self.message)

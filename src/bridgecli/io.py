@@ -14,6 +14,12 @@ from .errors import UsageError
 STDIO = "-"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def is_stdio(path: str | os.PathLike | None) -> bool:
     return path is None or str(path) == STDIO
 
@@ -45,6 +51,7 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
     try:
         yield tmp_path
         os.replace(tmp_path, target)
@@ -54,16 +61,21 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         raise
 
 
+def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> None:
+    """Fail early (before any expensive work) when binary output would go to a terminal."""
+    if is_stdio(path) and sys.stdout.isatty():
+        raise UsageError(
+            f"refusing to write {what} (binary) to a terminal",
+            hint="redirect it (> out.bridge), pipe it into the next step, or pass -o FILE",
+        )
+
+
 @contextlib.contextmanager
 def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> Iterator[BinaryIO]:
     """Open ``path`` for binary writing, atomically (temp file + rename). ``-``/None is stdout,
     refused when stdout is a terminal so binary data never lands on a screen."""
+    refuse_terminal(path, what=what)
     if is_stdio(path):
-        if sys.stdout.isatty():
-            raise UsageError(
-                f"refusing to write {what} (binary) to a terminal",
-                hint="redirect it (> out.bridge), pipe it into the next step, or pass -o FILE",
-            )
         out = sys.stdout.buffer
         yield out
         out.flush()
@@ -96,6 +108,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if target.exists():

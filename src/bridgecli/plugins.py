@@ -35,12 +35,9 @@ def _make_manager() -> pluggy.PluginManager:
     if allow is None:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     else:
-        from importlib.metadata import entry_points
-
-        wanted = {n.strip() for n in allow.split(",") if n.strip()}
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name in wanted and pm.get_plugin(ep.name) is None:
-                pm.register(ep.load(), name=ep.name)
+        # Through pluggy, like the autoload above, so `bridge plugins` still shows package/version.
+        for name in sorted({n.strip() for n in allow.split(",") if n.strip()}):
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
     return pm
 
 

@@ -1,10 +1,23 @@
-"""Built-in scorers, registered through the same hook as third-party ones."""
+"""Built-in scorers, registered through the same hook as third-party ones.
+
+The factories import torch only when a scorer is built, so commands that never score stay light."""
 
 from ..hookspecs import hookimpl
-from ..modeling.scoring import BridgeScorer, ExactScorer
+
+
+def bridge_scorer(ctx):
+    from ..modeling.scoring import BridgeScorer
+
+    return BridgeScorer(ctx)
+
+
+def exact_scorer(ctx):
+    from ..modeling.scoring import ExactScorer
+
+    return ExactScorer(ctx)
 
 
 @hookimpl(trylast=True)
 def register_scorers(register):
-    register("bridge", BridgeScorer, "a_j by one forward-mode JVP along v; A and c from the same pass")
-    register("exact", ExactScorer, "diagnostic: a_j by one backward pass per response token (slow)")
+    register("bridge", bridge_scorer, "a_j by one forward-mode JVP along v; A and c from the same pass")
+    register("exact", exact_scorer, "diagnostic: a_j by one backward pass per response token (slow)")

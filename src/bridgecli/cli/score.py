@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..steps.score import DTYPES, ScoreOptions, run_score
+from ..modeling.loading import DTYPES
 from .options import ChatTemplate, Device, Limit, MaxLength, PromptField, ResponseField, Split, StreamOut, data_options
 
 
@@ -26,6 +26,8 @@ def score(
     limit: Limit = None,
 ):
     """Score every example: a_j (one JVP along v), attention rows A and history mass c."""
+    from ..steps.score import ScoreOptions, run_score
+
     if dtype not in DTYPES:
         raise typer.BadParameter(f"choose one of {', '.join(DTYPES)}", param_hint="--dtype")
     run_score(ScoreOptions(

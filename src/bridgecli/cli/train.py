@@ -5,8 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..steps.train import TrainOptions, run_train
-from ..training.sft import SFTConfig
+from ..training.config import SFTConfig
 from .options import Device, Model, Seed
 
 
@@ -25,6 +24,8 @@ def train(
     device: Device = "auto",
 ):
     """Full-parameter SFT from theta_old: AdamW, cosine schedule, token-mean loss over selected positions."""
+    from ..steps.train import TrainOptions, run_train
+
     summary = run_train(TrainOptions(
         data=data, out=output, model=model, device=device,
         sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum, warmup_ratio=warmup_ratio,

@@ -6,8 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..runfolder import DEFAULT_WARMUP_DIR
-from ..steps.warmup import WarmupOptions, run_warmup
-from ..training.sft import SFTConfig
+from ..training.config import SFTConfig
 from .options import (ChatTemplate, Device, Limit, MaxLength, Model, PromptField, ResponseField, Seed, Split,
                       data_options)
 
@@ -36,6 +35,8 @@ def warmup(
     limit: Limit = None,
 ):
     """Short standard SFT from theta_old on the warm split; then the scoring direction v."""
+    from ..steps.warmup import WarmupOptions, run_warmup
+
     meta = run_warmup(WarmupOptions(
         data=data, val=val, out=output, model=model, warm_fraction=warm_fraction, val_fraction=val_fraction,
         direction_layers=direction_layers, lam=lam, device=device,

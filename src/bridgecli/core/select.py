@@ -36,9 +36,13 @@ class Surrogate:
     def from_scores(cls, a: np.ndarray, c: np.ndarray, A: np.ndarray) -> "Surrogate":
         a = np.asarray(a, dtype=np.float64)
         c = np.asarray(c, dtype=np.float64)
-        A = np.asarray(A, dtype=np.float64).reshape(a.shape[0], -1)
+        A = np.asarray(A, dtype=np.float64)
+        if A.ndim != 2:  # a 2-D [n, m] A is used as is: reshape(n, -1) fails when n == 0
+            A = A.reshape(a.shape[0], -1)
         if c.shape != a.shape:
             raise ValueError(f"c has shape {c.shape}, a has {a.shape}")
+        if A.shape[0] != a.shape[0]:
+            raise ValueError(f"A has shape {A.shape}, expected [{a.shape[0]}, m]")
         return cls(beta=A * a[:, None], gamma=a * c)
 
     @property

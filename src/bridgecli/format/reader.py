@@ -29,6 +29,14 @@ def _looks_like_text(head: bytes) -> str | None:
     return None
 
 
+class _Available:
+    """Hand zstandard whatever bytes are available (``read1``) instead of letting a buffered pipe
+    block until a whole ``read_size`` chunk (128 KiB) arrives: records stream as frames are flushed."""
+
+    def __init__(self, fh: BinaryIO):
+        self.read = getattr(fh, "read1", fh.read)
+
+
 class StreamReader:
     """Iterate the Example records of a stream. ``header`` is read on construction; iteration
     raises :class:`FormatError` on truncation or corruption, after yielding every good record."""
@@ -49,11 +57,11 @@ class StreamReader:
                 file=name, hint="upgrade bridgecli to read it",
             )
         self.version = (major, minor)
-        self._z = zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True, closefd=False)
+        self._z = zstandard.ZstdDecompressor().stream_reader(_Available(fh), read_across_frames=True, closefd=False)
         self._index = 0
         first = self._next_record(expect="header")
         if not isinstance(first, Header):
-            raise FormatError("the first record is not a header", file=name, record="header")
+            raise FormatError("the first record is not a header", file=name, record="header record")
         self.header: Header = first
         self.count: int | None = None
 
@@ -72,7 +80,7 @@ class StreamReader:
         return b"".join(chunks)
 
     def _next_record(self, expect: str):
-        where = expect if expect == "header" else self._index
+        where = "header record" if expect == "header" else self._index
         prefix = self._read_exact(RECORD_PREFIX.size, where)
         if len(prefix) < RECORD_PREFIX.size:
             if expect == "header":
@@ -97,6 +105,15 @@ class StreamReader:
         except msgspec.DecodeError as exc:
             raise FormatError(f"cannot decode record ({exc})", file=self.name, record=where) from None
 
+    def _after_end(self) -> bool:
+        """Whether anything follows the end record: more zstd content, or bytes that are no zstd frame."""
+        try:
+            return bool(self._z.read(1))
+        except zstandard.ZstdError as exc:
+            if "Unknown frame descriptor" in str(exc):  # trailing bytes that are not a zstd frame
+                return True
+            raise FormatError(f"corrupted compressed data ({exc})", file=self.name, record="end record") from None
+
     def __iter__(self) -> Iterator[Example]:
         while True:
             rec = self._next_record(expect="example")
@@ -106,8 +123,9 @@ class StreamReader:
                         f"corrupted: end record counts {rec.count} examples but {self._index} were read",
                         file=self.name,
                     )
-                if self._read_exact(1, "end"):
-                    raise FormatError("corrupted: data after the end record", file=self.name)
+                if self._after_end():
+                    raise FormatError("corrupted: data after the end record", file=self.name,
+                                      hint="a bridge file holds exactly one stream; were two files concatenated?")
                 self.count = rec.count
                 return
             if isinstance(rec, Header):

@@ -24,7 +24,8 @@ class Array(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, values: Any, dtype: str = "float32") -> "Array":
-        arr = np.ascontiguousarray(np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<")))
+        # order="C", not np.ascontiguousarray: that one turns a 0-d array (shape []) into shape [1]
+        arr = np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<"), order="C")
         return cls(dtype=dtype, shape=list(arr.shape), data=arr.tobytes())
 
     def numpy(self) -> np.ndarray:

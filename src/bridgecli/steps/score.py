@@ -15,6 +15,7 @@ from ..data.sources import read_records
 from ..errors import ModelError
 from ..format.records import Header, ModelInfo
 from ..format.writer import open_writer
+from ..io import refuse_terminal
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.scoring import ScoringContext
@@ -22,9 +23,6 @@ from ..progress import note, progress_bar
 from ..registry import get
 from ..runfolder import WarmupRun
 from .common import now, step_record
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
-
 
 @dataclass
 class ScoreOptions:
@@ -45,6 +43,7 @@ def _count(path: str, opts: DataOptions) -> int:
 
 
 def run_score(opts: ScoreOptions) -> int:
+    refuse_terminal(opts.out)
     run = WarmupRun.open(opts.run)
     meta = run.meta()
     device = resolve_device(opts.device)
@@ -54,7 +53,7 @@ def run_score(opts: ScoreOptions) -> int:
     tok_fp = tokenizer_fingerprint(tokenizer)
     if meta.get("tokenizer_fingerprint") and meta["tokenizer_fingerprint"] != tok_fp:
         raise ModelError("the checkpoint's tokenizer differs from the one warmup recorded", file=str(run.root))
-    model = load_model(str(run.checkpoint), dtype=DTYPES[opts.dtype], device=device)
+    model = load_model(str(run.checkpoint), dtype=getattr(torch, opts.dtype), device=device)
     model.eval()
     direction = direction_mod.load(run.root)
     params = dict(model.named_parameters())

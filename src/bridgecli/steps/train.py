@@ -15,7 +15,8 @@ from ..io import atomic_dir
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..progress import note, progress_bar
 from ..training.rows import IGNORE, Row
-from ..training.sft import SFTConfig, config_dict, train
+from ..training.config import SFTConfig, config_dict
+from ..training.sft import train
 from .common import now
 from .compact import meta_path
 

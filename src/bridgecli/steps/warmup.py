@@ -19,7 +19,8 @@ from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
 from ..runfolder import DEFAULT_WARMUP_DIR, META
 from ..training.rows import full_response_row
-from ..training.sft import SFTConfig, config_dict, train
+from ..training.config import SFTConfig, config_dict
+from ..training.sft import train
 from .common import now
 
 
@@ -91,7 +92,7 @@ def run_warmup(opts: WarmupOptions) -> dict:
         history = train(model, warm_rows, opts.sft, pad_id=pad, device=device, progress=bar)
         val_rows = [full_response_row(e.id, e.tokens) for e in val]
         g_target, val_loss, val_tokens = direction_mod.validation_gradient(
-            model, val_rows, list(tail), pad_id=pad, device=device, batch_size=opts.sft.batch_size, progress=bar)
+            model, val_rows, list(tail), pad_id=pad, device=device, batch_size=opts.sft.batch_size)
     params = dict(model.named_parameters())
     g_anchor = {n: params[n].detach().cpu() - theta_old[n] for n in tail}
     v, stats = direction_mod.combine({n: g.cpu() for n, g in g_target.items()}, g_anchor, lam=opts.lam)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,21 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ..io import atomic_dir
+from .config import SFTConfig
 from .rows import IGNORE, Row
-
-
-@dataclass
-class SFTConfig:
-    epochs: float = 3.0
-    lr: float = 2e-5
-    batch_size: int = 8  # micro-batch (rows per forward)
-    grad_accum: int = 8  # micro-batches per optimizer step (effective batch = batch_size * grad_accum)
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.03
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    max_steps: int | None = None
-    bf16: bool = False
 
 
 def step_plan(rows: Sequence[Row], cfg: SFTConfig) -> list[list[list[int]]]:
@@ -86,6 +72,20 @@ def token_loss_sum(model, ids, mask, labels) -> torch.Tensor:
                            ignore_index=IGNORE, reduction="sum")
 
 
+def accumulate(model, micro_batches: Sequence[Sequence[Row]], *, pad_id: int, device="cpu", bf16: bool = False) -> float:
+    """Backward over the micro-batches of one optimizer step with the loss normalised by the
+    step's total supervised tokens (Z_r), so gradients do not depend on how rows are grouped."""
+    z = max(1, sum(r.supervised for mb in micro_batches for r in mb))
+    total = 0.0
+    for mb in micro_batches:
+        ids, mask, labels = collate(mb, pad_id, device)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = token_loss_sum(model, ids, mask, labels) / z
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
 def train(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu",
           on_step: Callable[[dict], None] | None = None, progress=None) -> list[dict]:
     """Run SFT in place on ``model``; return one metrics dict per optimizer step."""
@@ -105,13 +105,8 @@ def train(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cp
         for g in opt.param_groups:
             g["lr"] = lr
         z = max(1, sum(rows[i].supervised for mb in micro for i in mb))
-        total = 0.0
-        for mb in micro:
-            ids, mask, labels = collate([rows[i] for i in mb], pad_id, device)
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_bf16):
-                loss = token_loss_sum(model, ids, mask, labels) / z
-            loss.backward()
-            total += float(loss.detach())
+        total = accumulate(model, [[rows[i] for i in mb] for mb in micro], pad_id=pad_id, device=device,
+                           bf16=use_bf16)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -134,7 +129,3 @@ def save_model(model, tokenizer, folder: str | Path, extra: dict | None = None) 
         if extra:
             (tmp / "bridge.json").write_text(json.dumps(extra, indent=2, default=str))
     return Path(folder)
-
-
-def config_dict(cfg: SFTConfig) -> dict:
-    return asdict(cfg)

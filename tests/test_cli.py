@@ -1,0 +1,165 @@
+"""The CLI through real subprocesses: every step, the shell pipe, stdin/stdout, error paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridgecli.format.reader import read_all
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "data"
+BRIDGE = [sys.executable, "-m", "bridgecli"]
+
+
+def bridge(*args, cwd=None, input=None, check=True, env=None):
+    proc = subprocess.run([*BRIDGE, *map(str, args)], cwd=cwd, input=input, capture_output=True,
+                          env={**os.environ, "BRIDGE_NO_PROGRESS": "1", **(env or {})})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr.decode()}")
+    return proc
+
+
+def head(src: Path, dst: Path, n: int) -> Path:
+    dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model_dir):
+    d = tmp_path_factory.mktemp("cli")
+    head(SAMPLE / "warm.jsonl", d / "warm.jsonl", 6)
+    head(SAMPLE / "val.jsonl", d / "val.jsonl", 3)
+    head(SAMPLE / "train.jsonl", d / "data.jsonl", 5)
+    head(SAMPLE / "test.jsonl", d / "test.jsonl", 2)
+    bridge("warmup", "warm.jsonl", "--val", "val.jsonl", "--model", tiny_model_dir, "--max-steps", "2",
+           "--batch-size", "3", "--lr", "1e-3", cwd=d)  # default -o: runs/warmup
+    return d
+
+
+def test_warmup_folder(workdir, tiny_model_dir):
+    run = workdir / "runs" / "warmup"
+    meta = json.loads((run / "warmup.json").read_text())
+    assert meta["base_model"] == str(tiny_model_dir)
+    assert meta["warm_examples"] == 6 and meta["val_examples"] == 3 and meta["steps"] == 2
+    assert (run / "direction.safetensors").exists() and (run / "checkpoint" / "config.json").exists()
+    assert meta["direction"]["v_norm"] > 0
+
+
+def test_full_pipeline_in_steps_and_as_a_pipe(workdir):
+    d = workdir
+    bridge("score", "data.jsonl", "-o", "scores.bridge", cwd=d)  # default --from: runs/warmup
+    bridge("select", "scores.bridge", "-o", "sel.bridge", "--rho-p", "0.75", "--rho-r", "0.75", "-T", "4", cwd=d)
+    bridge("close", "sel.bridge", "-o", "closed.bridge", "--segmenter", "math", cwd=d)
+    bridge("compact", "closed.bridge", "-o", "train.jsonl", cwd=d)
+
+    b = " ".join(shlex.quote(x) for x in BRIDGE)
+    pipe = (f"set -o pipefail; {b} score data.jsonl | {b} select --rho-p 0.75 --rho-r 0.75 -T 4 "
+            f"| {b} close --segmenter math | {b} compact -o piped.jsonl")
+    proc = subprocess.run(["bash", "-c", pipe], cwd=d, capture_output=True,
+                          env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (d / "piped.jsonl").read_text() == (d / "train.jsonl").read_text()
+
+    header, exs = read_all(d / "closed.bridge")
+    assert header.stage == "closure" and [s.step for s in header.steps] == ["score", "select", "close"]
+    assert len(exs) == 5
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [e.id for e in exs if e.closure.supervise]
+    for r, e in zip(rows, exs):
+        assert len(r["input_ids"]) == len(r["labels"])
+        sup = [x for x in r["labels"] if x != -100]
+        assert len(sup) == len(e.closure.supervise) + 1  # + EOS
+        assert len(e.closure.supervise) <= e.selection.b_r
+        assert len(r["input_ids"]) == len(e.tokens.input_ids) - (len(e.tokens.prompt_positions())
+                                                                - len(e.selection.prompt_keep))
+    meta = json.loads((d / "train.jsonl.bridge.json").read_text())
+    assert meta["rows"] == len(rows)
+
+    text = bridge("compact", "closed.bridge", "--format", "text", cwd=d).stdout.decode()
+    assert sum(line.startswith("### ") for line in text.splitlines()) == len(rows) and "[[" in text
+
+    info = json.loads(bridge("inspect", "closed.bridge", "--json", cwd=d).stdout)
+    assert info["stage"] == "closure" and info["examples"] == 5
+    assert info["selection"]["prompt_kept"] == sum(len(e.selection.prompt_keep) for e in exs)
+    assert "closure" in bridge("inspect", "closed.bridge", cwd=d).stdout.decode()
+
+
+def test_train_and_eval(workdir, tiny_model_dir):
+    d = workdir
+    if not (d / "train.jsonl").exists():
+        pytest.skip("needs the pipeline test's output")
+    bridge("train", "train.jsonl", "-o", "final", "--max-steps", "1", "--batch-size", "2", "--grad-accum", "2", cwd=d)
+    summary = json.loads((d / "final" / "bridge_train.json").read_text())
+    assert summary["base_model"] == str(tiny_model_dir)  # theta_old, found through the compact sidecar
+    assert summary["steps"] == 1
+    lines = (d / "final" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["tokens"] > 0
+    out = bridge("eval", "final", "--task", "gsm8k", "--data", "test.jsonl", "--max-new-tokens", "4",
+                 "--batch-size", "2", cwd=d).stdout.decode()
+    assert "gsm8k" in out
+    result = json.loads((d / "final" / "eval-gsm8k.json").read_text())
+    assert result["summary"]["n"] == 2 and len(result["items"]) == 2
+    assert 0.0 <= result["summary"]["accuracy"] <= 1.0
+
+
+def test_binary_output_refused_on_a_terminal(workdir):
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([*BRIDGE, "score", "data.jsonl"], cwd=workdir, stdout=slave, stderr=subprocess.PIPE,
+                              env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
+    finally:
+        os.close(slave)
+        os.close(master)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 2
+    assert len(err.splitlines()) == 1 and "refusing to write" in err and "terminal" in err
+
+
+def test_bad_jsonl_line_names_file_and_line(workdir):
+    (workdir / "bad.jsonl").write_text('{"question": "q", "answer": "a"}\n{"question": oops}\n')
+    proc = bridge("score", "bad.jsonl", "-o", "bad.bridge", cwd=workdir, check=False)
+    errors = [line for line in proc.stderr.decode().splitlines() if "error" in line]
+    assert proc.returncode == 4
+    assert len(errors) == 1 and errors[0].startswith("bridge score: error: bad.jsonl, line 2: invalid JSON")
+    assert "Traceback" not in proc.stderr.decode()
+    assert not (workdir / "bad.bridge").exists()  # nothing half-written
+    assert not list(workdir.glob(".bad.bridge.*"))
+
+
+def test_missing_field_names_field(workdir):
+    (workdir / "nofield.jsonl").write_text('{"question": "q"}\n')
+    proc = bridge("score", "nofield.jsonl", "-o", "x.bridge", cwd=workdir, check=False)
+    assert proc.returncode == 4 and "nofield.jsonl, line 1" in proc.stderr.decode()
+
+
+def test_score_without_warmup_names_the_command(tmp_path):
+    (tmp_path / "d.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    proc = bridge("score", "d.jsonl", "-o", "x.bridge", cwd=tmp_path, check=False)
+    err = proc.stderr.decode()
+    assert proc.returncode == 5 and "bridge warmup" in err and "runs/warmup" in err
+
+
+def test_stage_checks(workdir):
+    proc = bridge("close", "scores.bridge", "-o", "x.bridge", cwd=workdir, check=False)
+    assert proc.returncode == 3 and "run `bridge select` first" in proc.stderr.decode()
+    proc = bridge("select", "data.jsonl", "-o", "x.bridge", cwd=workdir, check=False)
+    assert proc.returncode == 3 and "bridge score" in proc.stderr.decode()
+
+
+def test_schedules_and_flags_validated(workdir):
+    proc = bridge("select", "scores.bridge", "-o", "x.bridge", "--rho-p", "1.5", cwd=workdir, check=False)
+    assert proc.returncode == 2 and "--rho-p" in proc.stderr.decode()
+    proc = bridge("select", "scores.bridge", "-o", "x.bridge", "--method", "nope", cwd=workdir, check=False)
+    assert proc.returncode == 6 and "independent" in proc.stderr.decode()
+    for method in ("independent", "one-pass"):
+        bridge("select", "scores.bridge", "-o", f"{method}.bridge", "--method", method, cwd=workdir)
+        _, exs = read_all(workdir / f"{method}.bridge")
+        assert all(e.selection.method == method for e in exs)
