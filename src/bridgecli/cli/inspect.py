@@ -41,9 +41,16 @@ def inspect(
         for key, val in (info.get(section) or {}).items():
             t.add_row(f"{section}.{key}", _fmt(val))
     console.print(t)
-    steps = Table(title="steps")
-    for col in ("step", "producer", "time", "params"):
-        steps.add_column(col)
+    steps = Table(title="steps", show_lines=True)
+    steps.add_column("step", style="bold")
+    steps.add_column("by / at")
+    steps.add_column("parameters")
     for s in info["steps"]:
-        steps.add_row(s["step"], s["producer"], s["time"], ", ".join(f"{k}={_fmt(v)}" for k, v in s["params"].items()))
+        params = "\n".join(f"{k} = {_short(v)}" for k, v in s["params"].items())
+        steps.add_row(s["step"], f"{s['producer']}\n{s['time']}", params)
     console.print(steps)
+
+
+def _short(v, width: int = 48) -> str:
+    text = _fmt(v)
+    return text if len(text) <= width else text[: width - 1] + "…"

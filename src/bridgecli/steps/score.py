@@ -44,6 +44,7 @@ def _count(path: str, opts: DataOptions) -> int:
 
 def run_score(opts: ScoreOptions) -> int:
     refuse_terminal(opts.out)
+    started = now()
     run = WarmupRun.open(opts.run)
     meta = run.meta()
     device = resolve_device(opts.device)
@@ -74,7 +75,7 @@ def run_score(opts: ScoreOptions) -> int:
         stage="scores", producer=PRODUCER, created=now(),
         model=ModelInfo(source=meta["base_model"], fingerprint=meta.get("base_fingerprint") or fingerprint(base_ref),
                         tokenizer_fingerprint=tok_fp, chat_template=data_opts.chat_template),
-        steps=[step_record("score", {
+        steps=[msgspec.structs.replace(step_record("score", {
             "scorer": opts.scorer, "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
             "direction_layers": direction.meta.get("layers"), "lambda": direction.meta.get("lambda"),
             "attention_layers": opts.attention_layers, "batch_size": opts.batch_size, "dtype": opts.dtype,
@@ -82,7 +83,7 @@ def run_score(opts: ScoreOptions) -> int:
             "chat_template": data_opts.chat_template, "max_length": data_opts.max_length,
             "prompt_field": data_opts.prompt_field, "response_field": data_opts.response_field,
             "excluded_warmup_ids": len(data_opts.exclude_ids),
-        })],
+        }), time=started)],
         source=str(opts.data),
     )
     report = Report()
