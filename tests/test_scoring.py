@@ -14,7 +14,7 @@ from bridgecli.format.records import Example
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext
 
-from conftest import tiny_llama_config, tiny_model
+from tiny import tiny_llama_config, tiny_model
 
 RECORDS = [
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",

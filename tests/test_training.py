@@ -13,7 +13,7 @@ from bridgecli.modeling.params import tail_parameters
 from bridgecli.training.rows import IGNORE, Row, compact_row, full_response_row
 from bridgecli.training.sft import SFTConfig, accumulate, cosine_lr, step_plan, train
 
-from conftest import tiny_llama_config, tiny_model
+from tiny import tiny_llama_config, tiny_model
 
 VOCAB = 97
 
