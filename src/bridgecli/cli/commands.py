@@ -4,6 +4,7 @@ from .close import close
 from .compact import compact
 from .eval import eval
 from .inspect import inspect
+from .merge import merge
 from .plugins import plugins
 from .score import score
 from .select import select
@@ -13,6 +14,7 @@ from .warmup import warmup
 COMMANDS = [
     ("warmup", warmup),
     ("score", score),
+    ("merge", merge),
     ("select", select),
     ("close", close),
     ("compact", compact),

@@ -26,23 +26,34 @@ class StreamWriter:
     """Writes one stream to a binary file object. Call :meth:`close` (or use as a context manager)
     to write the end record; a stream without it reads as truncated."""
 
-    def __init__(self, fh: BinaryIO, header: Header, *, records_per_frame: int = RECORDS_PER_FRAME):
+    def __init__(self, fh: BinaryIO, header: Header | None, *, records_per_frame: int | None = RECORDS_PER_FRAME,
+                 count: int = 0):
+        """``records_per_frame=None`` ends frames only on :meth:`flush` (deterministic frame
+        boundaries, used for resumable output). ``header=None`` continues a stream whose preamble,
+        header and ``count`` examples are already in ``fh`` (see :meth:`append`)."""
         self._fh = fh
         self._records_per_frame = records_per_frame
         self._pending = 0
-        self.count = 0
+        self.count = count
         self._closed = False
-        fh.write(PREAMBLE.pack(MAGIC, MAJOR, MINOR))
+        if header is not None:
+            fh.write(PREAMBLE.pack(MAGIC, MAJOR, MINOR))
         self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(
             fh, closefd=False, write_return_read=True
         )
-        self._write(header)
-        self.flush()
+        if header is not None:
+            self._write(header)
+            self.flush()
+
+    @classmethod
+    def append(cls, fh: BinaryIO, count: int, **kwargs) -> "StreamWriter":
+        """Continue a stream cut at a frame boundary after ``count`` examples (``fh`` at its end)."""
+        return cls(fh, None, count=count, **kwargs)
 
     def _write(self, record) -> None:
         self._zw.write(encode_record(record))
         self._pending += 1
-        if self._pending >= self._records_per_frame:
+        if self._records_per_frame is not None and self._pending >= self._records_per_frame:
             self.flush()
 
     def write(self, example: Example) -> None:

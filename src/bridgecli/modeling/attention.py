@@ -9,26 +9,36 @@ capture for one forward pass.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
+import torch.autograd.forward_ad as fwAD
+
+from . import jvp_attention
 
 IMPLEMENTATION = "bridge"
 
 
 @dataclass
 class Routing:
-    """What to do in one forward pass. ``math_layers`` run the explicit-math attention (needed
-    under ``torch.func.jvp``); ``capture_layers`` record the head-averaged attention rows of query
+    """What to do in one forward pass. ``math_layers`` run an attention with a forward-AD rule
+    (fused kernels where supported, else explicit math); ``capture_layers`` record the head-averaged attention rows of query
     positions ``query_start:`` into ``rows`` (summed over the captured layers)."""
 
     math_layers: frozenset[int]
     capture_layers: frozenset[int]
     query_start: int = 0
+    #: batches are right-padded and causal: a valid query never sees a pad, so the fused
+    #: causal kernels may ignore the padding mask
+    right_padded: bool = False
     rows: torch.Tensor | None = None
     captured: int = 0
-    extra: dict = field(default_factory=dict)
+
+    def add(self, rows: torch.Tensor) -> None:
+        """Accumulate one layer's head-averaged rows."""
+        self.rows = rows if self.rows is None else self.rows + rows
+        self.captured += 1
 
 
 _active: Routing | None = None
@@ -42,6 +52,32 @@ def routing(r: Routing) -> Iterator[Routing]:
         yield r
     finally:
         _active = prev
+
+
+_hidden: torch.Tensor | None = None
+
+
+@contextlib.contextmanager
+def hidden_keys(mask: torch.Tensor) -> Iterator[None]:
+    """While active, hide the keys where ``mask`` ([B, L] bool, True = hidden) is set from every
+    query at every layer, positions unchanged (``bridge analyze``'s exact perturbation scores). It
+    applies on the SDPA and the math paths and turns the fused path off."""
+    global _hidden
+    prev, _hidden = _hidden, mask
+    try:
+        yield
+    finally:
+        _hidden = prev
+
+
+def _with_hidden(attention_mask, query, key):
+    lq, lk = query.shape[-2], key.shape[-2]
+    keep = ~_hidden[:, None, None, :lk].to(query.device)
+    if attention_mask is None:
+        return torch.ones(lq, lk, dtype=torch.bool, device=query.device).tril(diagonal=lk - lq) & keep
+    if attention_mask.dtype == torch.bool:
+        return attention_mask[..., :lk] & keep
+    return attention_mask[..., :lk].masked_fill(~keep, torch.finfo(attention_mask.dtype).min)
 
 
 def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -80,16 +116,23 @@ def bridge_attention(module, query, key, value, attention_mask, dropout: float =
     layer = getattr(module, "layer_idx", None)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
+    if _hidden is not None:
+        attention_mask = _with_hidden(attention_mask, query, key)
     if r is None or (layer not in r.math_layers and layer not in r.capture_layers):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
+    capture = layer in r.capture_layers
+    if r.right_padded and _hidden is None and jvp_attention.supported(module, query, kwargs):
+        def keep_rows(q, k, lse):
+            r.add(jvp_attention.routing_rows(q, k, lse, scaling, r.query_start))
+
+        out = jvp_attention.dual_causal_attention(query, key, value, scaling, keep_rows if capture else None)
+        return out.transpose(1, 2).contiguous(), None
     out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"))
-    if layer in r.capture_layers:
-        rows = probs[:, :, r.query_start:, :].mean(dim=1)
-        r.rows = rows if r.rows is None else r.rows + rows
-        r.captured += 1
+    if capture:
+        r.add(fwAD.unpack_dual(probs).primal[:, :, r.query_start:, :].mean(dim=1))
     return out, None
 
 

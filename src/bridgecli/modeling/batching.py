@@ -1,4 +1,5 @@
-"""Turn tokenised examples into padded tensors plus the index maps the scorers need."""
+"""Turn tokenised examples into padded tensors plus the index maps the scorers need, built once
+per batch on the host and moved to the device in a few transfers."""
 
 from __future__ import annotations
 
@@ -12,15 +13,27 @@ from ..format.records import Example
 
 @dataclass
 class ScoreBatch:
-    """Right-padded ids of a batch and, per example, its eligible prompt/response positions.
+    """Right-padded ids of a batch and its index maps.
 
     Response token r_j (at position ``resp[b][j]``) is predicted by the hidden state at
-    ``resp[b][j] - 1``: that query row is the one used for a_j, A[j, :] and c_j."""
+    ``resp[b][j] - 1``: that query row is the one used for a_j, A[j, :] and c_j. The flat maps
+    list every eligible response token of the batch in example order:
+
+    - ``b_idx`` [N], ``q_pos`` [N], ``targets`` [N]: example, query position and target token;
+    - ``j_local`` [N]: the token's index among its example's response tokens;
+    - ``prompt_cols`` [B, m_max], ``resp_cols`` [B, n_max]: eligible positions, zero-padded.
+    """
 
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     prompt: list[np.ndarray]
     resp: list[np.ndarray]
+    b_idx: torch.Tensor
+    q_pos: torch.Tensor
+    targets: torch.Tensor
+    j_local: torch.Tensor
+    prompt_cols: torch.Tensor
+    resp_cols: torch.Tensor
 
     @property
     def query_start(self) -> int:
@@ -29,28 +42,38 @@ class ScoreBatch:
         return max(0, min(starts)) if starts else 0
 
     def flat_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(batch index, query position, target token) for every eligible response token, flattened."""
-        b_idx, q_pos, tgt = [], [], []
-        ids = self.input_ids
-        for b, r in enumerate(self.resp):
-            b_idx.append(np.full(len(r), b))
-            q_pos.append(r - 1)
-            tgt.append(ids[b, torch.as_tensor(r, dtype=torch.long)].cpu().numpy() if len(r) else np.zeros(0, dtype=np.int64))
-        dev = ids.device
-        return (torch.as_tensor(np.concatenate(b_idx), dtype=torch.long, device=dev),
-                torch.as_tensor(np.concatenate(q_pos), dtype=torch.long, device=dev),
-                torch.as_tensor(np.concatenate(tgt), dtype=torch.long, device=dev))
+        return self.b_idx, self.q_pos, self.targets
+
+
+def _padded(arrays: list[np.ndarray]) -> np.ndarray:
+    width = max([len(a) for a in arrays] + [1])
+    out = np.zeros((len(arrays), width), dtype=np.int64)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = a
+    return out
 
 
 def make_batch(examples: list[Example], pad_id: int, device: str | torch.device = "cpu") -> ScoreBatch:
+    if not examples:
+        raise ValueError("an empty batch")
     length = max(len(ex.tokens.input_ids) for ex in examples)
-    ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(examples), length), dtype=torch.long)
+    ids = np.full((len(examples), length), pad_id, dtype=np.int64)
+    mask = np.zeros((len(examples), length), dtype=np.int64)
     prompt, resp = [], []
     for b, ex in enumerate(examples):
         n = len(ex.tokens.input_ids)
-        ids[b, :n] = torch.as_tensor(ex.tokens.input_ids, dtype=torch.long)
+        ids[b, :n] = ex.tokens.input_ids
         mask[b, :n] = 1
         prompt.append(ex.tokens.prompt_positions())
         resp.append(ex.tokens.response_positions())
-    return ScoreBatch(ids.to(device), mask.to(device), prompt, resp)
+    counts = [len(r) for r in resp]
+    b_idx = np.repeat(np.arange(len(examples)), counts)
+    q_pos = np.concatenate(resp).astype(np.int64) - 1 if sum(counts) else np.zeros(0, dtype=np.int64)
+    targets = ids[b_idx, q_pos + 1]
+    j_local = np.concatenate([np.arange(c) for c in counts]) if sum(counts) else np.zeros(0, dtype=np.int64)
+
+    def dev(a):
+        return torch.as_tensor(a, dtype=torch.long).to(device, non_blocking=True)
+
+    return ScoreBatch(dev(ids), dev(mask), prompt, resp, dev(b_idx), dev(q_pos), dev(targets), dev(j_local),
+                      dev(_padded(prompt)), dev(_padded(resp)))

@@ -1,7 +1,9 @@
 """The BRIDGE scoring pass: a_j by one forward-mode JVP along v, and the routing rows A, c.
 
 For a batch, the per-token losses l_j of every eligible response token are a function of the
-tail-block parameters; ``torch.func.jvp`` along v gives all a_j = v . grad l_j in one pass. The
+tail-block parameters; forward-mode AD (``torch.autograd.forward_ad``, the parameters made dual
+with tangent v) gives all a_j = v . grad l_j in one pass. The blocks before the tail run once
+without tangents (tail.py). The
 same forward pass captures the head-averaged attention rows of the routing layers for the
 response query rows (see attention.py); A[j, i] are the columns of eligible prompt positions and
 c_j the mass on earlier response tokens.
@@ -14,12 +16,16 @@ from typing import Protocol
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
 from ..format.records import Array, Example, Scores
+from . import ce_kernel, dual_llama, jvp_attention
 from .attention import Routing, routing, use_bridge_attention
 from .batching import ScoreBatch, make_batch
-from .params import decoder_of, relative_names, tail_layer_indices
+from ..errors import ModelError
+from .params import blocks_of, tail_layer_indices
+from .tail import Tail
 
 
 @dataclass
@@ -40,29 +46,54 @@ class Scorer(Protocol):
     def score(self, batch: list[Example]) -> list[Scores]: ...
 
 
-def _per_token_losses(model, hidden: torch.Tensor, batch: ScoreBatch, rows) -> torch.Tensor:
-    b_idx, q_pos, tgt = rows
-    h = hidden[b_idx, q_pos]  # [N, d]: lm_head on response rows only
-    logits = model.get_output_embeddings()(h).float()
-    return F.cross_entropy(logits, tgt, reduction="none")
-
-
 def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """From summed captured rows [B, Lq', L] to per-example (A [n, m], c [n])."""
-    q0 = batch.query_start
-    rows = (routing_rows / n_layers).float().cpu().numpy()
-    out = []
-    for b, (p, r) in enumerate(zip(batch.prompt, batch.resp)):
-        q = r - 1 - q0
-        A = rows[b][np.ix_(q, p)] if len(r) and len(p) else np.zeros((len(r), len(p)), dtype=np.float32)
-        hist = rows[b][np.ix_(q, r)] if len(r) else np.zeros((0, 0), dtype=np.float32)
-        c = np.tril(hist, k=-1).sum(axis=1) if len(r) else np.zeros(0, dtype=np.float32)
-        out.append((A.astype(np.float32), c.astype(np.float32)))
+    """From summed captured rows [B, Lq', L] to per-example (A [n, m] float16, c [n] float32),
+    gathered on the device and moved to the host in one transfer each."""
+    rows = routing_rows[batch.b_idx, batch.q_pos - batch.query_start] / n_layers  # [N, L]
+    A_all = rows.gather(1, batch.prompt_cols[batch.b_idx]).to(torch.float16)  # [N, m_max]
+    hist = rows.gather(1, batch.resp_cols[batch.b_idx])  # [N, n_max]
+    earlier = torch.arange(hist.shape[1], device=hist.device)[None, :] < batch.j_local[:, None]
+    c_all = (hist * earlier).sum(1).float()
+    A_all, c_all = A_all.cpu().numpy(), c_all.cpu().numpy()
+    out, start = [], 0
+    for p, r in zip(batch.prompt, batch.resp):
+        n, m = len(r), len(p)
+        out.append((A_all[start:start + n, :m], c_all[start:start + n]))
+        start += n
     return out
 
 
+def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
+    """Per-token cross-entropy l = logsumexp(z) - z_t with z = h W^T (+ b), and its tangent along
+    dh without materialising the tangent logits: dl = dh . ((p - onehot_t) W), p = softmax(z).
+    Subtracting the one-hot before the product keeps confident tokens (p_t near 1) accurate."""
+    losses, tangents = [], []
+    for s in range(0, h.shape[0], chunk):
+        hc, dhc, tc = h[s:s + chunk], dh[s:s + chunk], targets[s:s + chunk]
+        z = hc @ weight.T
+        acc = torch.promote_types(z.dtype, torch.float32)  # at least float32 (float64 stays float64)
+        if bias is None and ce_kernel.usable(z):  # GPU half precision: one fused pass
+            loss, q = ce_kernel.ce_loss_and_q(z, tc)
+            losses.append(loss)
+            tangents.append(((q @ weight).float() * dhc.float()).sum(-1))
+            continue
+        z = z.to(acc)
+        if bias is not None:
+            z = z + bias.to(acc)
+        lse = torch.logsumexp(z, dim=-1)
+        losses.append(lse - z.gather(1, tc[:, None])[:, 0])
+        q = torch.exp(z - lse[:, None])
+        q[torch.arange(len(tc), device=q.device), tc] -= 1.0
+        tangents.append(((q.to(weight.dtype) @ weight).to(acc) * dhc.to(acc)).sum(-1))
+    if not losses:
+        zero = h.new_zeros(0, dtype=torch.float32)
+        return zero, zero
+    return torch.cat(losses), torch.cat(tangents)
+
+
 class BridgeScorer:
-    """The default scorer: one JVP forward per batch (no per-token backward)."""
+    """The default scorer: the first blocks once without tangents, then one JVP over the final
+    blocks along v (no per-token backward); the LM head runs on response rows only."""
 
     name = "bridge"
 
@@ -70,44 +101,103 @@ class BridgeScorer:
         self.ctx = ctx
         model = ctx.model
         use_bridge_attention(model)
-        self.decoder = decoder_of(model)
-        names = list(ctx.direction)
-        self.rel = relative_names(model, names)
+        blocks = blocks_of(model)
         params = dict(model.named_parameters())
-        self.primals = {self.rel[n]: params[n].detach() for n in names}
-        self.tangents = {self.rel[n]: ctx.direction[n].to(device=params[n].device, dtype=params[n].dtype)
-                         for n in names}
-        tail_blocks = {int(n.split(".")[1]) for n in self.primals}  # "layers.<i>.…"
-        self.math_layers = frozenset(tail_blocks)
+        prefix = _blocks_prefix(model, blocks)
+        # precision policy: the prefix may run under autocast, the tail in its own dtype
+        self.prefix_autocast = ctx.options.get("prefix_autocast")
+        self.tail_dtype = ctx.options.get("tail_dtype") or next(model.parameters()).dtype
+        self.primals: dict[int, dict[str, torch.Tensor]] = {}
+        self.tangents: dict[int, dict[str, torch.Tensor]] = {}
+        for full, vec in ctx.direction.items():
+            if not full.startswith(prefix):
+                raise ModelError(f"direction parameter {full} is not inside a transformer block")
+            idx, rel = full[len(prefix):].split(".", 1)
+            p = params[full]
+            self.primals.setdefault(int(idx), {})[rel] = p.detach().to(self.tail_dtype)
+            self.tangents.setdefault(int(idx), {})[rel] = vec.to(device=p.device, dtype=self.tail_dtype)
+        self.tail = Tail(model, sorted(self.primals))
+        self.tail_set = frozenset(self.tail.indices)
         self.capture_layers = frozenset(tail_layer_indices(model, ctx.attention_layers))
+        self.lm_head = model.get_output_embeddings()
+        self.row_chunk = int(ctx.options.get("lm_head_rows", 4096))
+        # a plain linear head (no logit soft-capping or scaling) gets the analytic CE tangent
+        self.plain_head = (type(self.lm_head) is torch.nn.Linear
+                           and getattr(model.config, "final_logit_softcapping", None) is None
+                           and getattr(model.config, "logit_scale", None) is None)
         self.pad_id = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else 0
+        # Llama-family tails get the hand-fused (primal, tangent) pass; others use forward-mode AD
+        self.fast = None
+        if ctx.options.get("fast_tail", True) and self.plain_head and dual_llama.supported(model, blocks):
+            self.fast = dual_llama.DualLlamaTail(blocks, self.tail.indices, self.primals, self.tangents,
+                                                 self.tail.norm)
 
-    def _forward(self, batch: ScoreBatch):
-        rows = batch.flat_rows()
-        model = self.ctx.model
+    def _routing(self, batch: ScoreBatch, layers: frozenset[int]) -> Routing:
+        return Routing(math_layers=layers, capture_layers=self.capture_layers & layers,
+                       query_start=batch.query_start, right_padded=True)
 
-        def f(tail):
-            r = Routing(math_layers=self.math_layers | self.capture_layers,
-                        capture_layers=self.capture_layers, query_start=batch.query_start)
-            with routing(r):
-                out = torch.func.functional_call(
-                    self.decoder, tail, args=(),
-                    kwargs={"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "use_cache": False},
-                    strict=False,
-                )
-            hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-            return _per_token_losses(model, hidden, batch, rows), r.rows
+    def _prefix(self, batch: ScoreBatch):
+        r = self._routing(batch, self.capture_layers - self.tail_set)
+        dev = batch.input_ids.device.type
+        with routing(r), torch.autocast(dev, dtype=self.prefix_autocast or torch.bfloat16,
+                                        enabled=self.prefix_autocast is not None):
+            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask)
+        if hidden.dtype != self.tail_dtype:
+            hidden, calls = hidden.to(self.tail_dtype), _cast_floats(calls, self.tail_dtype)
+        return hidden, calls, r.rows
 
-        return f
+    def _losses(self, params, hidden, calls, rows) -> torch.Tensor:
+        h = self.tail.run(params, hidden, calls)
+        b_idx, q_pos, tgt = rows
+        hr = h[b_idx, q_pos].to(self.tail_dtype)
+        primal, tangent = fwAD.unpack_dual(hr)
+        if tangent is not None and self.plain_head:
+            weight, bias = self.lm_head.weight.to(self.tail_dtype), self.lm_head.bias
+            bias = bias.to(self.tail_dtype) if bias is not None else None
+            return fwAD.make_dual(*token_ce_with_tangent(primal, tangent, weight, bias, tgt, self.row_chunk))
+        out = []
+        for s in range(0, hr.shape[0], self.row_chunk):
+            logits = self.lm_head(hr[s:s + self.row_chunk]).float()
+            out.append(F.cross_entropy(logits, tgt[s:s + self.row_chunk], reduction="none"))
+        return torch.cat(out) if out else hr.new_zeros(0, dtype=torch.float32)
+
+    def _tail(self, batch: ScoreBatch, params, hidden, calls):
+        """Per-token losses through the tail and the tail's captured routing rows."""
+        r = self._routing(batch, self.tail_set)
+        with routing(r):
+            losses = self._losses(params, hidden, calls, batch.flat_rows())
+        return losses, r.rows
+
+    def _fast_tail(self, batch: ScoreBatch, hidden, calls):
+        r = self._routing(batch, self.tail_set)
+
+        def on_rows(q, k, lse, scale):
+            r.add(jvp_attention.routing_rows(q, k, lse, scale, r.query_start))
+
+        h, dh = self.fast.run(hidden, calls, self.capture_layers, on_rows)
+        b_idx, q_pos, tgt = batch.flat_rows()
+        weight = self.lm_head.weight.to(self.tail_dtype)
+        bias = self.lm_head.bias.to(self.tail_dtype) if self.lm_head.bias is not None else None
+        losses, a = token_ce_with_tangent(h[b_idx, q_pos], dh[b_idx, q_pos], weight, bias, tgt, self.row_chunk)
+        return losses, a, r.rows
 
     @torch.no_grad()
     def score(self, examples: list[Example]) -> list[Scores]:
         batch = make_batch(examples, self.pad_id, self.ctx.device)
-        f = self._forward(batch)
-        losses, a, rows = torch.func.jvp(f, (self.primals,), (self.tangents,), has_aux=True)
-        return self._pack(examples, batch, losses, a, rows)
+        hidden, calls, prefix_rows = self._prefix(batch)
+        if self.fast is not None:
+            losses, a, tail_rows = self._fast_tail(batch, hidden, calls)
+            return self._pack(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
+        with fwAD.dual_level():
+            dual = {i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
+                    for i, ps in self.primals.items()}
+            out, tail_rows = self._tail(batch, dual, hidden, calls)
+            losses, a = fwAD.unpack_dual(out)
+        if a is None:  # no tangent reached the losses (v is zero on every parameter in play)
+            a = torch.zeros_like(losses)
+        return self._pack(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
 
-    def _pack(self, examples, batch, losses, a, rows) -> list[Scores]:
+    def _pack(self, batch, losses, a, rows) -> list[Scores]:
         per_ex = split_rows(rows, batch, len(self.capture_layers))
         counts = [len(r) for r in batch.resp]
         a_np = a.float().cpu().numpy()
@@ -129,14 +219,46 @@ class ExactScorer(BridgeScorer):
 
     def score(self, examples: list[Example]) -> list[Scores]:
         batch = make_batch(examples, self.pad_id, self.ctx.device)
-        f = self._forward(batch)
-        primals = {k: v.clone().requires_grad_(True) for k, v in self.primals.items()}
+        with torch.no_grad():
+            hidden, calls, prefix_rows = self._prefix(batch)
+        params = {i: {k: v.clone().requires_grad_(True) for k, v in p.items()} for i, p in self.primals.items()}
+        flat = [(i, k) for i, p in params.items() for k in p]
         with torch.enable_grad():
-            losses, rows = f(primals)
-            keys = list(primals)
+            losses, tail_rows = self._tail(batch, params, hidden, calls)
             a = torch.empty_like(losses)
             for j in range(losses.shape[0]):
-                grads = torch.autograd.grad(losses[j], [primals[k] for k in keys], retain_graph=True,
+                grads = torch.autograd.grad(losses[j], [params[i][k] for i, k in flat], retain_graph=True,
                                             allow_unused=True)
-                a[j] = sum((g * self.tangents[k]).sum() for g, k in zip(grads, keys) if g is not None)
-        return self._pack(examples, batch, losses.detach(), a.detach(), rows.detach())
+                a[j] = sum((g * self.tangents[i][k]).sum() for g, (i, k) in zip(grads, flat) if g is not None)
+        rows = _sum_rows(prefix_rows, tail_rows.detach() if tail_rows is not None else None)
+        return self._pack(batch, losses.detach(), a.detach(), rows)
+
+
+def _cast_floats(obj, dtype):
+    """Cast every floating tensor inside (nested) tuples/lists/dicts/TailCalls to ``dtype``."""
+    from dataclasses import is_dataclass, replace
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cast_floats(x, dtype) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _cast_floats(v, dtype) for k, v in obj.items()}
+    if is_dataclass(obj):
+        return replace(obj, args=_cast_floats(obj.args, dtype), kwargs=_cast_floats(obj.kwargs, dtype))
+    return obj
+
+
+def _sum_rows(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _blocks_prefix(model, blocks) -> str:
+    for name, mod in model.named_modules():
+        if mod is blocks:
+            return name + "."
+    raise ModelError("cannot locate the transformer blocks")

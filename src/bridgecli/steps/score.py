@@ -1,21 +1,34 @@
-"""``bridge score``: tokenise the data and score every example with the warmup checkpoint."""
+"""``bridge score``: tokenise the data and score every example with the warmup checkpoint.
+
+Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
+under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
+order, one zstd frame per window. Under ``torchrun`` each rank scores the examples whose position is
+congruent to its rank, writes a shard, and rank 0 merges the shards into the output. With an output
+file, progress is committed after every window, so ``--resume`` continues a killed run and produces
+the same bytes as an uninterrupted one.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+from typing import Iterator
 
 import msgspec
 import torch
 
 from .. import PRODUCER
+from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples
 from ..data.sources import read_records
-from ..errors import ModelError
-from ..format.records import Header, ModelInfo
-from ..format.writer import open_writer
-from ..io import refuse_terminal
+from ..errors import ModelError, UsageError
+from ..format.merge import merge_streams
+from ..format.records import Example, Header, ModelInfo
+from ..format.writer import StreamWriter
+from ..io import is_stdio, open_binary_output, refuse_terminal
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.scoring import ScoringContext
@@ -23,6 +36,8 @@ from ..progress import note, progress_bar
 from ..registry import get
 from ..runfolder import WarmupRun
 from .common import now, step_record
+from .resumable import ResumableOutput
+
 
 @dataclass
 class ScoreOptions:
@@ -30,11 +45,30 @@ class ScoreOptions:
     out: str | None = None
     run: str | Path | None = None
     scorer: str = "bridge"
-    batch_size: int = 8
+    batch_size: int = 64  # at most this many rows per scoring pass
+    max_tokens: int | None = None  # padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
+    window: int = 256  # examples per bucketing window and per committed frame
     attention_layers: int = 4
     device: str = "auto"
-    dtype: str = "float32"
+    dtype: str = "auto"  # bfloat16 on CUDA, float32 on CPU
+    tf32: bool = True  # float32 on CUDA: TensorFloat-32 matmuls
+    resume: bool = False
     data_opts: DataOptions = field(default_factory=DataOptions)
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Dist":
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                   int(os.environ.get("LOCAL_RANK", 0)))
+
+    def shard_path(self, out: str | os.PathLike) -> Path:
+        return Path(f"{out}.shard-{self.rank:05d}-of-{self.world:05d}")
 
 
 def _count(path: str, opts: DataOptions) -> int:
@@ -42,73 +76,158 @@ def _count(path: str, opts: DataOptions) -> int:
     return min(n, opts.limit) if opts.limit is not None else n
 
 
-def run_score(opts: ScoreOptions) -> int:
-    refuse_terminal(opts.out)
-    started = now()
+def windows(examples: Iterator[Example], size: int, dist: Dist) -> Iterator[list[Example]]:
+    """This rank's examples (position % world == rank), ``size`` at a time."""
+    mine = (ex for pos, ex in enumerate(examples) if pos % dist.world == dist.rank)
+    while True:
+        chunk = list(islice(mine, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int) -> list[Example]:
+    """Score a window in length buckets; return its examples, in input order, with scores."""
+    scored: list[Example | None] = [None] * len(window)
+    for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
+        batch = [window[i] for i in group]
+        for i, sc in zip(group, scorer.score(batch)):
+            scored[i] = msgspec.structs.replace(window[i], scores=sc)
+    return scored
+
+
+def _load(opts: ScoreOptions, device: str):
     run = WarmupRun.open(opts.run)
     meta = run.meta()
-    device = resolve_device(opts.device)
-    scorer_entry = get("scorer", opts.scorer)
-    note(f"scoring with checkpoint {run.checkpoint} on {device}")
     tokenizer = load_tokenizer(str(run.checkpoint))
     tok_fp = tokenizer_fingerprint(tokenizer)
     if meta.get("tokenizer_fingerprint") and meta["tokenizer_fingerprint"] != tok_fp:
         raise ModelError("the checkpoint's tokenizer differs from the one warmup recorded", file=str(run.root))
-    model = load_model(str(run.checkpoint), dtype=getattr(torch, opts.dtype), device=device)
+    dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = opts.tf32
+        torch.backends.cudnn.allow_tf32 = opts.tf32
+    model = load_model(str(run.checkpoint), dtype=getattr(torch, dtype), device=device)
     model.eval()
     direction = direction_mod.load(run.root)
     params = dict(model.named_parameters())
     missing = [n for n in direction.v if n not in params]
     if missing:
         raise ModelError(f"direction parameter {missing[0]} is not in the checkpoint", file=str(run.root))
+    return run, meta, tokenizer, tok_fp, dtype, model, direction
+
+
+def run_score(opts: ScoreOptions) -> int:
+    refuse_terminal(opts.out)
+    dist = Dist.from_env()
+    if dist.world > 1 and is_stdio(opts.out):
+        raise UsageError("several ranks need an output file: pass -o FILE")
+    if opts.resume and is_stdio(opts.out):
+        raise UsageError("--resume needs an output file (-o FILE)")
+    started = now()
+    device = resolve_device(opts.device)
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        if device.startswith("cuda"):
+            device = f"cuda:{dist.local_rank}"
+            torch.cuda.set_device(dist.local_rank)
+        tdist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    try:
+        return _score(opts, dist, device, started)
+    finally:
+        if dist.world > 1:
+            import torch.distributed as tdist
+
+            tdist.destroy_process_group()
+
+
+def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
+    scorer_entry = get("scorer", opts.scorer)
+    if dist.rank == 0:
+        note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
+    run, meta, tokenizer, tok_fp, dtype, model, direction = _load(opts, device)
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=direction.v,
                          attention_layers=opts.attention_layers, device=device)
     scorer = scorer_entry.obj(ctx)
+    max_tokens = opts.max_tokens or (32768 if device.startswith("cuda") else 4096)
 
     data_opts = opts.data_opts
     digest = file_digest(opts.data)
     if meta.get("data_digest") == digest:
         leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])
         data_opts = dataclasses.replace(data_opts, exclude_ids=frozenset(leave_out))
-    base_ref = resolve(meta["base_model"])
+    params = {
+        "scorer": opts.scorer, "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
+        "direction_layers": direction.meta.get("layers"), "lambda": direction.meta.get("lambda"),
+        "attention_layers": opts.attention_layers, "dtype": dtype,
+        "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
+        "device": device.split(":")[0], "max_tokens": max_tokens, "batch_size": opts.batch_size, "window": opts.window,
+        "data": str(opts.data), "data_digest": digest,
+        "chat_template": data_opts.chat_template, "max_length": data_opts.max_length, "limit": data_opts.limit,
+        "prompt_field": data_opts.prompt_field, "response_field": data_opts.response_field,
+        "excluded_warmup_ids": len(data_opts.exclude_ids),
+    }
+    if dist.world > 1:
+        params["shard"] = [dist.rank, dist.world]
     header = Header(
-        stage="scores", producer=PRODUCER, created=now(),
-        model=ModelInfo(source=meta["base_model"], fingerprint=meta.get("base_fingerprint") or fingerprint(base_ref),
+        stage="scores", producer=PRODUCER, created=started,
+        model=ModelInfo(source=meta["base_model"], fingerprint=meta.get("base_fingerprint") or fingerprint(resolve(meta["base_model"])),
                         tokenizer_fingerprint=tok_fp, chat_template=data_opts.chat_template),
-        steps=[msgspec.structs.replace(step_record("score", {
-            "scorer": opts.scorer, "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
-            "direction_layers": direction.meta.get("layers"), "lambda": direction.meta.get("lambda"),
-            "attention_layers": opts.attention_layers, "batch_size": opts.batch_size, "dtype": opts.dtype,
-            "device": device, "data": str(opts.data), "data_digest": digest,
-            "chat_template": data_opts.chat_template, "max_length": data_opts.max_length,
-            "prompt_field": data_opts.prompt_field, "response_field": data_opts.response_field,
-            "excluded_warmup_ids": len(data_opts.exclude_ids),
-        }), time=started)],
+        steps=[msgspec.structs.replace(step_record("score", params), time=started)],
         source=str(opts.data),
     )
     report = Report()
-    total = _count(opts.data, opts.data_opts)
-    with open_writer(opts.out, header) as writer, progress_bar() as bar:
-        task = bar.add_task("scoring", total=total)
-        pending = []
+    total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
+    examples = iter_examples(opts.data, tokenizer, data_opts, report)
 
-        def flush():
-            scores = scorer.score(pending)
-            for ex, sc in zip(pending, scores):
-                writer.write(msgspec.structs.replace(ex, scores=sc))
-            writer.flush()
-            bar.update(task, completed=report.read)
-            pending.clear()
+    if is_stdio(opts.out):
+        with open_binary_output(opts.out) as fh:
+            writer = StreamWriter(fh, header, records_per_frame=None)
+            done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=0,
+                                commit=lambda w, pos: w.flush())
+            writer.close()
+    else:
+        target = dist.shard_path(opts.out) if dist.world > 1 else Path(opts.out)
+        output = ResumableOutput(target)
+        if not opts.resume and output.leftover():
+            note(f"replacing {output.partial.name} left by an interrupted run (pass --resume to continue it)")
+        writer, skip = output.open(header, opts.resume)
+        if skip:
+            note(f"resuming after {skip} examples ({writer.count} written)")
+        done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit)
+        output.finish(writer)
+        if dist.world > 1:
+            import torch.distributed as tdist
 
-        for ex in iter_examples(opts.data, tokenizer, data_opts, report):
-            pending.append(ex)
-            if len(pending) >= opts.batch_size:
-                flush()
-        if pending:
-            flush()
-        bar.update(task, completed=total)
-        written = writer.count
+            tdist.barrier()
+            if dist.rank == 0:
+                shards = [Dist(r, dist.world).shard_path(opts.out) for r in range(dist.world)]
+                merged = merge_streams(shards, opts.out)
+                for s in shards:
+                    s.unlink()
+                note(f"merged {dist.world} shards: {merged} examples")
+            tdist.barrier()
     for line in report.lines():
-        note(line)
-    note(f"scored {written} examples")
-    return written
+        if dist.rank == 0:
+            note(line)
+    note(f"scored {done} examples" + (f" on rank {dist.rank}" if dist.world > 1 else ""))
+    return done
+
+
+def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: int, writer: StreamWriter,
+                 total: int, skip: int, commit) -> int:
+    position = 0
+    with progress_bar() as bar:
+        task = bar.add_task("scoring", total=total)
+        for window in windows(examples, opts.window, dist):
+            if position + len(window) <= skip:  # already committed by the interrupted run
+                position += len(window)
+                bar.update(task, completed=position)
+                continue
+            for ex in score_window(scorer, window, max_tokens, opts.batch_size):
+                writer.write(ex)
+            position += len(window)
+            commit(writer, position)
+            bar.update(task, completed=position)
+    return writer.count

@@ -1,0 +1,201 @@
+"""Scoring at scale, on CPU: length bucketing, resume after kill -9, sharding across ranks with
+gloo, merging shards, and the precision helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridgecli.core.buckets import bucket
+from bridgecli.errors import FormatError
+from bridgecli.format.merge import merge_streams
+from bridgecli.format.reader import read_all
+from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
+from bridgecli.format.spec import PREAMBLE
+from bridgecli.format.writer import open_writer
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "data"
+ENV = {**os.environ, "BRIDGE_NO_PROGRESS": "1"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=60), st.integers(1, 2000), st.one_of(st.none(), st.integers(1, 8)))
+def test_bucket_properties(lengths, max_tokens, max_rows):
+    batches = bucket(lengths, max_tokens, max_rows)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(lengths)))
+    keys = [(lengths[i], i) for i in flat]
+    assert keys == sorted(keys)  # length order, ties by index: deterministic
+    for b in batches:
+        if len(b) > 1:
+            assert max(lengths[i] for i in b) * len(b) <= max_tokens
+        if max_rows is not None:
+            assert len(b) <= max_rows
+    assert bucket(lengths, max_tokens, max_rows) == batches
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_model_dir):
+    d = tmp_path_factory.mktemp("scale")
+    subprocess.run([sys.executable, "-m", "bridgecli", "warmup", str(SAMPLE / "warm.jsonl"), "--val",
+                    str(SAMPLE / "val.jsonl"), "-o", str(d / "warmup"), "--model", str(tiny_model_dir),
+                    "--max-steps", "1", "--limit", "6"], check=True, env=ENV, capture_output=True)
+    return d
+
+
+def score_cmd(run_dir, out, *extra):
+    return [sys.executable, "-m", "bridgecli", "score", str(SAMPLE / "train.jsonl"), "--from", str(run_dir / "warmup"),
+            "-o", str(out), "--window", "2", "--max-tokens", "600", *extra]
+
+
+def after_header(path: Path) -> bytes:
+    """The file's bytes after the preamble and the header's zstd frame."""
+    data = path.read_bytes()[PREAMBLE.size:]
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    dobj.decompress(data)
+    return dobj.unused_data
+
+
+def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
+    full = tmp_path / "full.bridge"
+    subprocess.run(score_cmd(run_dir, full), check=True, env=ENV, capture_output=True)
+
+    out = tmp_path / "killed.bridge"
+    idx = Path(str(out) + ".partial.idx")
+    for attempt in range(3):
+        proc = subprocess.Popen(score_cmd(run_dir, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if idx.exists() and len(idx.read_text().splitlines()) >= 4:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.01)
+        proc.wait()
+        if not out.exists():
+            break
+        out.unlink()  # finished before the kill landed: try again
+    else:
+        pytest.skip("the run finished before it could be killed three times")
+    partial = Path(str(out) + ".partial")
+    assert partial.exists() and not out.exists()
+    with open(partial, "ab") as fh:  # a frame torn by the crash
+        fh.write(b"\x28\xb5\x2f\xfd garbage")
+    proc = subprocess.run(score_cmd(run_dir, out, "--resume"), env=ENV, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert "resuming after" in proc.stderr.decode()
+    assert out.exists() and not partial.exists() and not idx.exists()
+    assert after_header(out) == after_header(full)
+    h1, e1 = read_all(out)
+    h2, e2 = read_all(full)
+    assert [e.id for e in e1] == [e.id for e in e2] and len(e1) == 48
+
+
+def test_resume_refuses_other_parameters(run_dir, tmp_path):
+    out = tmp_path / "x.bridge"
+    partial = Path(str(out) + ".partial")
+    proc = subprocess.Popen(score_cmd(run_dir, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    idx = Path(str(out) + ".partial.idx")
+    while proc.poll() is None and not (idx.exists() and len(idx.read_text().splitlines()) >= 2):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if out.exists():
+        pytest.skip("finished before the kill")
+    cmd = score_cmd(run_dir, out, "--resume")
+    cmd[cmd.index("--window") + 1] = "3"
+    res = subprocess.run(cmd, env=ENV, capture_output=True)
+    assert res.returncode == 2 and "other parameters" in res.stderr.decode()
+    assert partial.exists()  # nothing lost
+
+
+def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path):
+    single = tmp_path / "single.bridge"
+    subprocess.run(score_cmd(run_dir, single, "--limit", "9"), check=True, env=ENV, capture_output=True)
+    sharded = tmp_path / "sharded.bridge"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+           "-m", "bridgecli", *score_cmd(run_dir, sharded, "--limit", "9")[3:]]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert not list(tmp_path.glob("sharded.bridge.shard-*"))
+    h1, e1 = read_all(single)
+    h2, e2 = read_all(sharded)
+    assert [e.index for e in e2] == [e.index for e in e1] == list(range(9))
+    assert h2.steps[-1].params["shards"] == 2 and "shard" not in h2.steps[-1].params
+    for a, b in zip(e1, e2):
+        assert a.tokens == b.tokens
+        np.testing.assert_allclose(a.scores.a.numpy(), b.scores.a.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a.scores.A.numpy(), b.scores.A.numpy(), atol=2e-3)
+
+
+def _stream(path, indices, params=None):
+    header = Header(stage="tokens", producer="t", created="", model=ModelInfo("m", "f", "t"),
+                    steps=[Step("score", "t", "", params or {})])
+    with open_writer(path, header) as w:
+        for i in indices:
+            w.write(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=[1], kinds=bytes([2]), offsets=[0, 0])))
+
+
+def test_merge_interleaves_and_checks(tmp_path):
+    _stream(tmp_path / "a", [0, 2, 4], {"shard": [0, 2]})
+    _stream(tmp_path / "b", [1, 3], {"shard": [1, 2]})
+    assert merge_streams([tmp_path / "a", tmp_path / "b"], tmp_path / "m") == 5
+    h, exs = read_all(tmp_path / "m")
+    assert [e.index for e in exs] == [0, 1, 2, 3, 4] and h.steps[0].params == {"shards": 2}
+    _stream(tmp_path / "c", [1, 2], {"shard": [1, 2]})
+    with pytest.raises(FormatError, match="appears in two shards"):
+        merge_streams([tmp_path / "a", tmp_path / "c"], tmp_path / "m2")
+    _stream(tmp_path / "d", [1], {"shard": [1, 2], "scorer": "other"})
+    with pytest.raises(FormatError, match="different run"):
+        merge_streams([tmp_path / "a", tmp_path / "d"], tmp_path / "m3")
+
+
+def test_token_ce_tangent_matches_forward_ad():
+    import torch.autograd.forward_ad as fwAD
+    import torch.nn.functional as F
+
+    from bridgecli.modeling.scoring import token_ce_with_tangent
+
+    torch.manual_seed(0)
+    h = torch.randn(50, 16, dtype=torch.float64)
+    dh = torch.randn_like(h)
+    W = torch.randn(300, 16, dtype=torch.float64) * 3
+    b = torch.randn(300, dtype=torch.float64)
+    t = torch.randint(0, 300, (50,))
+    loss, dl = token_ce_with_tangent(h, dh, W, b, t, chunk=7)
+    with fwAD.dual_level():
+        p, tt = fwAD.unpack_dual(F.cross_entropy(fwAD.make_dual(h, dh) @ W.T + b, t, reduction="none"))
+    torch.testing.assert_close(loss, p)
+    torch.testing.assert_close(dl, tt)
+
+
+def test_tail_dtype_and_prefix_autocast_options(tokenizer):
+    from bridgecli.modeling.params import tail_parameters
+    from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, _cast_floats
+    from test_scoring import examples
+    from tiny import tiny_llama_config, tiny_model
+
+    model = tiny_model(tiny_llama_config(len(tokenizer)), dtype=torch.float64)
+    v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
+    exs = examples(tokenizer)[:2]
+    ref = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v)).score(exs)
+    low = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v,
+                                      options={"tail_dtype": torch.float32})).score(exs)
+    for r, s in zip(ref, low):
+        np.testing.assert_allclose(s.a.numpy(), r.a.numpy(), rtol=1e-3, atol=1e-6)
+    cast = _cast_floats((torch.ones(2), {"x": [torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.long)]}),
+                        torch.float16)
+    assert cast[0].dtype == torch.float16 and cast[1]["x"][0].dtype == torch.float16
+    assert cast[1]["x"][1].dtype == torch.long
