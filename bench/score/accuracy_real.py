@@ -66,29 +66,47 @@ def main(argv=None):
     v = direction_mod.load(work / "warmup").v
     exs = list(iter_examples(test, tok, DataOptions()))
 
-    fast_model = load_model(ckpt, dtype=torch.bfloat16, device="cuda")
-    fast = BridgeScorer(ScoringContext(model=fast_model, tokenizer=tok, direction=v, device="cuda")).score(exs)
-    del fast_model
-    os.environ["BRIDGE_FUSED_ATTENTION"] = "0"
-    ref_model = load_model(ckpt, dtype=torch.float32, device="cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    ref = BridgeScorer(ScoringContext(model=ref_model, tokenizer=tok, direction=v, device="cuda")).score(exs)
-    rows = []
-    for e, f, r in zip(exs, fast, ref):
-        rows.append({
-            "id": e.id, "n": len(f.a.numpy()),
-            "spearman_a": spearman(f.a.numpy(), r.a.numpy()),
-            "A_maxabs": float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max()),
-            "c_maxabs": float(np.abs(f.c.numpy() - r.c.numpy()).max()),
-            "a_rel_err": float(np.linalg.norm(f.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())),
-        })
-    sp = [r["spearman_a"] for r in rows]
-    summary = {"device": torch.cuda.get_device_name(), "examples": len(rows), "warmup_s": t_warm,
-               "spearman_min": min(sp), "spearman_mean": float(np.mean(sp)),
-               "A_maxabs": max(r["A_maxabs"] for r in rows), "c_maxabs": max(r["c_maxabs"] for r in rows),
-               "a_rel_err_mean": float(np.mean([r["a_rel_err"] for r in rows]))}
-    Path(args.out).write_text(json.dumps({"summary": summary, "examples": rows}, indent=2))
-    print(json.dumps(summary, indent=2))
+    def score(dtype, tf32: bool, fused: bool, round_bf16: bool = False):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        os.environ["BRIDGE_FUSED_ATTENTION"] = "auto" if fused else "0"
+        model = load_model(ckpt, dtype=dtype, device="cuda")
+        if round_bf16:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(p.to(torch.bfloat16).to(dtype))
+        out = BridgeScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device="cuda")).score(exs)
+        del model
+        torch.cuda.empty_cache()
+        return out
+
+    def compare(fast, ref):
+        rows = []
+        for e, f, r in zip(exs, fast, ref):
+            rows.append({
+                "id": e.id, "n": len(f.a.numpy()),
+                "spearman_a": spearman(f.a.numpy(), r.a.numpy()),
+                "A_maxabs": float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max()),
+                "c_maxabs": float(np.abs(f.c.numpy() - r.c.numpy()).max()),
+                "a_rel_err": float(np.linalg.norm(f.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())),
+            })
+        sp = [r["spearman_a"] for r in rows]
+        return {"spearman_min": min(sp), "spearman_mean": float(np.mean(sp)),
+                "A_maxabs": max(r["A_maxabs"] for r in rows), "c_maxabs": max(r["c_maxabs"] for r in rows),
+                "a_rel_err_mean": float(np.mean([r["a_rel_err"] for r in rows])), "examples": rows}
+
+    ref = score(torch.float32, tf32=False, fused=False)
+    ref_bf16w = score(torch.float32, tf32=False, fused=False, round_bf16=True)
+    policies = {
+        "bf16 (default on GPU) vs float32": compare(score(torch.bfloat16, False, True), ref),
+        "bf16 vs float32 of the bf16-rounded weights": compare(score(torch.bfloat16, False, True), ref_bf16w),
+        "float32 + TF32 (--dtype float32 --tf32) vs float32": compare(score(torch.float32, True, True), ref),
+    }
+    summary = {"device": torch.cuda.get_device_name(), "examples": len(exs), "warmup_s": t_warm,
+               "policies": {k: {m: x for m, x in v.items() if m != "examples"} for k, v in policies.items()}}
+    for name, res in summary["policies"].items():
+        print(f"{name:50s} " + " ".join(f"{k}={x:.5f}" for k, x in res.items()), flush=True)
+    Path(args.out).write_text(json.dumps({"summary": summary, "policies": policies}, indent=2))
 
 
 if __name__ == "__main__":

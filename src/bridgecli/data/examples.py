@@ -22,6 +22,8 @@ class DataOptions:
     split: str | None = None
     limit: int | None = None
     exclude_ids: frozenset[str] = frozenset()
+    #: (rank, world): keep only records whose index is congruent to rank (before tokenising)
+    shard: tuple[int, int] | None = None
 
 
 @dataclass
@@ -47,6 +49,8 @@ def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, 
     for index, (where, rec) in enumerate(read_records(path, opts.split)):
         if opts.limit is not None and index >= opts.limit:
             return
+        if opts.shard is not None and index % opts.shard[1] != opts.shard[0]:
+            continue
         yield index, where, to_pair(rec, index, where, str(path), prompt_field=opts.prompt_field,
                                     response_field=opts.response_field)
 

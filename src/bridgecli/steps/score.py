@@ -2,7 +2,7 @@
 
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
-order, one zstd frame per window. Under ``torchrun`` each rank scores the examples whose position is
+order, one zstd frame per window. Under ``torchrun`` each rank reads and scores the records whose index is
 congruent to its rank, writes a shard, and rank 0 merges the shards into the output. With an output
 file, progress is committed after every window, so ``--resume`` continues a killed run and produces
 the same bytes as an uninterrupted one.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -76,11 +77,10 @@ def _count(path: str, opts: DataOptions) -> int:
     return min(n, opts.limit) if opts.limit is not None else n
 
 
-def windows(examples: Iterator[Example], size: int, dist: Dist) -> Iterator[list[Example]]:
-    """This rank's examples (position % world == rank), ``size`` at a time."""
-    mine = (ex for pos, ex in enumerate(examples) if pos % dist.world == dist.rank)
+def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
+    """Examples ``size`` at a time."""
     while True:
-        chunk = list(islice(mine, size))
+        chunk = list(islice(examples, size))
         if not chunk:
             return
         yield chunk
@@ -179,6 +179,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     )
     report = Report()
     total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
+    if dist.world > 1:  # each rank reads and tokenises only its own records (index % world == rank)
+        data_opts = dataclasses.replace(data_opts, shard=(dist.rank, dist.world))
     examples = iter_examples(opts.data, tokenizer, data_opts, report)
 
     if is_stdio(opts.out):
@@ -218,16 +220,23 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
 def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: int, writer: StreamWriter,
                  total: int, skip: int, commit) -> int:
     position = 0
+    tokens = 0
+    t0 = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task("scoring", total=total)
-        for window in windows(examples, opts.window, dist):
+        for window in windows(examples, opts.window):
             if position + len(window) <= skip:  # already committed by the interrupted run
                 position += len(window)
                 bar.update(task, completed=position)
                 continue
             for ex in score_window(scorer, window, max_tokens, opts.batch_size):
                 writer.write(ex)
+                tokens += len(ex.tokens.input_ids)
             position += len(window)
             commit(writer, position)
             bar.update(task, completed=position)
+    elapsed = time.perf_counter() - t0
+    if tokens:
+        note(f"scoring took {elapsed:.1f} s for {tokens} tokens ({tokens / elapsed:,.0f} tokens/s"
+             + (f", rank {dist.rank}" if dist.world > 1 else "") + ")")
     return writer.count
