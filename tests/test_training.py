@@ -1,4 +1,4 @@
-"""Training rows, the loss normalisation (Z_r) under gradient accumulation, schedules, direction v."""
+"""Training rows, the loss normalisation (Z_r) under accumulation and packing, batching, schedules, direction v."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bridgecli.errors import UsageError
 from bridgecli.format.records import Tokens
 from bridgecli.modeling import direction
 from bridgecli.modeling.params import tail_parameters
+from bridgecli.training.batching import collate_packed, collate_padded, micro_batches, split_ranks, step_rows
+from bridgecli.training.packing import check_packing
 from bridgecli.training.rows import IGNORE, Row, compact_row, full_response_row
-from bridgecli.training.sft import SFTConfig, accumulate, cosine_lr, step_plan, train
+from bridgecli.training.sft import (_FULL_HEAD, SFTConfig, accumulate, cosine_lr, fit, resolve_packing, step_plan,
+                                    token_loss_sum, train)
 
 from tiny import tiny_llama_config, tiny_model
 
@@ -70,9 +74,10 @@ def test_step_plan_and_schedule():
     rows = rand_rows(10)
     cfg = SFTConfig(epochs=2, batch_size=3, grad_accum=2, seed=1)
     plan = step_plan(rows, cfg)
-    flat = [i for step in plan for mb in step for i in mb]
+    flat = [i for step in plan for mb in step for seq in mb for i in seq]
     assert len(flat) == 20 and sorted(flat) == sorted(list(range(10)) * 2)
     assert all(len(mb) <= 3 for step in plan for mb in step) and all(len(step) <= 2 for step in plan)
+    assert all(len(seq) == 1 for step in plan for mb in step for seq in mb)  # not packed: a row per line
     assert step_plan(rows, cfg) == plan  # seeded
     assert len(step_plan(rows, SFTConfig(epochs=0.5, batch_size=1, grad_accum=1))) == 5
     lrs = [cosine_lr(s, 100, 1.0, 0.1) for s in range(100)]
@@ -138,3 +143,168 @@ def test_direction_save_load(tmp_path):
     got = direction.load(tmp_path)
     torch.testing.assert_close(got.v["model.layers.1.mlp.up_proj.weight"], v["model.layers.1.mlp.up_proj.weight"])
     assert got.meta == {"lambda": 0.2, "layers": 4}
+
+
+# --- packing, micro-batching and Z_r under every way of cutting a step ----------------------------
+
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread (and much faster on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def model_with(attn: str, dtype=torch.float64, layers=2):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(tiny_llama_config(VOCAB, layers=layers), attn_implementation=attn).to(dtype).eval()
+
+
+def per_token_losses(model, ids, labels, **kw):
+    logits = model(input_ids=ids, use_cache=False, **kw).logits[0, :-1]
+    return F.cross_entropy(logits, labels[0, 1:], ignore_index=IGNORE, reduction="none")
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_packed_batch_gives_the_per_token_losses_of_separate_forwards(attn):
+    """The packing contract: position ids restarting per row (and no mask) make a block-diagonal
+    causal mask, so every token's loss equals the one from its row's own unpadded forward; here in
+    two lines, the shorter with a padding tail."""
+    rows = rand_rows(5, seed=3)
+    model = model_with(attn)
+    seqs = [rows[:3], rows[3:]]
+    mb = collate_packed(seqs)
+    assert mb.attention_mask is None and mb.input_ids.shape[0] == 2
+    assert mb.position_ids[0].tolist()[:sum(len(r.input_ids) for r in rows[:3])] == \
+        [p for r in rows[:3] for p in range(len(r.input_ids))]
+    # (use_cache=False, as in training: with a cache transformers does not look for packed rows)
+    ours = F.cross_entropy(model(input_ids=mb.input_ids, position_ids=mb.position_ids, use_cache=False).logits[:, :-1]
+                           .transpose(1, 2), mb.labels[:, 1:], ignore_index=IGNORE, reduction="none")
+    running = F.cross_entropy(model(input_ids=mb.input_ids, use_cache=False).logits[:, :-1].transpose(1, 2),
+                              mb.labels[:, 1:], ignore_index=IGNORE, reduction="none")  # positions not reset
+    packed, leaky, separate = [], [], []
+    for b, seq in enumerate(seqs):
+        start = 0
+        for r in seq:
+            n = len(r.input_ids)
+            packed.append(ours[b, start:start + n - 1])  # the n-1 next-token losses of this row
+            leaky.append(running[b, start:start + n - 1])
+            separate.append(per_token_losses(model, torch.tensor([r.input_ids]), torch.tensor([[IGNORE] + r.labels[1:]])))
+            start += n
+        assert (ours[b, start - 1:] == 0).all()  # row ends and padding carry no loss
+    packed, leaky, separate = (torch.cat(x).detach() for x in (packed, leaky, separate))
+    # float64 model; eager attention takes its softmax in float32, hence not 1e-12
+    torch.testing.assert_close(packed, separate, rtol=1e-7, atol=1e-7)
+    assert (leaky - separate).abs().max() > 1e-3  # the comparison can fail: one long causal sequence leaks
+    # our loss (output head only on supervised positions) is the sum of the same per-token losses
+    assert float(token_loss_sum(model, mb).detach()) == pytest.approx(float(separate.sum()), rel=1e-9)
+    assert id(model) not in _FULL_HEAD
+    assert check_packing(model)[0]
+
+
+class IgnoresPositions(torch.nn.Module):
+    """A model that drops position_ids: packed rows would attend to each other."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, input_ids, position_ids=None, **kw):
+        return self.inner(input_ids=input_ids, **kw)
+
+
+def test_packing_is_checked_not_assumed(one_thread):
+    leaky = IgnoresPositions(model_with("sdpa", torch.float32))
+    ok, why = check_packing(leaky)
+    assert not ok and "difference" in why
+    packing, note_ = resolve_packing(leaky, None)
+    assert packing is False and "bucketing" in note_
+    with pytest.raises(UsageError, match="--no-packing"):
+        resolve_packing(leaky, True)
+    assert resolve_packing(model_with("sdpa", torch.float32), None)[0] is True
+    assert resolve_packing(model_with("sdpa", torch.float32), False) == (False, "length bucketing (--no-packing)")
+
+
+def test_micro_batches_budgets_and_rank_split():
+    rng = np.random.default_rng(1)
+    rows = [Row(str(i), [1] * n, [1] * n) for i, n in enumerate(rng.integers(3, 60, size=40).tolist())]
+    idx = list(range(40))
+    total = sum(len(r.input_ids) for r in rows)
+    for packing in (True, False):
+        for budget in (None, 64, 150):
+            for pack_length in (None, 64):
+                mbs = micro_batches(rows, idx, packing=packing, batch_size=6, max_tokens=budget, pack_length=pack_length)
+                assert sorted(i for mb in mbs for seq in mb for i in seq) == idx
+                for mb in mbs:
+                    lines = [sum(len(rows[i].input_ids) for i in seq) for seq in mb]
+                    if not packing:
+                        assert all(len(seq) == 1 for seq in mb)
+                    elif pack_length:
+                        assert all(n <= pack_length or len(seq) == 1 for n, seq in zip(lines, mb))
+                    if budget is None:
+                        assert sum(len(seq) for seq in mb) <= 6
+                    elif len(mb) > 1:
+                        assert len(lines) * max(lines) <= budget
+    one_line = micro_batches(rows, idx, packing=True, batch_size=6, max_tokens=150)
+    assert all(len(mb) == 1 for mb in one_line)
+    assert len(one_line) == -(-total // 150)  # first-fit decreasing fills the lines
+    parts = split_ranks(rows, idx, 3)
+    assert sorted(i for p in parts for i in p) == idx
+    loads = [sum(len(rows[i].input_ids) for i in p) for p in parts]
+    assert max(loads) - min(loads) <= max(len(r.input_ids) for r in rows)
+    pad = collate_padded([rows[0], rows[1]], pad_id=0)
+    assert pad.computed == 2 * max(len(rows[0].input_ids), len(rows[1].input_ids))
+
+
+def test_zr_is_the_step_token_mean_however_the_step_is_cut(one_thread):
+    """Same rows per step, cut by rows or by a token budget, packed or bucketed: the same loss and
+    gradient (one step from the same initial model)."""
+    rows = rand_rows(10, seed=5)
+    runs = {}
+    for packing, bs, ga, budget in ((True, 8, 1, None), (True, 1, 8, None), (True, 8, 1, 25), (False, 2, 4, None),
+                                    (False, 8, 1, 40)):
+        cfg = SFTConfig(epochs=1, lr=1e-3, batch_size=bs, grad_accum=ga, packing=packing, max_tokens_per_batch=budget,
+                        max_steps=1)
+        res = fit(model_with("sdpa"), rows, cfg, pad_id=0, live=False)
+        assert res.packing is packing and len(res.history) == 1
+        h = runs[(packing, bs, budget)] = res.history[0]
+        assert h["computed_tokens"] >= h["executed_tokens"]
+    ref = runs[(True, 8, None)]
+    for key, h in runs.items():
+        assert h["tokens"] == ref["tokens"] and h["rows"] == 8
+        assert h["loss"] == pytest.approx(ref["loss"], rel=1e-10), key
+        assert h["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-6), key
+    assert runs[(True, 8, 25)]["micro_batches"] > 1 and runs[(True, 8, None)]["micro_batches"] == 1
+    # and the loss is sum / Z over the step's rows, not a mean of per-row means
+    model = model_with("sdpa")
+    first = step_rows(len(rows), SFTConfig(epochs=1, batch_size=8, grad_accum=1))[0]
+    with torch.no_grad():
+        total = sum(float(per_token_losses(model, torch.tensor([rows[i].input_ids]), torch.tensor([rows[i].labels])).sum())
+                    for i in first)
+    assert ref["loss"] == pytest.approx(total / sum(rows[i].supervised for i in first), rel=1e-10)
+
+
+def test_live_view_shows_loss_lr_tokens_per_second_and_eta():
+    import io
+
+    from rich.console import Console
+
+    from bridgecli.training.live import LiveView
+
+    buf = io.StringIO()
+    with LiveView(4, show=True, console=Console(file=buf, force_terminal=True, width=160)) as view:
+        view.update({"step": 2, "loss": 1.23456, "lr": 2e-5, "tokens_per_s": 12345.6})
+    text = buf.getvalue()
+    assert "2/4" in text and "1.2346" in text and "2.00e-05" in text and "12,346 tok/s" in text and "ETA" in text
+    quiet = io.StringIO()
+    with LiveView(4, show=False, console=Console(file=quiet, force_terminal=True)) as view:
+        view.update({"step": 1, "loss": 1.0, "lr": 1e-5, "tokens_per_s": 1.0})
+    assert quiet.getvalue() == ""

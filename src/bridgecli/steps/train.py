@@ -1,8 +1,23 @@
-"""``bridge train``: SFT from theta_old on compacted rows (or any input_ids/labels JSONL)."""
+"""``bridge train``: SFT from theta_old on compacted rows (or any input_ids/labels JSONL).
+
+The run folder OUT:
+
+    OUT/config.json, model.safetensors, tokenizer files   the trained model (merged, with --lora)
+    OUT/adapter/                                          the LoRA adapter alone (--lora)
+    OUT/metrics.jsonl                                     one line per optimizer step, as it runs
+    OUT/checkpoints/step-NNNNNN/                          every --save-every steps (see training/checkpoint.py)
+    OUT/bridge_train.json                                 the summary, written last (the run is complete)
+
+Single process: ``bridge train ...``. Several GPUs: ``torchrun --nproc-per-node N -m bridgecli
+train ...`` or ``accelerate launch [--config_file fsdp.yaml] -m bridgecli train ...``: the same
+flags, rank 0 writes.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,15 +25,21 @@ import torch
 
 from .. import PRODUCER
 from ..data.sources import read_jsonl
-from ..errors import InputError, ModelError
-from ..io import atomic_dir
+from ..errors import InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..progress import note, progress_bar
-from ..training.rows import IGNORE, Row
+from ..progress import note
+from ..training import checkpoint
+from ..training import lora as lora_mod
 from ..training.config import SFTConfig, config_dict
-from ..training.sft import train
+from ..training.rows import IGNORE, Row
+from ..training.sft import FitResult, fit, make_accelerator
 from .common import now
 from .compact import meta_path
+
+SUMMARY = "bridge_train.json"
+METRICS = "metrics.jsonl"
+#: what a folder may hold for a fresh run to clear it (anything else: refuse, it is not ours)
+_RUN_MARKERS = (SUMMARY, METRICS, checkpoint.CHECKPOINTS)
 
 
 @dataclass
@@ -28,6 +49,9 @@ class TrainOptions:
     model: str | None = None
     device: str = "auto"
     sft: SFTConfig = field(default_factory=SFTConfig)
+    resume: bool = False
+    overwrite: bool = False
+    live: bool | None = None  # None: when stderr is a terminal
 
 
 def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
@@ -52,15 +76,90 @@ def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
     return rows
 
 
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+    """Whether a fresh run must clear ``out`` first (every rank checks, so every rank raises alike).
+    A fresh run starts from an empty folder; a folder with checkpoints is only continued (--resume)
+    or cleared on request (--overwrite); a non-empty folder that is not a training run is never
+    touched."""
+    if resume or not out.exists():
+        return False
+    if not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
+    if not any(out.iterdir()):
+        return False
+    if not any((out / m).exists() for m in _RUN_MARKERS):
+        raise UsageError(f"{out} is not empty and holds no training run", hint="pass another -o, or empty it")
+    if checkpoint.complete(out) and not overwrite:
+        raise UsageError(f"{out} holds checkpoints of an earlier run",
+                         hint="pass --resume to continue it, or --overwrite to start over")
+    return True
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Move everything in ``tmp`` into ``out`` (replacing), then remove ``tmp``."""
+    for child in tmp.iterdir():
+        target = out / child.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(child, target)
+    tmp.rmdir()
+
+
+def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: bool) -> None:
+    """Write the trained model into ``out`` (rank 0), the summary last. Every rank calls this
+    (FSDP gathers the full state dict collectively)."""
+    from accelerate.utils import DistributedType
+
+    acc = result.accelerator
+    state = None
+    if result.prepared is not None and acc.distributed_type == DistributedType.FSDP:
+        state = acc.get_state_dict(result.prepared)
+    if acc.is_main_process:
+        tmp = out / ".final.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model = result.model
+        if lora:
+            model.save_pretrained(tmp / lora_mod.ADAPTER_DIR)
+            model = model.merge_and_unload()
+            model.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        _install(tmp, out)
+        part = out / f".{SUMMARY}.partial"
+        part.write_text(json.dumps(summary, indent=2))
+        os.replace(part, out / SUMMARY)
+    acc.wait_for_everyone()
+
+
 def run_train(opts: TrainOptions) -> dict:
+    cfg = opts.sft
     device = resolve_device(opts.device)
+    cfg.bf16 = cfg.bf16 or device.startswith("cuda")
+    acc = make_accelerator(device, cfg.bf16)
+    main = acc.is_main_process
+    if acc.num_processes > 1:
+        device = str(acc.device)
+    if cfg.lora is not None and acc.distributed_type.name == "FSDP":
+        raise UsageError("--lora is trained with DDP here, not FSDP (adapters are small)",
+                         hint="launch without the FSDP accelerate config")
+    out = Path(opts.out)
+    if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
+        acc.wait_for_everyone()  # every rank has looked before rank 0 clears
+        if main:
+            shutil.rmtree(out)
+    acc.wait_for_everyone()
+
     side = {}
     mp = meta_path(opts.data)
     if mp.exists():
         side = json.loads(mp.read_text())
     model_spec = opts.model or side.get("model")
     ref = resolve(model_spec)
-    note(f"training {ref.spec} (theta_old) on {opts.data} on {device}")
+    if main:
+        note(f"training {ref.spec} (theta_old) on {opts.data} on {device}"
+             + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else ""))
     tokenizer = load_tokenizer(ref)
     if side.get("tokenizer_fingerprint") and side["tokenizer_fingerprint"] != tokenizer_fingerprint(tokenizer):
         raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
@@ -68,25 +167,34 @@ def run_train(opts: TrainOptions) -> dict:
     model = load_model(ref, device=device)
     rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0])
     empty = [r.id for r in rows if r.supervised == 0]
-    if empty:
+    if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")
-    cfg = opts.sft
-    cfg.bf16 = cfg.bf16 or device.startswith("cuda")
-    with atomic_dir(opts.out) as tmp:
-        with open(tmp / "metrics.jsonl", "w") as metrics, progress_bar() as bar:
-            history = train(model, rows, cfg, pad_id=tokenizer.pad_token_id, device=device, progress=bar,
-                            on_step=lambda rec: metrics.write(json.dumps(rec) + "\n"))
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        summary = {
-            "producer": PRODUCER, "created": now(), "base_model": ref.spec, "base_fingerprint": fingerprint(ref),
-            "data": str(opts.data), "rows": len(rows) - len(empty), "sft": config_dict(cfg),
-            "steps": len(history), "final_loss": history[-1]["loss"] if history else None,
-            "supervised_tokens": sum(r.supervised for r in rows),
-            "executed_tokens": sum(len(r.input_ids) for r in rows),
-        }
-        (tmp / "bridge_train.json").write_text(json.dumps(summary, indent=2))
-    del model
+    torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
+    if cfg.lora is not None:
+        model = lora_mod.wrap(model, cfg.lora)
+        if main:
+            t, n = lora_mod.trainable_counts(model)
+            note(f"LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {cfg.lora.targets}: {t:,} of {n:,} parameters train")
+    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
+    result = fit(model, rows, cfg, pad_id=tokenizer.pad_token_id, device=device, accelerator=acc, run_dir=out,
+                 resume=opts.resume, meta=meta, live=opts.live)
+    if main:
+        note(result.packing_note)
+    history = result.history
+    used = [r for r in rows if r.supervised > 0]
+    summary = {
+        "producer": PRODUCER, "created": now(), "base_model": ref.spec, "base_fingerprint": fingerprint(ref),
+        "data": str(opts.data), "rows": len(used), "sft": config_dict(cfg),
+        "steps": len(history), "final_loss": history[-1]["loss"] if history else None,
+        "supervised_tokens": sum(r.supervised for r in used),
+        "executed_tokens": sum(len(r.input_ids) for r in used),
+        "packing": result.packing, "batching": result.packing_note, "processes": acc.num_processes,
+        "resumed_from_step": result.resumed_from, "plan_digest": result.plan_digest,
+        "train_seconds": history[-1]["elapsed"] if history else 0.0,
+        "lora": config_dict(cfg)["lora"], "adapter": lora_mod.ADAPTER_DIR if cfg.lora is not None else None,
+    }
+    save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
+    del model, result
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return summary

@@ -1,45 +1,46 @@
 """The SFT loop shared by ``bridge warmup`` and ``bridge train``.
 
 Loss: the token-level mean over supervised positions of the whole effective batch (the paper's
-Z_r): every micro-batch contributes sum(token losses) / (supervised tokens in its optimizer step),
-so gradient accumulation never changes the normalisation.
+Z_r). Every micro-batch contributes sum(token losses) / Z, where Z is the number of supervised
+tokens of its optimizer step over all ranks, known to every rank from the (seeded) plan; so neither
+gradient accumulation, nor packing, nor the number of processes changes the normalisation. Under
+DDP/FSDP the gradients are averaged over ranks, hence each rank backpropagates
+``world_size * sum / Z``.
+
+Efficiency: micro-batches are packed padding-free (or length-bucketed, see batching.py) and the
+output head runs only on the positions that carry loss (``logits_to_keep`` with a boolean mask),
+so executed tokens, not padding or unsupervised positions, set the cost.
+
+Distribution goes through accelerate (``torchrun``/``accelerate launch`` start the processes;
+DDP or FSDP as accelerate is configured); the data plan is the same on every rank, each rank takes
+its token-balanced share of every step, and only rank 0 writes metrics, checkpoints and models.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import random
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from ..errors import UsageError
 from ..io import atomic_dir
-from .config import SFTConfig
-from .rows import IGNORE, Row
+from ..progress import note
+from . import checkpoint
+from .batching import (MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan,
+                       step_rows)
+from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
+from .packing import check_packing, one_line
+from .rows import Row
 
-
-def step_plan(rows: Sequence[Row], cfg: SFTConfig) -> list[list[list[int]]]:
-    """Optimizer steps -> micro-batches -> row indices, shuffled per epoch with ``cfg.seed``.
-    Fractional epochs take a prefix of the last shuffled epoch."""
-    rng = random.Random(cfg.seed)
-    per_step = cfg.batch_size * cfg.grad_accum
-    total_rows = int(round(len(rows) * cfg.epochs))
-    order: list[int] = []
-    while len(order) < total_rows:
-        idx = list(range(len(rows)))
-        rng.shuffle(idx)
-        order += idx
-    order = order[:total_rows]
-    steps = []
-    for s in range(0, len(order), per_step):
-        chunk = order[s:s + per_step]
-        steps.append([chunk[m:m + cfg.batch_size] for m in range(0, len(chunk), cfg.batch_size)])
-    if cfg.max_steps is not None:
-        steps = steps[: cfg.max_steps]
-    return steps
+__all__ = ["FitResult", "SFTConfig", "accumulate", "cosine_lr", "fit", "make_accelerator", "resolve_packing",
+           "save_model", "step_plan", "step_rows", "token_loss_sum", "train"]
 
 
 def cosine_lr(step: int, total: int, base: float, warmup_ratio: float) -> float:
@@ -50,75 +51,294 @@ def cosine_lr(step: int, total: int, base: float, warmup_ratio: float) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
-def collate(rows: Sequence[Row], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    length = max(len(r.input_ids) for r in rows)
-    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    labels = torch.full((len(rows), length), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, r in enumerate(rows):
-        n = len(r.input_ids)
-        ids[i, :n] = torch.as_tensor(r.input_ids)
-        labels[i, :n] = torch.as_tensor(r.labels)
-        mask[i, :n] = 1
-    return ids.to(device), mask.to(device), labels.to(device)
+# ---------------------------------------------------------------------------------------------
+# the loss of one micro-batch
 
 
-def token_loss_sum(model, ids, mask, labels) -> torch.Tensor:
-    """Sum of next-token cross-entropies over positions whose (unshifted) label is not -100."""
-    logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-    shift_logits = logits[:, :-1].float()
-    shift_labels = labels[:, 1:]
-    return F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]), shift_labels.reshape(-1),
-                           ignore_index=IGNORE, reduction="sum")
+#: models (by id) whose forward rejected a boolean ``logits_to_keep``: full logits for them
+_FULL_HEAD: set[int] = set()
 
 
-def accumulate(model, micro_batches: Sequence[Sequence[Row]], *, pad_id: int, device="cpu", bf16: bool = False) -> float:
+def token_loss_sum(model, mb: MicroBatch) -> torch.Tensor:
+    """Sum of next-token cross-entropies over the positions whose (unshifted) label is not -100.
+    The output head runs only on the positions that predict a supervised token (a boolean
+    ``logits_to_keep``, transformers >= 5); models that do not take one get full logits."""
+    keep, target = mb.keep, mb.target
+    kwargs = {"input_ids": mb.input_ids, "use_cache": False}
+    if mb.attention_mask is not None:
+        kwargs["attention_mask"] = mb.attention_mask
+    if mb.position_ids is not None:
+        kwargs["position_ids"] = mb.position_ids
+    if id(model) not in _FULL_HEAD:
+        try:
+            logits = model(**kwargs, logits_to_keep=keep).logits
+        except (TypeError, IndexError, ValueError):
+            logits = None
+        if logits is not None and logits.dim() == 2 and logits.shape[0] == target.shape[0]:
+            return F.cross_entropy(_upcast(logits), target, reduction="sum")
+        _FULL_HEAD.add(id(model))
+    logits = model(**kwargs).logits
+    return F.cross_entropy(_upcast(logits[keep]), target, reduction="sum")
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to float32 for the loss; float32/float64 stay as they are."""
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+
+
+def _dummy_loss(model, mb: MicroBatch) -> torch.Tensor:
+    """Zero, but through the whole model: joins a gradient synchronisation with no contribution."""
+    return model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits.float().sum() * 0.0
+
+
+def accumulate(model, micro_batches: Sequence[Sequence[Row]], *, pad_id: int, device="cpu", bf16: bool = False,
+               packing: bool = False) -> float:
     """Backward over the micro-batches of one optimizer step with the loss normalised by the
-    step's total supervised tokens (Z_r), so gradients do not depend on how rows are grouped."""
+    step's total supervised tokens (Z_r), so gradients do not depend on how rows are grouped.
+    Returns the step's token-mean loss. (Single process, no accelerate: used for g_target.)"""
     z = max(1, sum(r.supervised for mb in micro_batches for r in mb))
-    total = 0.0
-    for mb in micro_batches:
-        ids, mask, labels = collate(mb, pad_id, device)
+    total = torch.zeros((), dtype=torch.float64)
+    for rows in micro_batches:
+        mb = collate([list(rows)] if packing else [[r] for r in rows], pad_id, packing=packing).to(device)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = token_loss_sum(model, ids, mask, labels) / z
+            loss = token_loss_sum(model, mb) / z
         loss.backward()
-        total += float(loss.detach())
-    return total
+        total += loss.detach().double().cpu()
+    return float(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# setup
+
+
+def make_accelerator(device: str = "cpu", bf16: bool = False):
+    """An ``accelerate.Accelerator`` for this process (one per process; torchrun/accelerate
+    launch decide how many). Mixed precision bf16 only on CUDA."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    kwargs = {"cpu": not str(device).startswith("cuda"), "mixed_precision": "bf16" if bf16 else "no"}
+    try:
+        return Accelerator(**kwargs)
+    except ValueError:  # an earlier Accelerator of this (single) process was made with other settings
+        AcceleratorState._reset_state(reset_partial_state=True)
+        return Accelerator(**kwargs)
+
+
+def resolve_packing(model, requested: bool | None) -> tuple[bool, str]:
+    """``--packing`` forces it (after the same check, which must pass), ``--no-packing`` turns it
+    off, the default packs where the check passes."""
+    if requested is False:
+        return False, "length bucketing (--no-packing)"
+    ok, why = check_packing(model)
+    if ok:
+        return True, f"padding-free packing ({why})"
+    if requested:
+        raise UsageError(f"packing is not exact for this model: {why}", hint="train with --no-packing")
+    return False, f"length bucketing: packing is not exact for this model ({why})"
+
+
+def resolve_pack_length(model, rows: Sequence[Row], cfg: SFTConfig) -> int | None:
+    """``cfg.pack_length``, else one line per micro-batch for flash attention (true varlen: no
+    wasted attention), else the longest row rounded up to 64 (dense kernels compute lines x
+    length^2 attention, so lines stay short and full)."""
+    if cfg.pack_length is not None:
+        return cfg.pack_length
+    if one_line(model):
+        return None
+    longest = max((len(r.input_ids) for r in rows), default=1)
+    return -(-longest // 64) * 64
+
+
+@dataclass
+class FitResult:
+    history: list[dict]
+    model: object  # the unwrapped model, trained in place
+    accelerator: object
+    packing: bool
+    packing_note: str
+    resumed_from: int = 0
+    plan_digest: str = ""
+    steps_total: int = 0
+    prepared: object = None  # the model as accelerate wrapped it (DDP/FSDP), for gathering its state
+
+
+def _check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
+    saved = state.get("config", {})
+    now = config_dict(cfg)
+    diffs = [f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in now
+             if k not in RESUMABLE_CHANGES and k != "bf16" and saved.get(k) != now[k]]
+    if diffs:
+        raise UsageError(f"{where} was made with other settings: {', '.join(diffs)}",
+                         hint="resume with the flags of the original run")
+    if state.get("plan_digest") != digest:
+        raise UsageError(f"{where} was made on other data or another data order",
+                         hint="resume with the same data file and seed")
+    if state.get("world_size") != world:
+        raise UsageError(f"{where} was made by {state.get('world_size')} processes, this run has {world}",
+                         hint="resume with the same number of processes")
+    for k, v in (meta or {}).items():
+        if k in state.get("meta", {}) and state["meta"][k] != v:
+            raise UsageError(f"{where} was made with {k} {state['meta'][k]}, this run has {v}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop
+
+
+def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu", accelerator=None,
+        run_dir: str | Path | None = None, resume: bool = False, meta: dict | None = None,
+        on_step: Callable[[dict], None] | None = None, progress=None, live: bool | None = None) -> FitResult:
+    """Train ``model`` in place. With ``run_dir``: metrics.jsonl and (``cfg.save_every``)
+    checkpoints there, ``resume`` continues from the latest complete checkpoint."""
+    rows = [r for r in rows if r.supervised > 0]
+    acc = accelerator or make_accelerator(device, cfg.bf16 and str(device).startswith("cuda"))
+    world, rank, main = acc.num_processes, acc.process_index, acc.is_main_process
+    if world > 1:
+        device = acc.device
+    torch.manual_seed(cfg.seed)
+    steps = step_rows(len(rows), cfg)
+    digest = plan_digest(steps, rows)
+    if not steps:
+        return FitResult([], model, acc, False, "no rows with a supervised token", plan_digest=digest)
+    packing, packing_note = resolve_packing(model, cfg.packing)
+    pack_length = resolve_pack_length(model, rows, cfg) if packing else None
+    if packing:
+        packing_note += f"; lines of at most {pack_length} tokens" if pack_length else "; one line per micro-batch"
+
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay, fused=str(device).startswith("cuda") or None)
+    # model and optimizer together, so that FSDP can re-point the optimizer at its sharded parameters
+    prepared, opt = acc.prepare(model, opt, device_placement=[world > 1, False])
+
+    start = 0
+    run_dir = Path(run_dir) if run_dir is not None else None
+    if resume and run_dir is not None:
+        found = checkpoint.latest(run_dir)
+        if found is not None:
+            step_no, path = found
+            with open(path / checkpoint.STATE) as fh:
+                _check_resume(json.load(fh), cfg, digest, world, meta, path)
+            checkpoint.load(acc, path)
+            start = step_no
+            if main:
+                note(f"resuming from {path} (step {start} of {len(steps)})")
+        elif main:
+            note(f"no complete checkpoint in {run_dir / checkpoint.CHECKPOINTS}: starting from step 0")
+
+    metrics = None
+    history: list[dict] = []
+    if run_dir is not None and main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        mpath = run_dir / "metrics.jsonl"
+        kept = []
+        if start and mpath.exists():
+            kept = [line for line in mpath.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= start]
+            history = [json.loads(line) for line in kept]
+        metrics = open(mpath, "w")
+        for line in kept:
+            metrics.write(line + "\n")
+        metrics.flush()
+
+    task = progress.add_task("training", total=len(steps), completed=start) if progress is not None else None
+    from .live import LiveView
+
+    # the caller's bar when it passes one, else our live view (rank 0, stderr a terminal)
+    view = LiveView(len(steps), start, show=live if main and progress is None else False)
+    t0 = time.perf_counter()
+    elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
+    try:
+        with view:
+            for s in range(start, len(steps)):
+                rec = _one_step(prepared, opt, acc, rows, steps[s], s, len(steps), cfg, pad_id=pad_id,
+                                device=device, packing=packing, pack_length=pack_length, world=world, rank=rank)
+                rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
+                history.append(rec)
+                if metrics is not None:
+                    metrics.write(json.dumps(rec) + "\n")
+                    metrics.flush()
+                if main and on_step is not None:
+                    on_step(rec)
+                view.update(rec)
+                if progress is not None:
+                    progress.update(task, advance=1, description=f"training loss {rec['loss']:.4f}")
+                if (run_dir is not None and cfg.save_every and (s + 1) % cfg.save_every == 0
+                        and s + 1 < len(steps)):
+                    state = {"step": s + 1, "total_steps": len(steps), "plan_digest": digest, "world_size": world,
+                             "config": config_dict(cfg), "meta": meta or {}, "elapsed": rec["elapsed"],
+                             "packing": packing}
+                    checkpoint.save(acc, run_dir, s + 1, state, keep=cfg.keep_checkpoints)
+    finally:
+        if metrics is not None:
+            metrics.close()
+    model = acc.unwrap_model(prepared, keep_fp32_wrapper=False)
+    # accelerate refuses to prepare a model twice (and would then skip its autocast): let a later
+    # fit of the same model (warmup, then more training) prepare it again
+    for m in {id(model): model, id(prepared): prepared}.values():
+        if getattr(m, "_is_accelerate_prepared", False):
+            m._is_accelerate_prepared = False
+    model.eval()
+    return FitResult(history, model, acc, packing, packing_note, resumed_from=start, plan_digest=digest,
+                     steps_total=len(steps), prepared=prepared)
+
+
+def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, packing, pack_length, world,
+              rank) -> dict:
+    t = time.perf_counter()
+    lr = cosine_lr(s, total, cfg.lr, cfg.warmup_ratio)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    z = max(1, sum(rows[i].supervised for i in idx))
+    parts = split_ranks(rows, idx, world)
+    plans = [micro_batches(rows, p, packing=packing, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens_per_batch,
+                           pack_length=pack_length) for p in parts]
+    n_micro = max(len(p) for p in plans)
+    computed = sum(collate_cost(rows, mb, packing) for p in plans for mb in p)
+    mine = plans[rank]
+    local = torch.zeros((), dtype=torch.float64, device=device)
+    for k in range(n_micro):
+        last = k == n_micro - 1
+        sync = contextlib.nullcontext() if last else acc.no_sync(model)
+        with sync:
+            if k < len(mine):
+                mb = collate([[rows[i] for i in seq] for seq in mine[k]], pad_id, packing=packing).to(device)
+                loss_sum = token_loss_sum(model, mb)
+                acc.backward(loss_sum * (world / z))
+                local += loss_sum.detach().double()
+            else:
+                acc.backward(_dummy_loss(model, dummy_batch(pad_id).to(device)))
+    grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if world > 1:
+        local = acc.reduce(local, reduction="sum")
+    loss = float(local) / z
+    dt = time.perf_counter() - t
+    executed = sum(len(rows[i].input_ids) for i in idx)
+    return {"step": s + 1, "epoch": round((s + 1) * cfg.rows_per_step / max(1, len(rows)), 4), "loss": loss,
+            "lr": lr, "grad_norm": float(grad_norm), "tokens": z, "executed_tokens": executed,
+            "computed_tokens": computed, "rows": len(idx), "micro_batches": n_micro, "step_time": round(dt, 5),
+            "tokens_per_s": executed / dt if dt > 0 else 0.0}
+
+
+def collate_cost(rows: Sequence[Row], mb: Sequence[Sequence[int]], packing: bool) -> int:
+    """Tokens a micro-batch's forward computes (padding included): lines x the longest line."""
+    lines = [sum(len(rows[i].input_ids) for i in seq) for seq in mb] if packing else \
+        [len(rows[seq[0]].input_ids) for seq in mb]
+    return len(lines) * max(lines)
 
 
 def train(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu",
           on_step: Callable[[dict], None] | None = None, progress=None) -> list[dict]:
-    """Run SFT in place on ``model``; return one metrics dict per optimizer step."""
-    torch.manual_seed(cfg.seed)
-    rows = [r for r in rows if r.supervised > 0]
-    plan = step_plan(rows, cfg)
-    if not plan:
-        return []
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    model.train()
-    history = []
-    task = progress.add_task("training", total=len(plan)) if progress is not None else None
-    use_bf16 = cfg.bf16 and str(device).startswith("cuda")
-    for step, micro in enumerate(plan):
-        lr = cosine_lr(step, len(plan), cfg.lr, cfg.warmup_ratio)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        z = max(1, sum(rows[i].supervised for mb in micro for i in mb))
-        total = accumulate(model, [[rows[i] for i in mb] for mb in micro], pad_id=pad_id, device=device,
-                           bf16=use_bf16)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        rec = {"step": step + 1, "loss": total, "lr": lr, "grad_norm": grad_norm, "tokens": z,
-               "rows": sum(len(mb) for mb in micro)}
-        history.append(rec)
-        if on_step is not None:
-            on_step(rec)
-        if progress is not None:
-            progress.update(task, advance=1, description=f"training loss {total:.4f}")
-    model.eval()
-    return history
+    """Run SFT in place on ``model`` in this process; return one metrics dict per optimizer step."""
+    return fit(model, rows, cfg, pad_id=pad_id, device=device, on_step=on_step, progress=progress,
+               live=False).history
 
 
 def save_model(model, tokenizer, folder: str | Path, extra: dict | None = None) -> Path:

@@ -1,0 +1,35 @@
+"""The live view of a training run on stderr: step, loss, lr, tokens/s, elapsed, ETA.
+
+Shown only when stderr is a terminal (and BRIDGE_NO_PROGRESS is unset), and only by rank 0;
+metrics.jsonl carries the same numbers for machines.
+"""
+
+from __future__ import annotations
+
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from ..progress import enabled, stderr
+
+
+class LiveView:
+    def __init__(self, total: int, done: int = 0, *, show: bool | None = None, title: str = "train", console=None):
+        self.show = enabled() if show is None else show
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss [cyan]{task.fields[loss]}"), TextColumn("lr {task.fields[lr]}"),
+            TextColumn("{task.fields[tps]} tok/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console or stderr, disable=not self.show, transient=False,
+        )
+        self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-")
+
+    def __enter__(self) -> "LiveView":
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, rec: dict) -> None:
+        self.bar.update(self.task, completed=rec["step"], loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}",
+                        tps=f"{rec['tokens_per_s']:,.0f}")

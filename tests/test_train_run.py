@@ -1,0 +1,189 @@
+"""`bridge train` as a run: SIGKILL + --resume, two processes vs one, LoRA outputs, the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bridgecli.errors import UsageError
+from bridgecli.steps.train import TrainOptions, run_train
+from bridgecli.training.config import SFTConfig, lora_settings
+
+from conftest import tiny_llama_config, tiny_model
+
+IGNORE = -100
+ENV = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and the subprocesses use one too (same arithmetic)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def small_dir(tmp_path_factory, tokenizer):
+    """A very small random Llama with the real tokenizer (so steps take milliseconds)."""
+    folder = tmp_path_factory.mktemp("small-llama")
+    tiny_model(tiny_llama_config(len(tokenizer), layers=2, hidden=16, heads=2, kv_heads=1)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(16):
+        n = int(rng.integers(8, 30))
+        ids = rng.integers(5, 3000, size=n).tolist()
+        start = int(rng.integers(2, n - 3))
+        labels = [IGNORE] * start + [t if rng.random() < 0.7 else IGNORE for t in ids[start:]]
+        labels[-1] = ids[-1]
+        lines.append(json.dumps({"id": f"r{i}", "input_ids": ids, "labels": labels}))
+    path = tmp_path_factory.mktemp("rows") / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def assert_same_weights(a: Path, b: Path, atol: float) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=atol, msg=k)
+
+
+def losses(folder: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_args(data, out, model, *extra):
+    return ["train", str(data), "-o", str(out), "--model", str(model), "--lr", "1e-3", "--seed", "3", *map(str, extra)]
+
+
+def test_sigkill_then_resume_ends_with_the_uninterrupted_weights(tmp_path, data, small_dir):
+    flags = ["--max-steps", 24, "--batch-size", 2, "--grad-accum", 2, "--epochs", 8]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "bridgecli", *train_args(data, out, small_dir, *flags, "--save-every", 2)],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    mark = out / "checkpoints" / "step-000004" / "trainer_state.json"
+    deadline = time.monotonic() + 240
+    while not mark.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint in time"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "bridge_train.json").exists()  # killed mid-run, not after
+    # debris a kill can leave: a half-written checkpoint, and one without its state file
+    (out / "checkpoints" / ".step-000022.partial").mkdir(exist_ok=True)
+    (out / "checkpoints" / "step-000022").mkdir(exist_ok=True)
+
+    cfg = lambda: SFTConfig(lr=1e-3, seed=3, max_steps=24, batch_size=2, grad_accum=2, epochs=8, save_every=2)  # noqa: E731
+    with pytest.raises(UsageError, match="--resume"):  # a fresh run never clobbers checkpoints
+        run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=cfg()))
+    with pytest.raises(UsageError, match="lr"):  # nor does a resume with other settings
+        run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), resume=True,
+                               sft=SFTConfig(**{**cfg().__dict__, "lr": 2e-3})))
+    resumed = run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=cfg(), resume=True))
+    assert 4 <= resumed["resumed_from_step"] < 24 and resumed["steps"] == 24
+    ref = tmp_path / "ref"
+    full = run_train(TrainOptions(data=str(data), out=ref, model=str(small_dir),
+                                  sft=SFTConfig(lr=1e-3, seed=3, max_steps=24, batch_size=2, grad_accum=2, epochs=8)))
+    assert full["resumed_from_step"] == 0
+    assert_same_weights(out, ref, atol=1e-6)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 25))
+    np.testing.assert_allclose(losses(out), losses(ref), rtol=1e-6)
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == ["step-000020", "step-000022"]  # --keep-checkpoints 2; the debris is gone
+
+
+def test_two_processes_give_the_one_process_result(tmp_path, data, small_dir):
+    """torchrun with 2 CPU processes (gloo, DDP through accelerate): each rank takes a share of every
+    step (3 rows: one rank runs a no-loss micro-batch to join the sync), loss scaled by world / Z."""
+    flags = ["--max-steps", 4, "--batch-size", 1, "--grad-accum", 3, "--epochs", 2]
+    two = tmp_path / "two"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "bridgecli", *train_args(data, two, small_dir, *flags)],
+                          env=ENV, capture_output=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    one = tmp_path / "one"
+    run_train(TrainOptions(data=str(data), out=one, model=str(small_dir),
+                           sft=SFTConfig(lr=1e-3, seed=3, max_steps=4, batch_size=1, grad_accum=3, epochs=2)))
+    summary = json.loads((two / "bridge_train.json").read_text())
+    assert summary["processes"] == 2 and summary["steps"] == 4
+    np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5)
+    assert_same_weights(two, one, atol=1e-5)
+    assert proc.stderr.decode().count("train: ") == 1  # rank 0 reports
+
+
+def test_lora_saves_adapter_and_a_merged_model_eval_can_load(tmp_path, data, small_dir):
+    from peft import PeftModel
+
+    from bridgecli.modeling.loading import load_model
+
+    out = tmp_path / "lora"
+    summary = run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=SFTConfig(
+        lr=1e-2, max_steps=3, batch_size=4, grad_accum=1,
+        lora=lora_settings("q_proj,v_proj", r=4, alpha=8, dropout=0.0))))
+    assert summary["adapter"] == "adapter" and summary["lora"]["targets"] == ["q_proj", "v_proj"]
+    assert (out / "adapter" / "adapter_config.json").exists() and (out / "config.json").exists()
+    merged = load_model(str(out))
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    base = load_model(str(small_dir))
+    adapted = PeftModel.from_pretrained(load_model(str(small_dir)), str(out / "adapter")).eval()
+    ids = torch.tensor([[5, 17, 300, 42, 9, 1000]])
+    with torch.no_grad():
+        m, a, b = (x(input_ids=ids).logits for x in (merged, adapted, base))
+    torch.testing.assert_close(m, a, rtol=1e-4, atol=1e-4)
+    assert (m - b).abs().max() > 1e-4  # the adapter learned something
+    # only the adapters trained: the merged weights differ from the base only where LoRA sat
+    wb, wm = dict(base.named_parameters()), dict(merged.named_parameters())
+    changed = {n for n in wb if not torch.equal(wb[n], wm[n])}
+    assert changed and all(n.endswith(("q_proj.weight", "v_proj.weight")) for n in changed)
+
+
+def test_cli_flags_reach_the_run(tmp_path, data, small_dir):
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1, "--no-packing",
+                                        "--max-tokens-per-batch", 40, "--batch-size", 4, "--grad-accum", 2))
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "o" / "bridge_train.json").read_text())
+    assert summary["packing"] is False and summary["sft"]["max_tokens_per_batch"] == 40
+    rec = json.loads((tmp_path / "o" / "metrics.jsonl").read_text().splitlines()[0])
+    assert rec["rows"] == 8 and rec["micro_batches"] > 1 and rec["computed_tokens"] > rec["executed_tokens"]
+    assert {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed"} <= rec.keys()
+    for bad, flag in ((["--save-every", 0], "--save-every"), (["--resume", "--overwrite"], "--resume")):
+        res = runner.invoke(app, train_args(data, tmp_path / "x", small_dir, *bad))
+        assert res.exit_code == 2 and flag in res.output
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("not a run")
+    res = runner.invoke(app, train_args(data, tmp_path / "mine", small_dir, "--max-steps", 1))
+    assert res.exit_code == 2 and "holds no training run" in res.output
+    assert (tmp_path / "mine" / "notes.txt").exists()
+    res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1))  # a finished run: replaced
+    assert res.exit_code == 0, res.output
