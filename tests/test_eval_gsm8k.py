@@ -22,6 +22,15 @@ from bridgecli.evaluation.gsm8k import extract_answer, normalize_number, referen
 
 REAL_GSM8K = Path("/work/shared/data/gsm8k/test.jsonl")
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from two OpenMP threads, which spin against other processes on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 ITEMS = [
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
      "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},
@@ -384,7 +393,8 @@ def only_builtin_eval_tasks(monkeypatch):
 
 def test_evaluate_through_registry_and_write(tiny, data_file, tmp_path, monkeypatch, only_builtin_eval_tasks):
     model, tok = tiny
-    assert registry.names("eval_task") == ["gsm8k"]
+    assert registry.names("eval_task") == ["arc_challenge", "arc_easy", "gsm8k", "hellaswag", "humaneval", "math",
+                                           "mbpp", "mmlu"]
     monkeypatch.setattr("bridgecli.evaluation.generate.generate",
                         lambda m, t, prompts, **kw: ["#### 7", "#### 0"][:len(prompts)])
     result = evaluate(model, tok, "gsm8k", data_file, limit=2, progress=False)
@@ -402,7 +412,7 @@ def test_evaluate_through_registry_and_write(tiny, data_file, tmp_path, monkeypa
     console = Console(record=True, width=80)
     console.print(render_table([result]))
     text = console.export_text()
-    assert "gsm8k" in text and "50.0%" in text
+    assert "gsm8k" in text and "50.0%" in text and "accuracy" in text
 
-    with pytest.raises(PluginError, match="no eval task named 'nope'.*gsm8k"):
+    with pytest.raises(PluginError, match="no eval task named 'nope'.*gsm8k, hellaswag"):
         evaluate(model, tok, "nope", data_file, progress=False)

@@ -28,7 +28,8 @@ BUILTINS = {
                                      {"sentence", "math", "step", "list", "code"}),
     "bridgecli.builtin.scorers": ("register_scorers", "scorer", {"bridge", "exact"}),
     "bridgecli.builtin.selectors": ("register_selectors", "selector", {"bridge", "one-pass", "independent"}),
-    "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task", {"gsm8k"}),
+    "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task",
+                                     {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu"}),
 }
 
 
@@ -111,7 +112,8 @@ def test_unknown_name_lists_available(manager):
     available = r"\(available: code, list, math, sentence, step\)"
     with pytest.raises(PluginError, match=r"no segmenter named 'nope' " + available):
         registry.get("segmenter", "nope")
-    with pytest.raises(PluginError, match=r"no eval task named 'nope' \(available: gsm8k\)"):
+    with pytest.raises(PluginError, match=r"no eval task named 'nope' \(available: arc_challenge, arc_easy, gsm8k, "
+                                          r"hellaswag, humaneval, math, mbpp, mmlu\)"):
         registry.get("eval_task", "nope")
 
 

@@ -1,17 +1,43 @@
-"""Built-in eval tasks, registered through the plugin hook exactly as a third-party plugin would."""
+"""Built-in eval tasks, registered through the plugin hook exactly as a third-party plugin would.
+
+Each wrapper imports its task on use (loading plugins must stay cheap for every other command) and
+carries ``default_data``: where the task's data lies under a data folder such as ../shared/data
+(``bridge eval --data-dir``). A plugin task may set the same attribute.
+"""
 
 from __future__ import annotations
 
 from bridgecli.hookspecs import hookimpl
 
 
-def gsm8k_task(model, tokenizer, options):
-    # Imported on use: loading plugins must stay cheap for every other command.
-    from bridgecli.evaluation.gsm8k import gsm8k_task as run
+def _task(module: str, name: str, default_data: str):
+    def task(model, tokenizer, options):
+        import importlib
 
-    return run(model, tokenizer, options)
+        return getattr(importlib.import_module(f"bridgecli.evaluation.{module}"), name)(model, tokenizer, options)
+
+    task.__name__ = name
+    task.default_data = default_data
+    return task
+
+
+gsm8k_task = _task("gsm8k", "gsm8k_task", "gsm8k/test.jsonl")
+math_task = _task("math_task", "math_task", "math/math500_test.jsonl")
+humaneval_task = _task("code_tasks", "humaneval_task", "humaneval/HumanEval.jsonl.gz")
+mbpp_task = _task("code_tasks", "mbpp_task", "mbpp/mbpp.jsonl")
+arc_challenge_task = _task("multiple_choice", "arc_challenge_task", "arc/ARC-Challenge-Test.jsonl")
+arc_easy_task = _task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl")
+hellaswag_task = _task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
+mmlu_task = _task("multiple_choice", "mmlu_task", "mmlu")
 
 
 @hookimpl
 def register_eval_tasks(register):
     register("gsm8k", gsm8k_task, "GSM8K: greedy generation, exact match on the final number")
+    register("math", math_task, "MATH / MATH-500: greedy generation, \\boxed{} answer, normalised + sympy equivalence")
+    register("humaneval", humaneval_task, "HumanEval: greedy generation, tests run in a sandboxed subprocess, pass@1")
+    register("mbpp", mbpp_task, "MBPP (test split): greedy generation, tests run in a sandboxed subprocess, pass@1")
+    register("arc_challenge", arc_challenge_task, "ARC-Challenge: multiple choice by log-likelihood (acc, acc_norm)")
+    register("arc_easy", arc_easy_task, "ARC-Easy: multiple choice by log-likelihood (acc, acc_norm)")
+    register("hellaswag", hellaswag_task, "HellaSwag: multiple choice by log-likelihood (acc, acc_norm)")
+    register("mmlu", mmlu_task, "MMLU (57 subjects): multiple choice by log-likelihood of the letter (acc)")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -7,39 +8,143 @@ import typer
 from rich.console import Console
 
 from ..errors import UsageError
-from ..modeling.loading import load_model, load_tokenizer, resolve, resolve_device
 from ..progress import note
 
 
-def eval(
-    model: Annotated[str, typer.Argument(help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'.")],
-    task: Annotated[str, typer.Option(help="Eval task (`bridge plugins` lists them).")] = "gsm8k",
-    data: Annotated[Optional[str], typer.Option(help="Task data file (e.g. ../shared/data/gsm8k/test.jsonl).")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Result JSON (default: MODEL/eval-TASK.json for folders).")] = None,
-    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N items.")] = None,
-    few_shot: Annotated[int, typer.Option(help="Worked examples prepended to each prompt.")] = 0,
-    batch_size: Annotated[int, typer.Option(help="Prompts per generation batch.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Generation length limit.")] = 256,
-    chat_template: Annotated[bool, typer.Option("--chat-template/--no-chat-template")] = True,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
-):
-    """Evaluate a model on a task from local files; write a JSON result and print a table."""
-    from ..evaluation.run import evaluate, render_table, write_result
+def _split(values: Optional[list[str]]) -> list[str]:
+    out: list[str] = []
+    for value in values or []:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
 
-    if data is None:
-        raise UsageError("--data is required (no downloads here): point it at the task's local file")
-    dev = resolve_device(device)
-    ref = resolve(model)
-    note(f"evaluating {ref.spec} on {task} ({data}) on {dev}")
-    tok = load_tokenizer(ref)
-    mdl = load_model(ref, device=dev)
-    mdl.eval()
-    result = evaluate(mdl, tok, task, data, limit=limit, few_shot=few_shot, batch_size=batch_size,
-                      max_new_tokens=max_new_tokens, chat_template=chat_template)
-    result["model"] = ref.spec
-    if output is None and Path(model).is_dir():
-        output = Path(model) / f"eval-{task}.json"
+
+def _data_paths(tasks: list[str], data: list[str], data_dir: Optional[Path]) -> dict[str, str]:
+    """Each task's data: ``--data TASK=PATH``, a bare ``--data PATH`` (one task only), else
+    ``--data-dir`` joined with the task's default location."""
+    from ..evaluation.run import default_data
+
+    named: dict[str, str] = {}
+    bare: list[str] = []
+    for value in data:
+        task, sep, path = value.partition("=")
+        if sep and task in tasks:
+            named[task] = path
+        elif sep and task.isidentifier() and not Path(value).exists():
+            raise UsageError(f"--data {value}: '{task}' is not one of the tasks asked for ({', '.join(tasks)})")
+        else:
+            bare.append(value)
+    if bare:
+        unnamed = [t for t in tasks if t not in named]
+        if len(bare) > 1 or len(unnamed) != 1:
+            raise UsageError("a bare --data PATH needs exactly one task without its own data",
+                             hint="with several tasks write --data TASK=PATH for each, or use --data-dir")
+        named[unnamed[0]] = bare[0]
+    for task in tasks:
+        if task in named:
+            continue
+        rel = default_data(task)
+        if data_dir is None:
+            raise UsageError(f"no data for task '{task}' (no downloads here)",
+                             hint="pass --data PATH (or TASK=PATH), or --data-dir ../shared/data")
+        if rel is None:
+            raise UsageError(f"task '{task}' has no default file under --data-dir; pass --data {task}=PATH")
+        named[task] = str(data_dir / rel)
+    return named
+
+
+def _output_for(task: str, output: Optional[Path], model: str, several: bool) -> Optional[Path]:
     if output is not None:
-        write_result(result, output)
-        note(f"wrote {output}")
-    Console(stderr=False).print(render_table([result]))
+        if output.suffix == ".json" and not output.is_dir():
+            if several:
+                raise UsageError(f"-o {output}: with several tasks, -o names a folder (one eval-TASK.json each)")
+            return output
+        return output / f"eval-{task}.json"
+    if Path(model).is_dir():
+        return Path(model) / f"eval-{task}.json"
+    return None
+
+
+def eval(
+    model: Annotated[list[str], typer.Argument(
+        help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run folders "
+             "(or eval-*.json files).", show_default=False)],
+    task: Annotated[list[str], typer.Option(
+        help="Eval task(s), comma-separated or repeated (`bridge plugins` lists them).")] = ["gsm8k"],  # noqa: B006
+    data: Annotated[Optional[list[str]], typer.Option(
+        help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. ../shared/data/gsm8k/test.jsonl).")] = None,
+    data_dir: Annotated[Optional[Path], typer.Option(
+        help="Folder laid out like ../shared/data: tasks without --data read their standard file there.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Result JSON (one task) or folder for eval-TASK.json files (default: MODEL/ "
+                               "when MODEL is a folder).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Evaluate only the first N items (MMLU: per subject).")] = None,
+    few_shot: Annotated[int, typer.Option(help="Worked examples prepended to each prompt.")] = 0,
+    few_shot_data: Annotated[Optional[str], typer.Option(
+        help="Where few-shot examples come from (default: the data past the evaluated items; MMLU: dev/).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Prompts per generation batch / inputs per scoring forward.")] = 8,
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        help="Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512).")] = None,
+    chat_template: Annotated[Optional[bool], typer.Option(
+        "--chat-template/--no-chat-template",
+        help="Use the tokenizer's chat template (default: yes for generation tasks, no for multiple choice).")] = None,
+    code_timeout: Annotated[float, typer.Option(help="Seconds per generated program (humaneval, mbpp).")] = 10.0,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
+    dtype: Annotated[Optional[str], typer.Option(help="float32 (default), bfloat16, float16.")] = None,
+    compare: Annotated[bool, typer.Option(
+        "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders.")] = False,
+    target: Annotated[Optional[str], typer.Option(
+        help="--compare: the target task column (default: gsm8k if present, else math).")] = None,
+    general: Annotated[Optional[str], typer.Option(
+        help="--compare: general-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present).")] = None,
+    metric: Annotated[Optional[str], typer.Option(
+        help="--compare: summary field to show where a task has it, e.g. acc_norm (default: accuracy).")] = None,
+):
+    """Evaluate a model on tasks from local files (one model load; eval-TASK.json each), or compare runs."""
+    if compare:
+        from ..evaluation.compare import compare as build, load_run, render
+
+        comparison = build([load_run(m) for m in model], general=_split([general]) if general else None,
+                           target=target, metric=metric)
+        # a pipe or file gets the whole table, however many columns
+        Console(stderr=False, width=None if sys.stdout.isatty() else 200).print(render(comparison))
+        return
+    if len(model) != 1:
+        raise UsageError(f"give one model (got {len(model)}); several run folders go with --compare")
+    import torch
+
+    from ..evaluation.run import evaluate, render_table, write_result
+    from ..modeling.loading import DTYPES, load_model, load_tokenizer, resolve, resolve_device
+
+    spec = model[0]
+    tasks = _split(task)
+    if not tasks:
+        raise UsageError("--task names no task")
+    if len(set(tasks)) != len(tasks):
+        raise UsageError(f"--task names a task twice: {','.join(tasks)}")
+    from .. import registry
+
+    for name in tasks:
+        registry.get("eval_task", name)  # unknown names fail before the model loads
+    paths = _data_paths(tasks, data or [], data_dir)
+    outputs = {t: _output_for(t, output, spec, len(tasks) > 1) for t in tasks}
+    if dtype is not None and dtype not in DTYPES:
+        raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    dev = resolve_device(device)
+    ref = resolve(spec)
+    note(f"evaluating {ref.spec} on {', '.join(tasks)} on {dev}")
+    tok = load_tokenizer(ref)
+    mdl = load_model(ref, device=dev, dtype=getattr(torch, dtype) if dtype else None)
+    mdl.eval()
+    results = []
+    for name in tasks:
+        note(f"{name}: {paths[name]}")
+        result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
+                          batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
+                          code_timeout=code_timeout)
+        result["model"] = ref.spec
+        result["device"] = dev
+        if outputs[name] is not None:
+            write_result(result, outputs[name])
+            note(f"wrote {outputs[name]}")
+        results.append(result)
+    Console(stderr=False).print(render_table(results))

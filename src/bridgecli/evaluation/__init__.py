@@ -1,8 +1,11 @@
-"""``bridge eval``: batched greedy generation and the evaluation tasks built on it.
+"""``bridge eval``: batched greedy generation, log-likelihood scoring and the tasks built on them.
 
-Tasks are plugins (hook ``register_eval_tasks``); the built-in GSM8K task lives in
-:mod:`bridgecli.evaluation.gsm8k` and is registered by :mod:`bridgecli.builtin.eval_tasks`.
-This package imports torch only when generation actually runs.
+Tasks are plugins (hook ``register_eval_tasks``), registered by :mod:`bridgecli.builtin.eval_tasks`:
+``gsm8k`` (:mod:`.gsm8k`), ``math`` (:mod:`.math_task`, graded by :mod:`.math_grader`), ``humaneval``
+and ``mbpp`` (:mod:`.code_tasks`, executed by :mod:`.sandbox`), ``arc_challenge``, ``arc_easy``,
+``hellaswag`` and ``mmlu`` (:mod:`.multiple_choice`, scored by :mod:`.loglik`). ``bridge eval
+--compare`` is :mod:`.compare`. docs/eval.md describes every task and metric. This package imports
+torch only when a model actually runs.
 """
 
 from .run import evaluate, render_table, write_result

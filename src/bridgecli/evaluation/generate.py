@@ -127,7 +127,7 @@ def _greedy_config(model: Any, *, max_new_tokens: int, pad_token_id: int, eos_id
     return config
 
 
-def _progress(enabled: bool, description: str) -> Progress:
+def progress_bar(enabled: bool, description: str = "") -> Progress:
     """A bar on stderr; off when asked, when stderr is not a terminal, or under BRIDGE_NO_PROGRESS."""
     console = Console(stderr=True)
     enabled = enabled and console.is_terminal and os.environ.get("BRIDGE_NO_PROGRESS") is None
@@ -176,7 +176,7 @@ def generate(
     device = getattr(model, "device", None) or next(model.parameters()).device
 
     with _left_padding(tokenizer), _eval_mode(model), torch.inference_mode(), \
-            _progress(progress, description) as bar:
+            progress_bar(progress, description) as bar:
         config = _greedy_config(model, max_new_tokens=max_new_tokens,
                                 pad_token_id=tokenizer.pad_token_id, eos_ids=_eos_ids(model, tokenizer))
         task = bar.add_task(description, total=len(texts))

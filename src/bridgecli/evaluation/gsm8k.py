@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
-from .tasks import EvalOptions, EvalRun
+from .tasks import EvalOptions, EvalRun, model_name
 
 TASK = "gsm8k"
+DEFAULT_DATA = "gsm8k/test.jsonl"  # under a --data-dir such as ../shared/data
+MAX_NEW_TOKENS = 256
 PLAIN_STOP = ("\nQ:", "\n\n\n")
 
 # A number: optional sign (not a hyphen between words or digits), optional $, digits with or
@@ -207,11 +209,12 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     shots = few_shot_examples(items, len(evaluated), options.few_shot, options.few_shot_data)
-    chat = uses_chat_template(tokenizer, options.chat_template)
+    use_template = options.chat_template is not False  # generation tasks default to the chat template
+    chat = uses_chat_template(tokenizer, use_template)
     stop = () if chat else PLAIN_STOP
     prompts = [build_prompt(item.question, shots, chat=chat) for item in evaluated]
-    predictions = generate(model, tokenizer, prompts, max_new_tokens=options.max_new_tokens,
-                           batch_size=options.batch_size, stop=stop, chat_template=options.chat_template,
+    predictions = generate(model, tokenizer, prompts, max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS,
+                           batch_size=options.batch_size, stop=stop, chat_template=use_template,
                            progress=options.progress, description=TASK)
     records = grade(evaluated, predictions)
     settings = {
@@ -219,6 +222,7 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         "chat_template_used": chat,
         "stop": list(stop),
         "few_shot_indices": [s.index for s in shots],
-        "model": getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None),
+        "max_new_tokens": options.max_new_tokens or MAX_NEW_TOKENS,
+        "model": model_name(model),
     }
     return {"summary": summarize(records, settings), "items": records}

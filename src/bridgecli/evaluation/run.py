@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from rich.table import Table
@@ -24,21 +25,34 @@ def evaluate(
     few_shot: int = 0,
     few_shot_data: str | None = None,
     batch_size: int = 8,
-    max_new_tokens: int = 256,
-    chat_template: bool = True,
+    max_new_tokens: int | None = None,
+    chat_template: bool | None = None,
     progress: bool = True,
+    code_timeout: float = 10.0,
 ) -> dict[str, Any]:
-    """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``."""
+    """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
+
+    ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading)."""
     entry = registry.get("eval_task", task)
     options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          chat_template=chat_template, progress=progress)
+                          chat_template=chat_template, progress=progress, code_timeout=code_timeout)
+    start = time.perf_counter()
     run = entry.obj(model, tokenizer, options)
+    seconds = time.perf_counter() - start
     if not isinstance(run, dict) or "summary" not in run or "items" not in run:
         raise PluginError(f"eval task '{task}' (plugin {entry.plugin}) returned no summary/items")
     summary = dict(run["summary"])
     summary.setdefault("task", task)
+    summary.setdefault("seconds", round(seconds, 3))
     return {"task": task, "summary": summary, "items": list(run["items"])}
+
+
+def default_data(task: str) -> str | None:
+    """Where the task's data lies under a data folder such as ../shared/data (None: not known)."""
+    entry = registry.get("eval_task", task)
+    value = getattr(entry.obj, "default_data", None)
+    return value if isinstance(value, str) else None
 
 
 def write_result(result: dict[str, Any], path: str | os.PathLike) -> None:
@@ -52,14 +66,18 @@ def write_result(result: dict[str, Any], path: str | os.PathLike) -> None:
 
 
 def render_table(results: list[dict[str, Any]]) -> Table:
-    """One row per task: task, n, accuracy (%), correct."""
+    """One row per task: task, n, metric, accuracy (%), correct, acc_norm (%) where the task has it."""
     table = Table(title="bridge eval")
     table.add_column("task")
     table.add_column("n", justify="right")
+    table.add_column("metric")
     table.add_column("accuracy", justify="right")
     table.add_column("correct", justify="right")
+    table.add_column("acc_norm", justify="right")
     for result in results:
         s = result["summary"]
-        table.add_row(str(result.get("task", s.get("task", "?"))), str(s["n"]),
-                      f"{100 * s['accuracy']:.1f}%", str(s["correct"]))
+        norm = s.get("acc_norm")
+        table.add_row(str(result.get("task", s.get("task", "?"))), str(s["n"]), str(s.get("metric", "accuracy")),
+                      f"{100 * s['accuracy']:.1f}%", str(s["correct"]),
+                      f"{100 * norm:.1f}%" if isinstance(norm, (int, float)) else "")
     return table

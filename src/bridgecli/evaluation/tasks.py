@@ -21,13 +21,22 @@ class EvalOptions:
     limit: int | None = None  # evaluate only the first N items
     few_shot: int = 0  # worked examples prepended to every prompt
     few_shot_data: str | None = None  # where they come from (default: the data file, past the evaluated items)
-    batch_size: int = 8
-    max_new_tokens: int = 256
-    chat_template: bool = True  # use the tokenizer's chat template when it has one
+    batch_size: int = 8  # prompts per generation batch / (context, choice) inputs per forward
+    max_new_tokens: int | None = None  # generation length limit; None: the task's default
+    # True: render prompts with the tokenizer's chat template when it has one; False: plain text;
+    # None: the task's default (generation tasks use the template, log-likelihood tasks do not)
+    chat_template: bool | None = None
     progress: bool = True  # progress bar on stderr
+    code_timeout: float = 10.0  # seconds per program, for tasks that execute generated code
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def model_name(model: Any) -> str | None:
+    """What a result records as the model: its ``name_or_path`` (None for a bare object)."""
+    config = getattr(model, "config", None)
+    return getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None) or None
 
 
 class EvalRun(TypedDict):

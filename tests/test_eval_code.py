@@ -1,0 +1,189 @@
+"""bridge eval --task humaneval/mbpp: the sandbox, program assembly, loading, the tasks with fake generation."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bridgecli.errors import InputError, UsageError
+from bridgecli.evaluation import code_tasks
+from bridgecli.evaluation.code_tasks import extract_code, humaneval_program
+from bridgecli.evaluation.sandbox import Limits, isolation, run_program, run_programs
+from bridgecli.evaluation.tasks import EvalOptions
+
+FAST = Limits(timeout=3, memory_mb=512)
+
+
+# -- the sandbox ------------------------------------------------------------------------------
+
+def test_passing_and_failing_programs():
+    passed, failed, exited = run_programs(["def f(x):\n    return x + 1\nassert f(1) == 2\n",
+                                           "assert 1 == 2, 'nope'\n",
+                                           "import sys\nsys.exit(0)\n"], FAST)
+    assert passed.status == "passed" and passed.passed and passed.error == ""
+    assert failed.status == "failed" and failed.error == "AssertionError: nope" and not failed.passed
+    assert exited.status == "failed" and "SystemExit" in exited.error  # exiting early is not passing
+
+
+def test_infinite_loop_times_out():
+    outcome = run_program("while True:\n    pass\n", Limits(timeout=1.5))
+    assert outcome.status == "timeout" and not outcome.passed
+    assert outcome.seconds < 10
+
+
+def test_memory_bomb_is_stopped():
+    outcome = run_program("chunks = []\nwhile True:\n    chunks.append(' ' * 10**7)\n", FAST)
+    assert outcome.status in ("memory", "killed") and not outcome.passed
+    big = run_program("x = bytearray(10**10)\n", FAST)
+    assert big.status == "memory"
+
+
+def test_output_flood_is_cut():
+    outcome = run_program("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n", Limits(timeout=3, file_size_mb=1))
+    assert not outcome.passed and outcome.status in ("failed", "killed")
+
+
+def test_writes_outside_the_work_folder_are_refused(tmp_path):
+    target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
+    outcome = run_program(f"open({str(target)!r}, 'w').write('x')\n", FAST)
+    assert outcome.status == "failed" and "PermissionError" in outcome.error
+    assert not target.exists()
+    inside = run_program("open('scratch.txt', 'w').write('x')\nassert open('scratch.txt').read() == 'x'\n", FAST)
+    assert inside.passed
+    removal = run_program(f"import shutil\nshutil.rmtree({str(tmp_path)!r})\n", FAST)
+    assert removal.status == "failed" and tmp_path.exists()
+
+
+KILLER = textwrap.dedent('''
+    import os, signal, sys
+    from bridgecli.evaluation.sandbox import Limits, run_program
+    src = sys.argv[1].replace("PARENT", str(os.getpid()))
+    outcome = run_program(src, Limits(timeout=3))
+    print("SURVIVED", outcome.status)
+''')
+
+
+@pytest.mark.parametrize("attack", [
+    "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(PARENT, signal.SIGKILL)\n",
+    "import importlib, os\nimportlib.reload(os)\nos.kill(PARENT, 9)\n",
+    "import ctypes\nctypes.CDLL(None).kill(PARENT, 9)\nimport os\nos.killpg(0, 9)\n",
+])
+def test_program_cannot_kill_the_evaluator(attack):
+    # The evaluator runs in a throwaway process, so a containment failure cannot take pytest down.
+    if "ctypes" in attack and isolation() != "pid+net namespaces":
+        pytest.skip("without namespaces a program using ctypes can signal processes of the same user")
+    done = subprocess.run([sys.executable, "-c", KILLER, attack], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "SURVIVED" in done.stdout
+
+
+def test_no_network_with_namespaces():
+    if isolation() != "pid+net namespaces":
+        pytest.skip("network isolation needs unshare")
+    outcome = run_program("import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)\n", FAST)
+    assert outcome.status == "failed" and "unreachable" in outcome.error.lower()
+
+
+# -- program assembly -------------------------------------------------------------------------
+
+PROBLEM = code_tasks.Problem(
+    0, "HumanEval/0",
+    'from typing import List\n\n\ndef add(xs: List[int]) -> int:\n    """Sum of xs."""\n',
+    "add",
+    "def check(candidate):\n    assert candidate([1, 2]) == 3\n    assert candidate([]) == 0\n",
+)
+
+
+def test_extract_code():
+    assert extract_code("Here:\n```python\nx = 1\n```\nbye") == "x = 1\n"
+    assert extract_code("```\ny = 2\n```") == "y = 2\n"
+    assert extract_code("```text\nnot code\n```\n```py\nz = 3\n```") == "z = 3\n"
+    assert extract_code("```python\nunterminated = 1\n") == "unterminated = 1\n"
+    assert extract_code("plain") == "plain"
+
+
+@pytest.mark.parametrize("completion, chat, passes", [
+    ("    return sum(xs)\n", False, True),  # base-model continuation of the body
+    ("    return 0\n", False, False),
+    ("Sure:\n```python\ndef add(xs):\n    return sum(xs)\n```\n", True, True),  # whole function, prompt imports kept
+    ("```python\n    return sum(xs)\n```", True, True),  # body only
+    ("```python\ndef add(xs):\n    while True:\n        pass\n```", True, False),
+])
+def test_humaneval_program(completion, chat, passes):
+    program = humaneval_program(PROBLEM, completion, chat=chat)
+    assert program.endswith("check(add)\n")
+    assert run_program(program, FAST).passed is passes
+
+
+def _he_file(tmp_path: Path, rows) -> str:
+    path = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+HE_ROW = {"task_id": "HumanEval/0", "prompt": PROBLEM.prompt, "entry_point": "add",
+          "canonical_solution": "    return sum(xs)\n", "test": PROBLEM.test}
+
+
+def test_load_humaneval_errors(tmp_path):
+    assert code_tasks.load_humaneval(_he_file(tmp_path, [HE_ROW]))[0] == PROBLEM
+    with pytest.raises(InputError) as info:
+        code_tasks.load_humaneval(_he_file(tmp_path, [HE_ROW, {**HE_ROW, "test": None}]))
+    assert "line 2" in str(info.value) and "field 'test'" in str(info.value)
+    with pytest.raises(InputError, match="entry_point"):
+        code_tasks.load_humaneval(_he_file(tmp_path, [{**HE_ROW, "entry_point": "not a name"}]))
+
+
+class _Tok:
+    chat_template = None
+
+
+def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
+    rows = [HE_ROW, {**HE_ROW, "task_id": "HumanEval/1"}, {**HE_ROW, "task_id": "HumanEval/2"}]
+    seen = {}
+
+    def fake_generate(model, tokenizer, prompts, **kwargs):
+        seen.update(kwargs, prompts=prompts)
+        return ["    return sum(xs)\n", "    return 1\n", "    while True:\n        pass\n"]
+
+    monkeypatch.setattr("bridgecli.evaluation.generate.generate", fake_generate)
+    run = code_tasks.humaneval_task(object(), _Tok(), EvalOptions(data=_he_file(tmp_path, rows), progress=False,
+                                                                  code_timeout=1.5))
+    s = run["summary"]
+    assert [i["status"] for i in run["items"]] == ["passed", "failed", "timeout"]
+    assert s["pass@1"] == s["accuracy"] == pytest.approx(1 / 3) and s["correct"] == 1 and s["n"] == 3
+    assert s["statuses"] == {"passed": 1, "failed": 1, "timeout": 1}
+    assert seen["stop"] == code_tasks.HUMANEVAL_STOP and seen["prompts"][0] == PROBLEM.prompt
+    assert s["settings"]["sandbox"]["timeout_s"] == 1.5
+    json.dumps(run)
+    with pytest.raises(UsageError, match="zero-shot"):
+        code_tasks.humaneval_task(object(), _Tok(), EvalOptions(data=_he_file(tmp_path, rows), few_shot=1))
+
+
+def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):
+    rows = [{"task_id": k, "text": f"Write a function f returning {k}.", "code": f"def f():\r\n    return {k}",
+             "test_list": [f"assert f() == {k}"], "test_setup_code": "", "challenge_test_list": []}
+            for k in range(1, 4)]
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    monkeypatch.setattr("bridgecli.evaluation.generate.generate",
+                        lambda m, t, prompts, **kw: ["def f():\n    return 1\n", "```python\ndef f():\n    return 2\n```",
+                                                     "def f():\n    return 0\n"][:len(prompts)])
+    run = code_tasks.mbpp_task(object(), _Tok(), EvalOptions(data=str(path), progress=False))
+    assert [i["correct"] for i in run["items"]] == [True, True, False]
+    assert run["summary"]["settings"]["split"] == "every record"  # not the full 974-record file
+    prompt = code_tasks.mbpp_prompt(code_tasks.load_mbpp(path)[1], code_tasks.load_mbpp(path)[:1], chat=False)
+    assert prompt.startswith("You are an expert Python programmer, and here is your task: Write a function f returning 1.")
+    assert "[BEGIN]\ndef f():\n    return 1\n[DONE]\n" in prompt and prompt.endswith("assert f() == 2\n[BEGIN]\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**rows[0], "test_list": []}) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 1.*test_list"):
+        code_tasks.load_mbpp(bad)

@@ -1,0 +1,323 @@
+"""bridge eval, multiple choice: loaders (ARC, HellaSwag, MMLU), log-likelihood scoring, acc/acc_norm,
+--compare's Table 1 and the CLI. A tiny random Llama with the real tokenizer does the scoring."""
+
+from __future__ import annotations
+
+import bz2
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bridgecli.cli.app import app
+from bridgecli.errors import InputError, UsageError
+from bridgecli.evaluation import compare as cmp
+from bridgecli.evaluation import multiple_choice as mc
+from bridgecli.evaluation.loglik import encode_pair, loglikelihood
+from bridgecli.evaluation.tasks import EvalOptions
+
+from conftest import tiny_llama_config, tiny_model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from two OpenMP threads, which spin against other processes on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+# -- loaders ----------------------------------------------------------------------------------
+
+ARC_ROWS = [
+    {"id": "q1", "question": {"stem": "Which is a planet?", "choices": [
+        {"text": "Mars", "label": "A"}, {"text": "Moon", "label": "B"}, {"text": "Sun", "label": "C"}]},
+     "answerKey": "A"},
+    {"id": "q2", "question": {"stem": "2+2?", "choices": [
+        {"text": "3", "label": "1"}, {"text": "4", "label": "2"}, {"text": "5", "label": "3"}, {"text": "6", "label": "4"}]},
+     "answerKey": "2"},
+    {"id": "q3", "question": {"stem": "Water is", "choices": [
+        {"text": "wet", "label": "A"}, {"text": "dry", "label": "B"}]}, "answerKey": "A"},
+]
+
+
+def _jsonl(path: Path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_load_arc(tmp_path):
+    items = mc.load_arc(_jsonl(tmp_path / "arc.jsonl", ARC_ROWS))
+    assert [i.gold for i in items] == [0, 1, 0]
+    assert items[0].query == "Question: Which is a planet?\nAnswer:"
+    assert items[0].choices == [" Mars", " Moon", " Sun"] and items[1].id == "q2"
+
+
+@pytest.mark.parametrize("row, field", [
+    ({"id": "x", "answerKey": "A"}, "question"),
+    ({"id": "x", "question": {"choices": []}, "answerKey": "A"}, "question.stem"),
+    ({"id": "x", "question": {"stem": "s", "choices": [{"text": "a", "label": "A"}, {"text": 1, "label": "B"}]},
+      "answerKey": "A"}, "question.choices[1]"),
+    ({**ARC_ROWS[0], "answerKey": "E"}, "answerKey"),
+])
+def test_load_arc_errors(tmp_path, row, field):
+    with pytest.raises(InputError) as info:
+        mc.load_arc(_jsonl(tmp_path / "arc.jsonl", [ARC_ROWS[0], row]))
+    assert info.value.record == "line 2" and info.value.field == field and "arc.jsonl" in str(info.value)
+
+
+HS_LINES = [
+    "Roof shingle removal: A man is sitting on a roof. he", "3",
+    "is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik's cube.",
+    "starts pulling up roofing on a roof.",
+    "Family Life: How to  play. Visit [www.example.org] to find games.", "0",
+    "Pick one.", "Pick two.", "Pick three.", "Pick four.",
+]
+
+
+def test_load_hellaswag_bz2_and_errors(tmp_path):
+    path = tmp_path / "hs.txt.bz2"
+    path.write_bytes(bz2.compress(("\n".join(HS_LINES) + "\n").encode()))
+    items = mc.load_hellaswag(path)
+    assert len(items) == 2 and [i.gold for i in items] == [3, 0]
+    assert items[0].query == "Roof shingle removal: A man is sitting on a roof. he"
+    assert items[0].choices[3] == " starts pulling up roofing on a roof."
+    assert items[1].query == "Family Life: How to play. Visit to find games."  # lm-eval preprocessing
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(HS_LINES[:9]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="short.txt, line 7: 9 lines is not a multiple of 6"):
+        mc.load_hellaswag(short)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("\n".join(HS_LINES[:7] + ["7"] + HS_LINES[8:]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="bad.txt, line 8, field 'label'"):
+        mc.load_hellaswag(bad)
+
+
+MMLU_HEADER = "question,choice0,choice1,choice2,choice3,answer\n"
+
+
+def _mmlu(root: Path) -> Path:
+    (root / "test").mkdir(parents=True)
+    (root / "dev").mkdir()
+    (root / "test" / "anatomy_test.csv").write_text(
+        MMLU_HEADER + 'Bones?,206,100,"3,000",1,0\nHeart chambers?,2,3,4,5,2\nThird?,a,b,c,d,3\n', encoding="utf-8")
+    (root / "test" / "astronomy_test.csv").write_text("Sun is a?,star,planet,moon,comet,A\nEarth is?,flat,round,cube,x,B\n",
+                                                      encoding="utf-8")  # original layout: no header, letters
+    (root / "dev" / "anatomy_dev.csv").write_text(MMLU_HEADER + "Dev q?,w,x,y,z,1\nDev q2?,w,x,y,z,0\n", encoding="utf-8")
+    (root / "dev" / "astronomy_dev.csv").write_text("Dev a?,w,x,y,z,D\n", encoding="utf-8")
+    return root
+
+
+def test_load_mmlu(tmp_path):
+    root = _mmlu(tmp_path / "mmlu")
+    tests, devs = mc.mmlu_files(root)
+    assert list(tests) == ["anatomy", "astronomy"] and list(devs) == ["anatomy", "astronomy"]
+    items = mc.load_mmlu_csv(tests["anatomy"])
+    assert [i.gold for i in items] == [0, 2, 3] and items[0].subject == "anatomy"
+    assert items[0].query == "Bones?\nA. 206\nB. 100\nC. 3,000\nD. 1\nAnswer:"
+    assert items[0].choices == [" A", " B", " C", " D"]
+    assert [i.gold for i in mc.load_mmlu_csv(tests["astronomy"])] == [0, 1]
+    assert mc.mmlu_files(tests["anatomy"]) == ({"anatomy": tests["anatomy"]}, devs)  # one subject's file
+    assert mc.mmlu_description("high_school_biology").startswith(
+        "The following are multiple choice questions (with answers) about high school biology.\n\n")
+    bad = tmp_path / "x_test.csv"
+    bad.write_text(MMLU_HEADER + "q,a,b,c,d,0\nq,a,b,c,d,E\n", encoding="utf-8")
+    with pytest.raises(InputError, match="x_test.csv, line 3, field 'answer'"):
+        mc.load_mmlu_csv(bad)
+    bad.write_text("q,a,b,0\n", encoding="utf-8")
+    with pytest.raises(InputError, match="line 1: expected 6 columns"):
+        mc.load_mmlu_csv(bad)
+
+
+# -- log-likelihood ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    return tiny_model(tiny_llama_config(len(tokenizer), layers=2, hidden=32), seed=1), tokenizer
+
+
+def _direct(model, tokenizer, context, continuation):
+    """Reference: one unpadded forward of context + continuation, log-softmax, sum."""
+    ctx, cont = encode_pair(tokenizer, context, continuation)
+    ids = torch.tensor([ctx + cont])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0].double(), -1)
+    return sum(float(logp[len(ctx) - 1 + k, t]) for k, t in enumerate(cont))
+
+
+REQUESTS = [("Question: Which is a planet?\nAnswer:", " Mars"), ("Question: Which is a planet?\nAnswer:", " Moon"),
+            ("Bones?\nA. 1\nB. 2\nAnswer:", " A"), ("Bones?\nA. 1\nB. 2\nAnswer:", " B"),
+            ("short", " a much longer continuation of several tokens"), ("trailing space ", "x")]
+
+
+def test_loglikelihood_matches_direct_computation(tiny):
+    model, tok = tiny
+    got = loglikelihood(model, tok, REQUESTS, batch_size=3, progress=False)
+    for (context, continuation), ll in zip(REQUESTS, got):
+        assert ll.logprob == pytest.approx(_direct(model, tok, context, continuation), abs=1e-4)
+    assert [g.n_tokens for g in got][:4] == [1, 1, 1, 1]
+    one_by_one = [loglikelihood(model, tok, [r], batch_size=1, progress=False)[0] for r in REQUESTS]
+    assert [g.logprob for g in got] == pytest.approx([g.logprob for g in one_by_one], abs=1e-4)
+
+
+def test_shared_inputs_take_one_forward(tiny):
+    model, tok = tiny
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        loglikelihood(model, tok, [("Bones?\nAnswer:", f" {c}") for c in "ABCD"], batch_size=8, progress=False)
+    finally:
+        handle.remove()
+    assert len(calls) == 1
+
+
+def test_encode_pair_moves_trailing_space():
+    class Tok:
+        eos_token_id = None
+        bos_token_id = 0
+        eos_token = None
+
+        def __call__(self, text):
+            return {"input_ids": [ord(c) for c in text]}
+
+    assert encode_pair(Tok(), "ab ", "c") == ([97, 98], [32, 99])
+    assert encode_pair(Tok(), "", "c") == ([0], [99])  # empty context: BOS
+    with pytest.raises(UsageError):
+        encode_pair(Tok(), "ab", "")
+
+
+# -- the tasks --------------------------------------------------------------------------------
+
+def test_acc_and_acc_norm_with_fixed_scores(tmp_path, monkeypatch):
+    from bridgecli.evaluation.loglik import LogLik
+
+    # item 1: " Sun" has the best total (wrong), " Mars" the best per character (-2.0/5 > -1.9/4; right)
+    scores = {" Mars": -2.0, " Moon": -2.3, " Sun": -1.9, " 3": -5.0, " 4": -1.0, " 5": -6.0, " 6": -6.0,
+              " wet": -8.0, " dry": -9.0}
+
+    def fake(model, tok, requests, **kw):
+        return [LogLik(scores[cont], False, 1) for _, cont in requests]
+
+    monkeypatch.setattr("bridgecli.evaluation.loglik.loglikelihood", fake)
+    run = mc.arc_challenge_task(object(), object(), EvalOptions(data=_jsonl(tmp_path / "a.jsonl", ARC_ROWS),
+                                                                progress=False))
+    s, items = run["summary"], run["items"]
+    assert [i["pred"] for i in items] == [2, 1, 0] and [i["pred_norm"] for i in items] == [0, 1, 0]
+    assert s["acc"] == s["accuracy"] == pytest.approx(2 / 3) and s["acc_norm"] == 1.0
+    assert s["metric"] == "acc" and s["correct"] == 2 and s["correct_norm"] == 3
+    assert s["settings"]["chat_template_used"] is False
+    assert items[0]["loglik"] == [-2.0, -2.3, -1.9]
+
+
+def test_few_shot_contexts(tmp_path, monkeypatch):
+    seen = []
+
+    def fake(model, tok, requests, **kw):
+        from bridgecli.evaluation.loglik import LogLik
+
+        seen.extend(requests)
+        return [LogLik(-1.0, False, 1) for _ in requests]
+
+    monkeypatch.setattr("bridgecli.evaluation.loglik.loglikelihood", fake)
+    mc.arc_easy_task(object(), object(), EvalOptions(data=_jsonl(tmp_path / "a.jsonl", ARC_ROWS), limit=1,
+                                                     few_shot=1, progress=False))
+    assert seen[0] == ("Question: 2+2?\nAnswer: 4\n\nQuestion: Which is a planet?\nAnswer:", " Mars")
+    with pytest.raises(UsageError, match="--few-shot 3"):
+        mc.arc_easy_task(object(), object(), EvalOptions(data=str(tmp_path / "a.jsonl"), limit=1, few_shot=3))
+
+    seen.clear()
+    root = _mmlu(tmp_path / "mmlu")
+    run = mc.mmlu_task(object(), object(), EvalOptions(data=str(root), limit=1, few_shot=1, progress=False))
+    assert len(run["items"]) == 2  # --limit is per subject
+    context = seen[0][0]
+    assert context.startswith("The following are multiple choice questions (with answers) about anatomy.\n\n"
+                              "Dev q?\nA. w\nB. x\nC. y\nD. z\nAnswer: B\n\nBones?")
+    assert set(run["summary"]["subjects"]) == {"anatomy", "astronomy"}
+    assert run["summary"]["settings"]["limit_applies_to"] == "each subject"
+    with pytest.raises(UsageError, match="astronomy_dev.csv has 1 rows"):
+        mc.mmlu_task(object(), object(), EvalOptions(data=str(root), limit=1, few_shot=2, progress=False))
+
+
+def test_tasks_run_on_a_tiny_model(tiny, tmp_path):
+    model, tok = tiny
+    run = mc.arc_challenge_task(model, tok, EvalOptions(data=_jsonl(tmp_path / "a.jsonl", ARC_ROWS), batch_size=4,
+                                                        progress=False))
+    item = run["items"][0]
+    direct = [_direct(model, tok, item["query"], c) for c in item["choices"]]
+    assert item["loglik"] == pytest.approx(direct, abs=1e-4)
+    run = mc.mmlu_task(model, tok, EvalOptions(data=str(_mmlu(tmp_path / "mmlu")), progress=False))
+    assert run["summary"]["n"] == 5 and 0 <= run["summary"]["acc_macro"] <= 1
+    json.dumps(run)
+
+
+# -- --compare --------------------------------------------------------------------------------
+
+def _result(folder: Path, task: str, accuracy: float, **extra) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {"task": task, "n": 10, "accuracy": accuracy, "correct": int(accuracy * 10), **extra}
+    (folder / f"eval-{task}.json").write_text(json.dumps({"task": task, "summary": summary, "items": []}))
+
+
+def test_compare_matches_the_papers_overall(tmp_path):
+    # Table 1, Llama-3.2-3B Pretrained: 43.17 54.20 56.64 28.05 | 45.52 | MATH 0.62 | 23.07
+    pre = tmp_path / "pretrained"
+    for task, value in (("arc_challenge", .4317), ("hellaswag", .5420), ("mmlu", .5664), ("humaneval", .2805),
+                        ("math", .0062)):
+        _result(pre, task, value)
+    other = tmp_path / "other"
+    _result(other, "arc_challenge", .5, acc_norm=.6)
+    _result(other, "math", .2)
+    result = cmp.compare([cmp.load_run(pre), cmp.load_run(other)], target="math")
+    assert result.general == ["arc_challenge", "hellaswag", "mmlu", "humaneval"] and result.target == "math"
+    row = result.rows[0]
+    assert round(row["general_avg"], 2) == 45.52 and round(row["overall"], 2) == 23.07
+    assert result.rows[1]["general_avg"] is None and result.rows[1]["overall"] is None  # columns missing
+    normed = cmp.compare([cmp.load_run(other)], general=["arc_challenge"], metric="acc_norm")
+    assert normed.target == "math" and normed.rows[0]["arc_challenge"] == pytest.approx(60.0)
+    assert normed.rows[0]["overall"] == pytest.approx(40.0)
+    with pytest.raises(UsageError, match="target task 'gsm8k'"):
+        cmp.compare([cmp.load_run(pre)], target="gsm8k")
+    with pytest.raises(InputError, match="no eval-\\*.json"):
+        cmp.load_run(tmp_path)
+    (tmp_path / "broken.json").write_text("{}")
+    with pytest.raises(InputError, match="broken.json: not a bridge eval result"):
+        cmp.load_run(tmp_path / "broken.json")
+
+    out = CliRunner().invoke(app, ["eval", "--compare", str(pre), str(other), "--target", "math"])
+    assert out.exit_code == 0, out.output
+    assert "45.52" in out.stdout and "23.07" in out.stdout and "pretrained" in out.stdout and "Overall" in out.stdout
+
+
+# -- the CLI ----------------------------------------------------------------------------------
+
+def test_cli_several_tasks_one_load(tiny_model_dir, tmp_path):
+    data = tmp_path / "data"
+    (data / "arc").mkdir(parents=True)
+    _jsonl(data / "arc" / "ARC-Challenge-Test.jsonl", ARC_ROWS)
+    _mmlu(data / "mmlu")
+    out_dir = tmp_path / "results"
+    result = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "arc_challenge,mmlu", "--data-dir",
+                                      str(data), "--limit", "2", "-o", str(out_dir), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    arc = json.loads((out_dir / "eval-arc_challenge.json").read_text())
+    mmlu = json.loads((out_dir / "eval-mmlu.json").read_text())
+    assert arc["summary"]["n"] == 2 and mmlu["summary"]["n"] == 4 and arc["model"] == str(tiny_model_dir)
+    assert "acc_norm" in arc["summary"] and arc["summary"]["seconds"] > 0
+    assert "arc_challenge" in result.stdout and "mmlu" in result.stdout
+
+    # the README's form: one task, a bare --data file, the result lands in the model folder
+    single = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "arc_easy", "--data",
+                                      str(data / "arc" / "ARC-Challenge-Test.jsonl"), "--limit", "1"])
+    assert single.exit_code == 0, single.output
+    assert json.loads((tiny_model_dir / "eval-arc_easy.json").read_text())["summary"]["n"] == 1
+    table = CliRunner().invoke(app, ["eval", "--compare", str(tiny_model_dir), str(out_dir), "--general", "arc_easy"])
+    assert table.exit_code == 0 and tiny_model_dir.name in table.stdout, table.output
+
+    bad = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "arc_challenge,mmlu", "--data", "x.jsonl"])
+    assert bad.exit_code == UsageError.exit_code and "TASK=PATH" in bad.output
+    bad = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "nope", "--data", "x"])
+    assert bad.exit_code == 6 and "no eval task named 'nope'" in bad.output
+    bad = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "math"])
+    assert bad.exit_code == UsageError.exit_code and "--data-dir" in bad.output
