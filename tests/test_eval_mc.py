@@ -18,7 +18,7 @@ from bridgecli.evaluation import multiple_choice as mc
 from bridgecli.evaluation.loglik import encode_pair, loglikelihood
 from bridgecli.evaluation.tasks import EvalOptions
 
-from conftest import tiny_llama_config, tiny_model
+from tiny import tiny_llama_config, tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -18,7 +18,7 @@ from bridgecli.errors import UsageError
 from bridgecli.steps.train import TrainOptions, run_train
 from bridgecli.training.config import SFTConfig, lora_settings
 
-from conftest import tiny_llama_config, tiny_model
+from tiny import tiny_llama_config, tiny_model
 
 IGNORE = -100
 ENV = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}

@@ -10,7 +10,7 @@ import torch
 from bridgecli.training.rows import IGNORE, Row
 from bridgecli.training.sft import accumulate
 
-from conftest import tiny_llama_config, tiny_model
+from tiny import tiny_llama_config, tiny_model
 
 trl = pytest.importorskip("trl")
 
