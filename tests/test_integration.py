@@ -79,4 +79,5 @@ def test_jvp_matches_exact_on_the_real_checkpoint(run_dir):
     assert np.max(np.abs(a - ref)) <= 1e-3 * np.max(np.abs(ref))
     ranks = lambda x: np.argsort(np.argsort(x))
     assert np.corrcoef(ranks(a), ranks(ref))[0, 1] >= 0.999
-    np.testing.assert_array_equal(fast.A.numpy(), exact.A.numpy())
+    # A is stored in float16: the two passes may round a value to neighbouring halves.
+    np.testing.assert_allclose(fast.A.numpy(), exact.A.numpy(), rtol=2e-3, atol=1e-7)
