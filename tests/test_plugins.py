@@ -28,6 +28,9 @@ BUILTINS = {
                                      {"sentence", "math", "step", "list", "code"}),
     "bridgecli.builtin.scorers": ("register_scorers", "scorer", {"bridge", "exact"}),
     "bridgecli.builtin.selectors": ("register_selectors", "selector", {"bridge", "one-pass", "independent"}),
+    "bridgecli.builtin.baselines": ("register_selectors", "selector",
+                                    {"random", "rho1", "tokencleaning", "sstoken", "llmlingua1", "llmlingua2",
+                                     "llm+tc", "tokenseek-approx"}),
     "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task",
                                      {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu"}),
 }

@@ -22,6 +22,7 @@ DEFAULT_PLUGINS = (
     "bridgecli.builtin.segmenters",
     "bridgecli.builtin.scorers",
     "bridgecli.builtin.selectors",
+    "bridgecli.builtin.baselines",
     "bridgecli.builtin.eval_tasks",
 )
 

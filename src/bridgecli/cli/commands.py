@@ -6,6 +6,7 @@ from .eval import eval
 from .inspect import inspect
 from .merge import merge
 from .plugins import plugins
+from .reference import reference
 from .score import score
 from .select import select
 from .train import train
@@ -15,6 +16,7 @@ COMMANDS = [
     ("warmup", warmup),
     ("score", score),
     ("merge", merge),
+    ("reference", reference),
     ("select", select),
     ("close", close),
     ("compact", compact),

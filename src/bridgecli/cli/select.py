@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,10 +11,21 @@ from .options import InputArg, StreamOut
 def select(
     input: InputArg = "-",
     output: StreamOut = "-",
-    method: Annotated[str, typer.Option(help="Selector: bridge, one-pass, independent, or a plugin's.")] = "bridge",
+    method: Annotated[str, typer.Option(help=(
+        "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
+        "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/methods.md) or a plugin's."))] = "bridge",
     rho_p: Annotated[float, typer.Option("--rho-p", help="Prompt retention ratio: b_p = ceil(rho_p * eligible).")] = 0.75,
     rho_r: Annotated[float, typer.Option("--rho-r", help="Response retention ratio: b_r = ceil(rho_r * eligible).")] = 0.75,
     rounds: Annotated[int, typer.Option("--rounds", "-T", help="Alternating rounds T.")] = 4,
+    option: Annotated[Optional[list[str]], typer.Option(
+        "--option", help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.")] = None,
 ):
     """Budgeted coupled selection of prompt context and response supervision."""
-    run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds))
+    options = {}
+    for item in option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--option")
+        options[key.strip()] = value
+    run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds,
+                             options=options))

@@ -96,6 +96,10 @@ class Selection(msgspec.Struct):
     response_keep: list[int]
     response_scores: Array
     u_sur: list[float] = []
+    #: achieved retention |prompt_keep| / m and |response_keep| / n (None: no eligible tokens on that side,
+    #: or a stream written before format 1.1)
+    achieved_rho_p: float | None = None
+    achieved_rho_r: float | None = None
 
 
 class Closure(msgspec.Struct):
@@ -110,6 +114,29 @@ class Closure(msgspec.Struct):
     supervise: list[int]
 
 
+class Reference(msgspec.Struct):
+    """Per-token quantities of one model over the eligible positions, added by ``bridge reference``
+    (format 1.1). ``prompt_*`` arrays follow the eligible prompt positions ``[m]``, ``response_*``
+    the eligible response positions ``[n]``; all float32; absent parts are None.
+
+    - ``*_loss``: -log p(x_t | x_<t), the next-token cross-entropy of token t under the model
+    - ``response_attention``: last-layer, head-averaged attention from response token j's own query row
+      onto every position before the first response token (ssToken's Attn)
+    - ``*_received``: last-layer, head-averaged attention received by token t, summed over all query rows
+    - ``*_grad``: ||dL/de_t||, L the example's mean SFT loss (response tokens and EOS), e_t the input embedding
+    """
+
+    model: str
+    fingerprint: str = ""
+    prompt_loss: Array | None = None
+    response_loss: Array | None = None
+    response_attention: Array | None = None
+    prompt_received: Array | None = None
+    response_received: Array | None = None
+    prompt_grad: Array | None = None
+    response_grad: Array | None = None
+
+
 class Example(msgspec.Struct, tag="example"):
     """One example; every step adds its part and passes the rest through unchanged."""
 
@@ -120,6 +147,8 @@ class Example(msgspec.Struct, tag="example"):
     scores: Scores | None = None
     selection: Selection | None = None
     closure: Closure | None = None
+    #: per-token losses (and more) of named models, from ``bridge reference`` (format 1.1)
+    references: dict[str, Reference] = {}
 
     def stage(self) -> str:
         if self.closure is not None:

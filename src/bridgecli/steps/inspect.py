@@ -16,6 +16,7 @@ def summarize(path: str | None) -> dict:
         budget_p = budget_r = 0
         gains, unit_sizes, chosen_units = [], [], 0
         a_sum, a_pos, a_count = 0.0, 0, 0
+        methods, references = set(), {}
         for ex in reader:
             n += 1
             tokens += len(ex.tokens.input_ids)
@@ -27,7 +28,10 @@ def summarize(path: str | None) -> dict:
                 a_sum += float(a.sum())
                 a_pos += int((a > 0).sum())
                 a_count += a.size
+            for ref_name in ex.references:
+                references[ref_name] = references.get(ref_name, 0) + 1
             if ex.selection is not None:
+                methods.add(ex.selection.method)
                 kept_p += len(ex.selection.prompt_keep)
                 kept_r += len(ex.selection.response_keep)
                 budget_p += ex.selection.b_p
@@ -61,8 +65,13 @@ def summarize(path: str | None) -> dict:
             "prompt_kept": kept_p, "response_kept": kept_r,
             "achieved_rho_p": kept_p / prompt if prompt else None,
             "achieved_rho_r": kept_r / resp if resp else None,
+            "method": ", ".join(sorted(methods)), "budget_p": budget_p, "budget_r": budget_r,
+            "retained": kept_p + kept_r,
+            "retained_fraction": (kept_p + kept_r) / (prompt + resp) if prompt + resp else None,
             "mean_u_sur_gain": float(np.mean(gains)) if gains else None,
         }
+    if references:
+        out["references"] = references  # name -> examples carrying it (bridge reference)
     if unit_sizes:
         out["closure"] = {
             "supervised": closure_sup, "supervised_fraction": closure_sup / resp if resp else None,

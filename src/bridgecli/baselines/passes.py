@@ -1,0 +1,47 @@
+"""Two passes over one input stream, for selectors whose budgets depend on the whole stream."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from typing import Iterator
+
+from ..format.reader import open_reader
+from ..io import is_stdio
+from ..progress import note
+from ..steps.common import require_stage
+
+
+@contextlib.contextmanager
+def rereadable(inp: str | None) -> Iterator[str | None]:
+    """``inp`` itself when it is a file; for stdin, a temporary copy (removed afterwards) so that the
+    stream can be read twice."""
+    if not is_stdio(inp):
+        yield inp
+        return
+    if sys.stdin.isatty():
+        yield inp  # open_reader reports the missing input
+        return
+    fd, path = tempfile.mkstemp(prefix="bridge-select-", suffix=".bridge")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            shutil.copyfileobj(sys.stdin.buffer, fh, 1 << 20)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def first_pass(prepare, inp: str | None, rho_p: float, rho_r: float, options: dict) -> dict:
+    """Run a selector's ``prepare`` over the stream (it stores per-example budgets in ``options``);
+    returns its summary for the step parameters."""
+    with open_reader(inp) as reader:
+        require_stage(reader.header, "scores", reader.name, "run `bridge score` first")
+        summary = prepare(iter(reader), rho_p, rho_r, options) or {}
+    if summary.get("unmatched_by"):
+        note(f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
+             f"tokens: the selected side gets none (see docs/methods.md, budget matching)")
+    return summary

@@ -1,0 +1,191 @@
+"""A compared method as a ``bridge select`` selector: per-token scores, declared budgets, top-b.
+
+A selector registered through ``register_selectors`` is called as ``fn(example, b_p, b_r, options)``.
+:class:`Baseline` objects are such callables and also expose what ``bridge select`` uses when present:
+
+- ``budgets(example, rho_p, rho_r, options) -> (b_p, b_r)``: the per-example budgets the method
+  declares (default: b = ceil(rho * eligible) per side). The step checks the result against them.
+- ``prepare(examples, rho_p, rho_r, options) -> dict``: a first pass over the stream, for budgets that
+  depend on the whole stream (the total-token matching rule, global or batch ranking). It stores the
+  per-example budgets in ``options`` and returns a summary for the header's step parameters.
+  ``None`` when the method needs no first pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from ..core.budgets import budget
+from ..core.select import SelectionResult
+from ..core.topk import top_b
+from ..errors import FormatError, UsageError
+from ..format.records import Example
+from .budgets import MATCH_RULES, matched_budgets, rank_across
+
+#: keys ``bridge select`` itself puts into ``options`` (not the user's)
+STEP_KEYS = ("rounds",)
+PLAN_KEY = "_budgets"
+
+Score = Callable[[Example, dict], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Opt:
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+
+
+def _convert(name: str, raw: Any, spec: Opt) -> Any:
+    kind = type(spec.default)
+    try:
+        if kind is bool and isinstance(raw, str):
+            low = raw.strip().lower()
+            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            value = low in ("1", "true", "yes", "on")
+        else:
+            value = kind(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"--option {name}={raw}: expected a {kind.__name__}") from None
+    if spec.choices is not None and value not in spec.choices:
+        raise UsageError(f"--option {name}={raw}: choose one of {', '.join(spec.choices)}")
+    return value
+
+
+@dataclass
+class Baseline:
+    """One compared method. ``prompt_score``/``response_score`` give the per-token scores of the side(s)
+    the method selects (None: that side is kept whole); the top-b tokens by score are kept (ties: the
+    earlier position). ``joint`` methods rank both sides together under the total b_p + b_r."""
+
+    name: str
+    scope: str  # "both", "prompt" or "response"
+    prompt_score: Score | None = None
+    response_score: Score | None = None
+    options: dict[str, Opt] = field(default_factory=dict)
+    rankings: tuple[str, ...] = ("sample",)
+    joint: Callable[[Example, dict], tuple[np.ndarray, np.ndarray]] | None = None
+    validate: Callable[[dict], None] | None = None
+
+    def __post_init__(self):
+        spec = dict(self.options)
+        if self.scope != "both":
+            spec.setdefault("match", Opt("tokens", "budget matching rule for the side kept whole", MATCH_RULES))
+        if len(self.rankings) > 1:
+            spec.setdefault("ranking", Opt(self.rankings[0], "rank response tokens per sample, over the whole "
+                                           "stream, or per batch of consecutive examples", self.rankings))
+            if "batch" in self.rankings:
+                spec.setdefault("batch", Opt(64, "examples per batch for ranking=batch"))
+        self.options = spec
+        self.__name__ = f"select_{self.name.replace('-', '_').replace('+', '_')}"
+
+    # -- options -------------------------------------------------------------------------------
+    def parse(self, options: dict) -> dict:
+        out = {k: spec.default for k, spec in self.options.items()}
+        for key, raw in (options or {}).items():
+            if key in STEP_KEYS or key.startswith("_"):
+                continue
+            if key not in self.options:
+                known = ", ".join(sorted(self.options)) or "none"
+                raise UsageError(f"selector '{self.name}' has no option '{key}' (its options: {known})")
+            out[key] = _convert(key, raw, self.options[key])
+        if out.get("ranking") == "batch" and out["batch"] < 1:
+            raise UsageError(f"--option batch must be >= 1, got {out['batch']}")
+        if self.validate is not None:
+            self.validate(out)
+        return out
+
+    # -- budgets -------------------------------------------------------------------------------
+    def _needs_plan(self, o: dict) -> bool:
+        return (self.scope != "both" and o.get("match") == "tokens") or o.get("ranking", "sample") != "sample"
+
+    @property
+    def prepare(self):
+        # only methods whose budgets can depend on the whole stream get a first pass
+        if self.scope == "both" and len(self.rankings) == 1:
+            return None
+        return self._prepare
+
+    def _prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, options: dict) -> dict:
+        o = self.parse(options)
+        if not self._needs_plan(o):
+            return {}
+        indices, sizes, scores = [], [], []
+        seen = set()
+        for ex in examples:
+            if ex.index in seen:
+                raise FormatError(f"two examples with index {ex.index} in one stream", record=ex.index,
+                                  hint="select each input file's stream on its own")
+            seen.add(ex.index)
+            indices.append(ex.index)
+            sizes.append((len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())))
+            if o.get("ranking", "sample") != "sample":
+                scores.append(self._response_scores(ex, o))
+        plan = matched_budgets(sizes, rho_p, rho_r, self.scope, o.get("match", "tokens"))
+        budgets = plan.budgets
+        summary = dict(plan.summary)
+        ranking = o.get("ranking", "sample")
+        if ranking != "sample":
+            group = o["batch"] if ranking == "batch" else None
+            counts = rank_across(scores, [b for _, b in budgets], group)
+            budgets = [(bp, c) for (bp, _), c in zip(budgets, counts)]
+            summary["ranking"] = ranking
+            if group is not None:
+                summary["batch"] = group
+        options[PLAN_KEY] = dict(zip(indices, budgets))
+        return summary
+
+    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict) -> tuple[int, int]:
+        o = self.parse(options)
+        plan = options.get(PLAN_KEY)
+        if plan:
+            if example.index not in plan:
+                raise FormatError("this example was not in the stream's first pass", record=example.index)
+            return plan[example.index]
+        m, n = len(example.tokens.prompt_positions()), len(example.tokens.response_positions())
+        if self.joint is not None and o.get("joint", True):
+            p, r = self._joint_pick(example, o, budget(rho_p, m) + budget(rho_r, n))
+            return len(p), len(r)
+        if self.scope != "both":
+            # without a first pass (a direct call): the total-token rule over this one example
+            return matched_budgets([(m, n)], rho_p, rho_r, self.scope, o.get("match", "tokens")).budgets[0]
+        return budget(rho_p, m), budget(rho_r, n)
+
+    # -- selection -----------------------------------------------------------------------------
+    def _response_scores(self, example: Example, o: dict) -> np.ndarray:
+        """Response scores rounded to float32 (as stored in the stream), so that the first pass of a
+        cross-example ranking and the per-example selection rank exactly the same values."""
+        n = len(example.tokens.response_positions())
+        if self.response_score is None:
+            return np.ones(n)
+        return np.asarray(self.response_score(example, o), dtype=np.float32).astype(np.float64)
+
+    def _joint_pick(self, example: Example, o: dict, total: int, scores=None) -> tuple[np.ndarray, np.ndarray]:
+        p_scores, r_scores = scores if scores is not None else self.joint(example, o)
+        m = len(p_scores)
+        picked = top_b(np.concatenate([p_scores, r_scores]), total)
+        return picked[picked < m], picked[picked >= m] - m
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
+        o = self.parse(options)
+        m = len(example.tokens.prompt_positions())
+        if self.joint is not None:
+            p_scores, r_scores = self.joint(example, o)
+            if o.get("joint", True):
+                prompt, response = self._joint_pick(example, o, b_p + b_r, (p_scores, r_scores))
+                if len(prompt) != b_p or len(response) != b_r:
+                    raise FormatError(f"selector '{self.name}': joint ranking gave {len(prompt)}/{len(response)} "
+                                      f"tokens for declared budgets {b_p}/{b_r}", record=example.index)
+            else:
+                prompt, response = top_b(p_scores, b_p), top_b(r_scores, b_r)
+            return SelectionResult(prompt=prompt, response=response, response_scores=r_scores)
+        p_scores = self.prompt_score(example, o) if self.prompt_score is not None else np.ones(m)
+        r_scores = self._response_scores(example, o)
+        return SelectionResult(prompt=top_b(p_scores, b_p), response=top_b(r_scores, b_r), response_scores=r_scores)
+
+    def describe_options(self) -> str:
+        return ", ".join(f"{k}={v.default}" for k, v in self.options.items())
