@@ -3,7 +3,6 @@ gloo, merging shards, and the precision helpers."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

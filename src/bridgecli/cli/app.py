@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -46,6 +44,8 @@ def _reporting(name: str, fn):
 
 for _name, _fn in commands.COMMANDS:
     app.command(_name)(_reporting(_name, _fn))
+for _name, _build in commands.GROUPS:
+    app.add_typer(_build(_reporting), name=_name)
 
 
 def _version(value: bool):

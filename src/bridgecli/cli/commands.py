@@ -1,5 +1,6 @@
 """The subcommands, in pipeline order."""
 
+from . import analyze
 from .close import close
 from .compact import compact
 from .eval import eval
@@ -9,6 +10,7 @@ from .plugins import plugins
 from .reference import reference
 from .score import score
 from .select import select
+from .show import show
 from .train import train
 from .warmup import warmup
 
@@ -23,5 +25,12 @@ COMMANDS = [
     ("train", train),
     ("eval", eval),
     ("inspect", inspect),
+    ("show", show),
     ("plugins", plugins),
+]
+
+# Command groups: (name, build) where build(reporting) returns a Typer sub-app whose commands are
+# wrapped by ``reporting`` like the ones above.
+GROUPS = [
+    ("analyze", analyze.build),
 ]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -22,8 +22,16 @@ def _fmt(v) -> str:
 def inspect(
     input: InputArg = "-",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    stats: Annotated[bool, typer.Option("--stats", help="Distributions instead: kept ratios per side, U_sur gain "
+                                                       "over rounds, closure unit sizes.")] = False,
+    png: Annotated[Optional[str], typer.Option(help="With --stats: also draw their histograms into this PNG.")] = None,
 ):
     """Header and summary of a bridge stream, human readable."""
+    if stats or png:
+        from ..analysis.stats import run_stats
+
+        run_stats(input, as_json=as_json, png=png)
+        return
     info = summarize(input)
     if as_json:
         typer.echo(json.dumps(info, indent=2))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
-import numpy as np
 
 from ..core.closure import project, units_from_spans
 from ..errors import PluginError, UsageError

@@ -96,17 +96,14 @@ def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int) 
     return scored
 
 
-def _load(opts: ScoreOptions, device: str):
-    run = WarmupRun.open(opts.run)
+def load_checkpoint(run: WarmupRun, dtype: str, device: str):
+    """A warmup run's checkpoint (eval mode), its tokenizer and fingerprint, and v, checked against
+    each other: the tokenizer warmup recorded, every direction parameter present in the model."""
     meta = run.meta()
     tokenizer = load_tokenizer(str(run.checkpoint))
     tok_fp = tokenizer_fingerprint(tokenizer)
     if meta.get("tokenizer_fingerprint") and meta["tokenizer_fingerprint"] != tok_fp:
         raise ModelError("the checkpoint's tokenizer differs from the one warmup recorded", file=str(run.root))
-    dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = opts.tf32
-        torch.backends.cudnn.allow_tf32 = opts.tf32
     model = load_model(str(run.checkpoint), dtype=getattr(torch, dtype), device=device)
     model.eval()
     direction = direction_mod.load(run.root)
@@ -114,6 +111,16 @@ def _load(opts: ScoreOptions, device: str):
     missing = [n for n in direction.v if n not in params]
     if missing:
         raise ModelError(f"direction parameter {missing[0]} is not in the checkpoint", file=str(run.root))
+    return meta, tokenizer, tok_fp, model, direction
+
+
+def _load(opts: ScoreOptions, device: str):
+    run = WarmupRun.open(opts.run)
+    dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = opts.tf32
+        torch.backends.cudnn.allow_tf32 = opts.tf32
+    meta, tokenizer, tok_fp, model, direction = load_checkpoint(run, dtype, device)
     return run, meta, tokenizer, tok_fp, dtype, model, direction
 
 

@@ -1,0 +1,296 @@
+"""``bridge show``: what a selection keeps, in the terminal (rich) and as a self-contained HTML page.
+
+Dropped prompt tokens are dim and struck through, kept prompt tokens plain, template tokens
+muted; supervised response tokens are highlighted with a colour whose strength follows their
+score (green positive, red negative); closure units are delimited. Every token carries its scores
+(HTML: on hover, via ``title``).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..format.records import Example, Header
+from ..format.spec import EOS, PROMPT, RESPONSE, TEMPLATE
+
+KIND_NAMES = {TEMPLATE: "template", PROMPT: "prompt", RESPONSE: "response", EOS: "eos"}
+
+
+@dataclass
+class TokenView:
+    pos: int
+    text: str
+    kind: str
+    kept: bool  # prompt: executed; response/eos: supervised; template: always True
+    score: float | None = None  # response: the score the highlight follows
+    strength: float = 0.0  # |score| / max |score| over the response, in [0, 1]
+    unit: int | None = None  # closure unit index (response tokens)
+    unit_start: bool = False
+    unit_end: bool = False
+    unit_size: int = 0
+    unit_chosen: bool = False
+    info: dict = field(default_factory=dict)  # hover details
+
+
+@dataclass
+class ExampleView:
+    id: str
+    index: int
+    stage: str
+    tokens: list[TokenView]
+    summary: dict
+    score_name: str | None
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def build_view(example: Example, header: Header | None = None) -> ExampleView:
+    tk = example.tokens
+    kinds = np.frombuffer(tk.kinds, dtype=np.uint8)
+    spans = tk.spans()
+    prompt, resp = tk.prompt_positions(), tk.response_positions()
+    sc, sel, cl = example.scores, example.selection, example.closure
+    prompt_keep = set(sel.prompt_keep) if sel is not None else set(prompt.tolist())
+    if cl is not None:
+        supervised = set(cl.supervise)
+    elif sel is not None:
+        supervised = set(sel.response_keep)
+    else:
+        supervised = set(resp.tolist())
+    resp_index = {int(p): k for k, p in enumerate(resp)}
+    prompt_index = {int(p): k for k, p in enumerate(prompt)}
+
+    a = c = A = loss = None
+    if sc is not None:
+        a, c, A = sc.a.numpy().astype(np.float64), sc.c.numpy().astype(np.float64), sc.A.numpy().astype(np.float64)
+        loss = sc.loss.numpy() if sc.loss is not None else None
+    score, score_name = None, None
+    if sel is not None:
+        score, score_name = sel.response_scores.numpy().astype(np.float64), "Delta_r(j|S_p)"
+    elif a is not None:
+        score, score_name = a, "a_j"
+    scale = float(np.max(np.abs(score))) if score is not None and score.size else 0.0
+
+    # prompt-side conditional scores under the kept response state
+    delta_p = None
+    if A is not None and A.size:
+        s_r = [resp_index[p] for p in (sel.response_keep if sel is not None else resp.tolist()) if p in resp_index]
+        delta_p = (A[s_r] * a[s_r, None]).sum(axis=0)
+        attn_in = A.sum(axis=0)
+    unit_of: dict[int, int] = {}
+    unit_first: set[int] = set()
+    unit_last: set[int] = set()
+    unit_sizes: dict[int, int] = {}
+    chosen_units: set[int] = set(cl.chosen) if cl is not None else set()
+    if cl is not None:
+        u = np.asarray(cl.units, dtype=np.int64).reshape(-1, 2)
+        for k, (s, e) in enumerate(u):
+            unit_first.add(int(s))
+            unit_last.add(int(e) - 1)
+            unit_sizes[k] = int(e - s)
+            for p in range(int(s), int(e)):
+                unit_of[p] = k
+
+    views = []
+    for pos, kind in enumerate(kinds):
+        s, e = spans[pos]
+        text = example.text[s:e]
+        info: dict = {"position": pos}
+        kname = KIND_NAMES.get(int(kind), str(kind))
+        if kind == PROMPT:
+            k = prompt_index[pos]
+            kept = pos in prompt_keep
+            info["kept"] = "yes" if kept else "no (dropped)"
+            if delta_p is not None:
+                info["Delta_p(i|S_r)"] = _fmt(delta_p[k])
+                info["attention received"] = _fmt(attn_in[k])
+            views.append(TokenView(pos, text, kname, kept, info=info))
+        elif kind == RESPONSE:
+            k = resp_index[pos]
+            kept = pos in supervised
+            info["supervised"] = "yes" if kept else "no"
+            val = None
+            if score is not None:
+                val = float(score[k])
+                info[score_name] = _fmt(val)
+            if a is not None:
+                info["a_j"] = _fmt(a[k])
+                info["c_j"] = _fmt(c[k])
+                if A.size:
+                    kept_cols = [prompt_index[p] for p in prompt_keep if p in prompt_index]
+                    info["attention to kept prompt"] = _fmt(A[k, kept_cols].sum()) if kept_cols else "0"
+            if loss is not None:
+                info["loss"] = _fmt(loss[k])
+            unit = unit_of.get(pos)
+            if unit is not None:
+                info["unit"] = f"{unit}{' (chosen)' if unit in chosen_units else ''}"
+            views.append(TokenView(pos, text, kname, kept, score=val,
+                                   strength=(abs(val) / scale if (val is not None and scale > 0) else 0.0),
+                                   unit=unit, unit_start=pos in unit_first, unit_end=pos in unit_last,
+                                   unit_size=unit_sizes.get(unit, 0), unit_chosen=unit in chosen_units,
+                                   info=info))
+        elif kind == EOS:
+            info["supervised"] = "yes (EOS, always)"
+            views.append(TokenView(pos, text, kname, True, info=info))
+        else:
+            info["kept"] = "yes (template, always)"
+            views.append(TokenView(pos, text, kname, True, info=info))
+
+    summary = {"tokens": len(kinds), "prompt kept": f"{len(prompt_keep & set(prompt.tolist()))}/{len(prompt)}",
+               "response supervised": f"{len(supervised & set(resp.tolist()))}/{len(resp)}"}
+    if sel is not None:
+        summary.update({"selector": sel.method, "b_p": sel.b_p, "b_r": sel.b_r})
+        if sel.u_sur:
+            summary["U_sur"] = " -> ".join(_fmt(x) for x in (sel.u_sur[0], sel.u_sur[-1]))
+    if cl is not None:
+        summary.update({"segmenter": cl.segmenter, "units": len(cl.units) // 2, "chosen units": len(cl.chosen)})
+    stage = header.stage if header is not None else example.stage()
+    return ExampleView(example.id, example.index, stage, views, summary, score_name)
+
+
+# ------------------------------------------------------------------------------------------ terminal
+
+UNIT_OPEN, UNIT_CLOSE = "⟦", "⟧"
+
+
+def render_terminal(view: ExampleView):
+    """A rich renderable: title line, the text with styles, a legend."""
+    from rich.console import Group
+    from rich.text import Text
+
+    title = Text(f"example {view.id} (index {view.index}, stage {view.stage})  ", style="bold")
+    title.append("  ".join(f"{k}: {v}" for k, v in view.summary.items()), style="")
+    body = Text()
+    for t in view.tokens:
+        if t.kind == "template":
+            body.append(t.text, style="grey50 italic")
+        elif t.kind == "prompt":
+            body.append(t.text, style="" if t.kept else "dim strike")
+        elif t.kind == "eos":
+            body.append(t.text, style="bold reverse")
+        else:
+            multi = t.unit is not None and t.unit_size > 1
+            if multi and t.unit_start:
+                body.append(UNIT_OPEN, style="cyan")
+            if t.kept:
+                body.append(t.text, style=_rich_highlight(t.score, t.strength))
+            else:
+                body.append(t.text, style="grey62")
+            if multi and t.unit_end:
+                body.append(UNIT_CLOSE, style="cyan")
+    legend = Text("legend: ", style="dim")
+    legend.append("kept prompt", style="")
+    legend.append("  ")
+    legend.append("dropped prompt", style="dim strike")
+    legend.append("  ")
+    legend.append("template", style="grey50 italic")
+    legend.append("  ")
+    legend.append("supervised (+)", style=_rich_highlight(1.0, 1.0))
+    legend.append(" ")
+    legend.append("supervised (-)", style=_rich_highlight(-1.0, 1.0))
+    legend.append("  ")
+    legend.append("not supervised", style="grey62")
+    legend.append(f"  {UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of "
+                  "their own)", style="cyan")
+    if view.score_name:
+        legend.append(f"  (highlight strength: |{view.score_name}|)", style="dim")
+    return Group(title, Text(""), body, Text(""), legend)
+
+
+def _rich_highlight(score: float | None, strength: float) -> str:
+    if score is None:
+        return "black on rgb(200,200,255)"
+    lo = 235
+    v = int(round(lo - (lo - 120) * min(1.0, max(0.0, strength))))
+    if score >= 0:
+        return f"black on rgb({v},{255},{v})"
+    return f"black on rgb({255},{v},{v})"
+
+
+# ------------------------------------------------------------------------------------------ HTML
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 2em auto; max-width: 60em;
+       color: #222; background: #fff; }
+h1 { font-size: 1.2em; } .summary { color: #555; font-size: .9em; margin-bottom: 1em; }
+.text { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap;
+        line-height: 1.9; border: 1px solid #ddd; padding: 1em; border-radius: 6px; }
+.tok { border-radius: 2px; }
+.tok:hover { outline: 2px solid #333; }
+.template { color: #999; font-style: italic; }
+.prompt.kept { color: #111; }
+.prompt.dropped { color: #aaa; text-decoration: line-through; }
+.response.unsup { color: #888; }
+.eos { background: #333; color: #fff; }
+.unit { border: 1px dashed #9cc; border-radius: 3px; padding: 1px 0; margin: 0 1px; }
+.unit.chosen { border: 1px solid #088; }
+.unit.single { border: none; margin: 0; }
+.legend { margin-top: 1em; font-size: .85em; color: #444; }
+.legend span { margin-right: 1.2em; }
+"""
+
+
+def _html_color(score: float | None, strength: float) -> str:
+    alpha = 0.15 + 0.75 * min(1.0, max(0.0, strength))
+    if score is None:
+        return f"rgba(90,90,255,{alpha:.3f})"
+    return f"rgba(0,170,60,{alpha:.3f})" if score >= 0 else f"rgba(220,40,40,{alpha:.3f})"
+
+
+def _title(info: dict) -> str:
+    return "&#10;".join(html.escape(f"{k}: {v}", quote=True) for k, v in info.items())
+
+
+def render_html(view: ExampleView, title: str = "bridge show") -> str:
+    parts = []
+    open_unit = None
+    for t in view.tokens:
+        if t.kind == "response" and t.unit is not None and t.unit != open_unit:
+            if open_unit is not None:
+                parts.append("</span>")
+            cls = ("unit chosen" if t.unit_chosen else "unit") + (" single" if t.unit_size == 1 else "")
+            parts.append(f'<span class="{cls}" data-unit="{t.unit}">')
+            open_unit = t.unit
+        elif t.kind != "response" and open_unit is not None:
+            parts.append("</span>")
+            open_unit = None
+        text = html.escape(t.text)
+        attrs = f'data-pos="{t.pos}" title="{_title(t.info)}"'
+        if t.kind == "template":
+            cls, style = "tok template", ""
+        elif t.kind == "prompt":
+            cls, style = f"tok prompt {'kept' if t.kept else 'dropped'}", ""
+        elif t.kind == "eos":
+            cls, style = "tok eos sup", ""
+        elif t.kept:
+            cls, style = "tok response sup", f' style="background:{_html_color(t.score, t.strength)}"'
+        else:
+            cls, style = "tok response unsup", ""
+        parts.append(f'<span class="{cls}" {attrs}{style}>{text}</span>')
+    if open_unit is not None:
+        parts.append("</span>")
+    summary = " &middot; ".join(html.escape(f"{k}: {v}") for k, v in view.summary.items())
+    score_note = f" (strength: |{html.escape(view.score_name)}|)" if view.score_name else ""
+    legend = (
+        '<div class="legend">'
+        '<span class="prompt kept">kept prompt</span>'
+        '<span class="prompt dropped">dropped prompt</span>'
+        '<span class="template">template</span>'
+        f'<span style="background:{_html_color(1.0, 1.0)}">supervised (+)</span>'
+        f'<span style="background:{_html_color(-1.0, 1.0)}">supervised (&minus;)</span>'
+        '<span class="response unsup">not supervised</span>'
+        f'<span class="unit chosen">closure unit (chosen)</span><span class="unit">closure unit (not chosen)</span>'
+        f'{score_note} &middot; hover a token for its scores</div>'
+    )
+    head = html.escape(f"example {view.id} (index {view.index}, stage {view.stage})")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<h1>{head}</h1>\n<div class=\"summary\">{summary}</div>\n"
+        f"<div class=\"text\" id=\"example\">{''.join(parts)}</div>\n{legend}\n</body></html>\n"
+    )
