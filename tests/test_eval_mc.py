@@ -321,3 +321,38 @@ def test_cli_several_tasks_one_load(tiny_model_dir, tmp_path):
     assert bad.exit_code == 6 and "no eval task named 'nope'" in bad.output
     bad = CliRunner().invoke(app, ["eval", str(tiny_model_dir), "--task", "math"])
     assert bad.exit_code == UsageError.exit_code and "--data-dir" in bad.output
+
+
+def test_cli_resume_keeps_finished_tasks_and_refuses_other_settings(tiny_model_dir, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    (data / "arc").mkdir(parents=True)
+    _jsonl(data / "arc" / "ARC-Challenge-Test.jsonl", ARC_ROWS)
+    _mmlu(data / "mmlu")
+    out_dir = tmp_path / "results"
+    args = ["eval", str(tiny_model_dir), "--task", "arc_challenge,mmlu", "--data-dir", str(data), "--limit", "2",
+            "-o", str(out_dir), "--device", "cpu"]
+    first = CliRunner().invoke(app, args[:3] + ["arc_challenge"] + args[4:])  # an interrupted run: one task done
+    assert first.exit_code == 0, first.output
+    arc_before = (out_dir / "eval-arc_challenge.json").read_text()
+
+    from bridgecli.evaluation import run as run_mod
+
+    evaluated = []
+    real = run_mod.evaluate
+    monkeypatch.setattr(run_mod, "evaluate", lambda m, t, task, *a, **k: evaluated.append(task) or real(m, t, task, *a, **k))
+    resumed = CliRunner().invoke(app, args + ["--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert evaluated == ["mmlu"]  # arc_challenge was kept, not evaluated again
+    assert (out_dir / "eval-arc_challenge.json").read_text() == arc_before
+    assert "arc_challenge" in resumed.stdout and "mmlu" in resumed.stdout
+
+    evaluated.clear()
+    again = CliRunner().invoke(app, args + ["--resume"])  # everything done: no model load, no evaluation
+    assert again.exit_code == 0 and evaluated == [], again.output
+
+    other = CliRunner().invoke(app, ["1" if a == "2" else a for a in args] + ["--resume"])  # --limit 1
+    assert other.exit_code == UsageError.exit_code
+    assert "eval-arc_challenge.json" in other.output and "limit=2" in other.output and "1" in other.output
+    assert evaluated == []
+    nowhere = CliRunner().invoke(app, ["eval", "smollm2", "--task", "arc_challenge", "--data", "x", "--resume"])
+    assert nowhere.exit_code == UsageError.exit_code and "--resume needs results on disk" in nowhere.output

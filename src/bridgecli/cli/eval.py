@@ -90,6 +90,9 @@ def eval(
     code_timeout: Annotated[float, typer.Option(help="Seconds per generated program (humaneval, mbpp).")] = 10.0,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
     dtype: Annotated[Optional[str], typer.Option(help="float32 (default), bfloat16, float16.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Keep each task's result already written by the same request (model, data, settings); "
+                         "evaluate only the tasks still missing.")] = False,
     compare: Annotated[bool, typer.Option(
         "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders.")] = False,
     target: Annotated[Optional[str], typer.Option(
@@ -112,8 +115,8 @@ def eval(
         raise UsageError(f"give one model (got {len(model)}); several run folders go with --compare")
     import torch
 
-    from ..evaluation.run import evaluate, render_table, write_result
-    from ..modeling.loading import DTYPES, load_model, load_tokenizer, resolve, resolve_device
+    from ..evaluation.run import evaluate, render_table, reusable, write_result
+    from ..modeling.loading import DTYPES, fingerprint, load_model, load_tokenizer, resolve, resolve_device
 
     spec = model[0]
     tasks = _split(task)
@@ -129,20 +132,36 @@ def eval(
     outputs = {t: _output_for(t, output, spec, len(tasks) > 1) for t in tasks}
     if dtype is not None and dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
+    if resume and any(out is None for out in outputs.values()):
+        raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
     dev = resolve_device(device)
     ref = resolve(spec)
-    note(f"evaluating {ref.spec} on {', '.join(tasks)} on {dev}")
-    tok = load_tokenizer(ref)
-    mdl = load_model(ref, device=dev, dtype=getattr(torch, dtype) if dtype else None)
-    mdl.eval()
+    model_id = fingerprint(ref)
+    # what decides a result (batch size and device change speed, not answers, so they are left out)
+    requests = {t: {"model": model_id, "task": t, "data": str(Path(paths[t]).resolve()), "limit": limit,
+                    "few_shot": few_shot, "few_shot_data": few_shot_data, "max_new_tokens": max_new_tokens,
+                    "chat_template": chat_template, "code_timeout": code_timeout, "dtype": dtype} for t in tasks}
+    done = {t: r for t in tasks if resume and (r := reusable(outputs[t], requests[t])) is not None}
     results = []
+    todo = [t for t in tasks if t not in done]
+    if todo:
+        note(f"evaluating {ref.spec} on {', '.join(todo)} on {dev}"
+             + (f" (kept: {', '.join(done)})" if done else ""))
+        tok = load_tokenizer(ref)
+        mdl = load_model(ref, device=dev, dtype=getattr(torch, dtype) if dtype else None)
+        mdl.eval()
     for name in tasks:
+        if name in done:
+            note(f"{name}: kept {outputs[name]}")
+            results.append(done[name])
+            continue
         note(f"{name}: {paths[name]}")
         result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
                           code_timeout=code_timeout)
         result["model"] = ref.spec
         result["device"] = dev
+        result["request"] = requests[name]
         if outputs[name] is not None:
             write_result(result, outputs[name])
             note(f"wrote {outputs[name]}")

@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from .. import registry
-from ..errors import PluginError
+from ..errors import PluginError, UsageError
 from ..io import atomic_path
 from .tasks import EvalOptions
 
@@ -63,6 +63,30 @@ def write_result(result: dict[str, Any], path: str | os.PathLike) -> None:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def reusable(path: str | os.PathLike, request: dict[str, Any]) -> dict[str, Any] | None:
+    """For ``bridge eval --resume``: the result already at ``path`` when it was made by the same
+    request (model fingerprint, data, settings), None when there is none yet. A result made by another
+    request is an error naming the first setting that differs, so nothing is silently mixed."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = json.load(fh)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot read the earlier result ({err})", file=str(path),
+                         hint="remove it, or drop --resume to evaluate again") from None
+    before = old.get("request") if isinstance(old, dict) else None
+    if not isinstance(before, dict):
+        raise UsageError("the earlier result records no request (written without --resume support)",
+                         file=str(path), hint="remove it, or drop --resume to evaluate again")
+    for key in sorted(set(request) | set(before)):
+        if before.get(key) != request.get(key):
+            raise UsageError(f"the earlier result was made with {key}={before.get(key)!r}, this run asks for "
+                             f"{request.get(key)!r}", file=str(path), field="request",
+                             hint="remove it, or drop --resume to evaluate again")
+    return old
 
 
 def render_table(results: list[dict[str, Any]]) -> Table:
