@@ -17,6 +17,8 @@ from bridgecli import plugins
 from bridgecli.cli.app import app
 from bridgecli.hookspecs import hookimpl
 
+from tiny import head
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "data"
 
@@ -31,11 +33,6 @@ def bridge(*args, code: int = 0, cwd: Path | None = None):
         os.chdir(old)
     assert result.exit_code == code, f"bridge {' '.join(map(str, args))} -> {result.exit_code}\n{result.output}"
     return result
-
-
-def head(src: Path, dst: Path, n: int) -> Path:
-    dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
-    return dst
 
 
 @pytest.fixture(scope="module")

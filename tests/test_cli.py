@@ -14,6 +14,8 @@ import pytest
 
 from bridgecli.format.reader import read_all
 
+from tiny import head
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "data"
 BRIDGE = [sys.executable, "-m", "bridgecli"]
@@ -25,11 +27,6 @@ def bridge(*args, cwd=None, input=None, check=True, env=None):
     if check and proc.returncode != 0:
         raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr.decode()}")
     return proc
-
-
-def head(src: Path, dst: Path, n: int) -> Path:
-    dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
-    return dst
 
 
 @pytest.fixture(scope="module")

@@ -24,14 +24,11 @@ from bridgecli.steps.select import SelectOptions, run_select
 from bridgecli.steps.warmup import WarmupOptions, run_warmup
 from bridgecli.training.config import SFTConfig
 
+from tiny import head
+
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data"
 GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
-
-
-def head(src: Path, dst: Path, n: int) -> Path:
-    dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
-    return dst
 
 
 @pytest.fixture(scope="module")

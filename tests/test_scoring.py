@@ -14,16 +14,7 @@ from bridgecli.format.records import Example
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext
 
-from tiny import tiny_llama_config, tiny_model
-
-RECORDS = [
-    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
-     "answer": "Tom has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
-    {"question": "A box holds 12 eggs. How many eggs are in 5 boxes?",
-     "answer": "There are 12 * 5 = <<12*5=60>>60 eggs in 5 boxes.\nSo the answer is 60.\n#### 60"},
-    {"question": "Sam reads 10 pages a day for a week. How many pages?",
-     "answer": "A week has 7 days, so 10 * 7 = <<10*7=70>>70 pages.\n#### 70"},
-]
+from tiny import RECORDS, tiny_llama_config, tiny_model
 
 
 def examples(tokenizer, chat_template=True):

@@ -23,14 +23,7 @@ from bridgecli.data.tokenize import tokenize_pair
 from bridgecli.format.records import Array, Closure, Example, Header, ModelInfo, Scores, Selection
 from bridgecli.format.writer import open_writer
 
-RECORDS = [
-    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
-     "answer": "Tom has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
-    {"question": "A box holds 12 eggs. How many eggs are in 5 boxes?",
-     "answer": "There are 12 * 5 = <<12*5=60>>60 eggs in 5 boxes.\nSo the answer is 60.\n#### 60"},
-    {"question": "Sam reads 10 pages a day for a week. How many pages?",
-     "answer": "A week has 7 days, so 10 * 7 = <<10*7=70>>70 pages.\n#### 70"},
-]
+from tiny import RECORDS
 
 
 def synthetic(tokenizer, rho: float = 0.5, closure: bool = True) -> list[Example]:

@@ -1,6 +1,24 @@
-"""Tiny random models built from configs (fast, deterministic) for tests."""
+"""Shared test helpers: tiny random models built from configs (fast, deterministic), three
+GSM8K-shaped records, and a file-head helper for the sample data."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+RECORDS = [
+    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
+     "answer": "Tom has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
+    {"question": "A box holds 12 eggs. How many eggs are in 5 boxes?",
+     "answer": "There are 12 * 5 = <<12*5=60>>60 eggs in 5 boxes.\nSo the answer is 60.\n#### 60"},
+    {"question": "Sam reads 10 pages a day for a week. How many pages?",
+     "answer": "A week has 7 days, so 10 * 7 = <<10*7=70>>70 pages.\n#### 70"},
+]
+
+
+def head(src: Path, dst: Path, n: int) -> Path:
+    """The first ``n`` lines of ``src`` written to ``dst``."""
+    dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
+    return dst
 
 
 def tiny_llama_config(vocab_size: int, layers: int = 6, hidden: int = 32, heads: int = 4, kv_heads: int = 2):
