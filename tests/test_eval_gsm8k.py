@@ -416,3 +416,49 @@ def test_evaluate_through_registry_and_write(tiny, data_file, tmp_path, monkeypa
 
     with pytest.raises(PluginError, match="no eval task named 'nope'.*gsm8k, hellaswag"):
         evaluate(model, tok, "nope", data_file, progress=False)
+
+
+def test_interrupted_generation_resumes_per_item_from_the_journal(tiny, data_file, tmp_path, monkeypatch,
+                                                                  only_builtin_eval_tasks):
+    from bridgecli.evaluation.journal import Journal
+
+    model, tok = tiny
+    run = lambda book: evaluate(model, tok, "gsm8k", data_file, limit=4, batch_size=1,  # noqa: E731
+                                max_new_tokens=6, progress=False, journal=book)
+    reference = run(None)
+    request = {"model": "tiny", "limit": 4}
+    path = tmp_path / "eval-gsm8k.json.partial.jsonl"
+
+    calls = []
+    real = model.generate
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the third prompt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run(Journal.open(path, request, resume=False))
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0]) == {"request": request} and len(lines) == 3  # two continuations kept
+
+    with path.open("a") as fh:
+        fh.write('{"key": "ab')  # a last line cut short by the interruption is generated again
+    calls.clear()
+    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    book = Journal.open(path, request, resume=True)
+    assert len(book.entries) == 2
+    resumed = run(book)
+    assert len(calls) == 2 and book.reused == 2  # only the two missing prompts were generated
+    assert resumed["items"] == reference["items"]
+
+    with pytest.raises(UsageError, match=r"limit=4.*asks for 8"):
+        Journal.open(path, {**request, "limit": 8}, resume=True)
+    fresh = Journal.open(path, {**request, "limit": 8}, resume=False)  # without --resume: started again
+    fresh.close(remove=False)
+    assert path.read_text().splitlines() == [json.dumps({"request": {**request, "limit": 8}})]
+    path.write_text(json.dumps({"request": request}) + "\nnot json\n" + json.dumps({"key": "k", "text": "t"}) + "\n")
+    with pytest.raises(UsageError, match="line 2: not a journal entry"):
+        Journal.open(path, request, resume=True)

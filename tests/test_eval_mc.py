@@ -345,6 +345,7 @@ def test_cli_resume_keeps_finished_tasks_and_refuses_other_settings(tiny_model_d
     assert evaluated == ["mmlu"]  # arc_challenge was kept, not evaluated again
     assert (out_dir / "eval-arc_challenge.json").read_text() == arc_before
     assert "arc_challenge" in resumed.stdout and "mmlu" in resumed.stdout
+    assert not list(out_dir.glob("*.partial.jsonl"))  # journals go once their result is written
 
     evaluated.clear()
     again = CliRunner().invoke(app, args + ["--resume"])  # everything done: no model load, no evaluation

@@ -91,8 +91,8 @@ def eval(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
     dtype: Annotated[Optional[str], typer.Option(help="float32 (default), bfloat16, float16.")] = None,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Keep each task's result already written by the same request (model, data, settings); "
-                         "evaluate only the tasks still missing.")] = False,
+        "--resume", help="Continue an interrupted run: keep each task's result already written by the same request "
+                         "(model, data, settings), and the continuations an interrupted task had generated.")] = False,
     compare: Annotated[bool, typer.Option(
         "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders.")] = False,
     target: Annotated[Optional[str], typer.Option(
@@ -115,6 +115,7 @@ def eval(
         raise UsageError(f"give one model (got {len(model)}); several run folders go with --compare")
     import torch
 
+    from ..evaluation.journal import Journal
     from ..evaluation.run import evaluate, render_table, reusable, write_result
     from ..modeling.loading import DTYPES, fingerprint, load_model, load_tokenizer, resolve, resolve_device
 
@@ -156,14 +157,23 @@ def eval(
             results.append(done[name])
             continue
         note(f"{name}: {paths[name]}")
+        book = None
+        if outputs[name] is not None:  # generated continuations are journaled as they come
+            path = outputs[name].with_name(outputs[name].name + ".partial.jsonl")
+            if path.exists() and not resume:
+                note(f"replacing {path.name} left by an interrupted run (pass --resume to continue it)")
+            book = Journal.open(path, requests[name], resume)
+            if book.entries:
+                note(f"{name}: resuming with {len(book.entries)} generated continuations from {path.name}")
         result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                          code_timeout=code_timeout)
+                          code_timeout=code_timeout, journal=book)
         result["model"] = ref.spec
         result["device"] = dev
         result["request"] = requests[name]
         if outputs[name] is not None:
             write_result(result, outputs[name])
+            book.close(remove=True)
             note(f"wrote {outputs[name]}")
         results.append(result)
     Console(stderr=False).print(render_table(results))

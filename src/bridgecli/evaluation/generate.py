@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..errors import UsageError
+from . import journal
 
 Message = dict[str, str]
 Prompt = Union[str, list[Message]]
@@ -168,18 +169,32 @@ def generate(
         return []
     chat = uses_chat_template(tokenizer, chat_template)
     texts = [render_prompt(tokenizer, p, chat_template=chat_template) for p in prompts]
+    outputs: list[str] = [""] * len(texts)
+    # an interrupted `bridge eval` resumed: continuations already in the task's journal are reused
+    book = journal.active()
+    keys = [journal.key(t, max_new_tokens, stop) for t in texts] if book is not None else []
+    todo = list(range(len(texts)))
+    if book is not None:
+        todo = []
+        for i, k in enumerate(keys):
+            kept = book.get(k)
+            if kept is None:
+                todo.append(i)
+            else:
+                outputs[i] = kept
+        if not todo:
+            return outputs
     # A rendered chat template already holds its special tokens (BOS included); plain text gets the
     # tokenizer's usual ones.
-    encoded = tokenizer(texts, add_special_tokens=not chat)["input_ids"]
-    order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
-    outputs: list[str] = [""] * len(texts)
+    encoded = dict(zip(todo, tokenizer([texts[i] for i in todo], add_special_tokens=not chat)["input_ids"]))
+    order = sorted(todo, key=lambda i: -len(encoded[i]))
     device = getattr(model, "device", None) or next(model.parameters()).device
 
     with _left_padding(tokenizer), _eval_mode(model), torch.inference_mode(), \
             progress_bar(progress, description) as bar:
         config = _greedy_config(model, max_new_tokens=max_new_tokens,
                                 pad_token_id=tokenizer.pad_token_id, eos_ids=_eos_ids(model, tokenizer))
-        task = bar.add_task(description, total=len(texts))
+        task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo))
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
@@ -192,5 +207,7 @@ def generate(
             continuations = tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
             for i, text in zip(rows, continuations):
                 outputs[i] = cut_at_stop(text, stop)
+            if book is not None:
+                book.add([(keys[i], outputs[i]) for i in rows])
             bar.advance(task, len(rows))
     return outputs

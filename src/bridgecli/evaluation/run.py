@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import registry
 from ..errors import PluginError, UsageError
 from ..io import atomic_path
+from .journal import Journal, recording
 from .tasks import EvalOptions
 
 
@@ -29,16 +30,20 @@ def evaluate(
     chat_template: bool | None = None,
     progress: bool = True,
     code_timeout: float = 10.0,
+    journal: Journal | None = None,
 ) -> dict[str, Any]:
     """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
 
-    ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading)."""
+    ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
+    With a ``journal``, every generated continuation is recorded there as it comes, and those it
+    already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
     entry = registry.get("eval_task", task)
     options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
                           chat_template=chat_template, progress=progress, code_timeout=code_timeout)
     start = time.perf_counter()
-    run = entry.obj(model, tokenizer, options)
+    with recording(journal):
+        run = entry.obj(model, tokenizer, options)
     seconds = time.perf_counter() - start
     if not isinstance(run, dict) or "summary" not in run or "items" not in run:
         raise PluginError(f"eval task '{task}' (plugin {entry.plugin}) returned no summary/items")

@@ -1,0 +1,143 @@
+"""A journal of generated continuations, so an interrupted ``bridge eval`` resumes per item.
+
+While a task runs, every continuation :func:`bridgecli.evaluation.generate.generate` produces is
+appended (and flushed) to a JSONL file next to the result, ``eval-TASK.json.partial.jsonl``. Its
+first line records the request (model fingerprint, task, data, settings); each further line is
+``{"key": ..., "text": ...}``, the key a digest of the rendered prompt, the length limit and the
+stop strings. ``bridge eval --resume`` opens the journal of the same request and ``generate``
+takes what it finds there instead of generating again; the journal is removed once the result
+file is written.
+
+Greedy decoding is deterministic for a given batch, but a prompt batched with other neighbours
+can differ in the last floating-point bits, so a resumed run equals an uninterrupted one up to
+the rare argmax tie that padding can flip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ..errors import UsageError
+
+_ACTIVE: contextvars.ContextVar["Journal | None"] = contextvars.ContextVar("bridge_eval_journal", default=None)
+
+
+def key(text: str, max_new_tokens: int, stop: Sequence[str]) -> str:
+    """What decides a greedy continuation besides the model: the rendered prompt, the length limit
+    and the stop strings."""
+    payload = json.dumps([text, max_new_tokens, list(stop)], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class Journal:
+    """Continuations generated so far for one request, and the file that keeps them."""
+
+    def __init__(self, path: str | os.PathLike, request: dict[str, Any], entries: dict[str, str]):
+        self.path = Path(path)
+        self.request = request
+        self.entries = entries
+        self.reused = 0
+        self._fh = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, request: dict[str, Any], resume: bool) -> "Journal":
+        """The journal at ``path``: with ``resume``, what an earlier run of the same request left
+        (a journal of another request is an error naming the setting); otherwise a fresh one."""
+        path = Path(path)
+        entries: dict[str, str] = {}
+        if resume and path.exists():
+            entries = _read(path, request)
+        journal = cls(path, request, entries)
+        journal._start(keep=bool(entries))
+        return journal
+
+    def _start(self, keep: bool) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if keep:
+            self._fh = open(self.path, "a", encoding="utf-8")
+            return
+        self._fh = open(self.path, "w", encoding="utf-8")
+        self._write({"request": self.request})
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def get(self, k: str) -> str | None:
+        text = self.entries.get(k)
+        if text is not None:
+            self.reused += 1
+        return text
+
+    def add(self, items: Sequence[tuple[str, str]]) -> None:
+        """Record continuations (key, text) at once: one flush per generated batch."""
+        for k, text in items:
+            self.entries[k] = text
+            self._fh.write(json.dumps({"key": k, "text": text}, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self, remove: bool) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+def _read(path: Path, request: dict[str, Any]) -> dict[str, str]:
+    entries: dict[str, str] = {}
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().split("\n")
+    hint = "remove it, or drop --resume to evaluate again"
+    try:
+        first = json.loads(lines[0])
+    except ValueError:
+        raise UsageError("the journal of the interrupted run has no readable request line", file=str(path),
+                         record="line 1", hint=hint) from None
+    before = first.get("request") if isinstance(first, dict) else None
+    if not isinstance(before, dict):
+        raise UsageError("the journal of the interrupted run records no request", file=str(path), record="line 1",
+                         hint=hint)
+    for name in sorted(set(request) | set(before)):
+        if before.get(name) != request.get(name):
+            raise UsageError(f"the interrupted run was made with {name}={before.get(name)!r}, this run asks for "
+                             f"{request.get(name)!r}", file=str(path), record="line 1", hint=hint)
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            entries[item["key"]] = item["text"]
+        except (ValueError, KeyError, TypeError):
+            if number == len(lines):
+                break  # a last line without its newline, cut short by the interruption: generated again
+            raise UsageError("not a journal entry", file=str(path), record=f"line {number}", hint=hint) from None
+    return entries
+
+
+def active() -> Journal | None:
+    """The journal of the task running now, if any (``generate`` consults it)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def recording(journal: Journal | None) -> Iterator[Journal | None]:
+    """Make ``journal`` the active one while a task runs. It is kept when the task fails (for a
+    later ``--resume``); the caller removes it once the result is safely written."""
+    if journal is None:
+        yield None
+        return
+    token = _ACTIVE.set(journal)
+    try:
+        yield journal
+    finally:
+        _ACTIVE.reset(token)
+        journal.close(remove=False)
