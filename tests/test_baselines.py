@@ -418,3 +418,17 @@ def test_cli_reference_refuses_another_tokenizer(stream, tmp_path):
     assert "bridge reference: error:" in result.stderr and "is not the stream's" in result.stderr
     assert "--tokenizer-check vocab" in result.stderr
     assert not (tmp_path / "out.bridge").exists()
+
+
+def test_compare_script_runs_every_registered_method():
+    """examples/compare.sh's default METHODS: every selector the built-ins register, except llmlingua2
+    (it needs a local classifier folder, which the sample setup does not have)."""
+    import re
+    from pathlib import Path
+
+    from bridgecli import plugins, registry
+
+    script = (Path(__file__).resolve().parents[1] / "examples" / "compare.sh").read_text()
+    listed = re.search(r'METHODS=\$\{METHODS:-"([^"]+)"\}', script).group(1).split()
+    builtin = {e.name for e in registry.collect("selector").values() if e.plugin in plugins.DEFAULT_PLUGINS}
+    assert set(listed) == builtin - {"llmlingua2"} and len(listed) == len(set(listed))
