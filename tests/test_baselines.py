@@ -404,6 +404,16 @@ def test_cli_select_rho1_end_to_end(stream):
     assert excess[kept].min() >= excess[~kept].max() - 1e-6
     bad = bridge("select", "--method", "rho1", stream / "ref.bridge", "-o", stream / "x.bridge", "--option", "nope=1")
     assert bad.returncode == 2 and b"no option 'nope'" in bad.stderr
+    # a stream without the needed reference: one line naming the stream (a file, or stdin) and the record
+    missing = bridge("select", "--method", "rho1", "--option", "ref=nosuch", stream / "ref.bridge", "-o",
+                     stream / "x.bridge")
+    assert missing.returncode == 3
+    assert missing.stderr.decode().startswith(f"bridge select: error: {stream / 'ref.bridge'}, record 0: ")
+    with open(stream / "ref.bridge", "rb") as fh:
+        piped = bridge("select", "--method", "tokencleaning", "--option", "ref=nosuch", "-o", stream / "x.bridge",
+                       stdin=fh)
+    assert piped.returncode == 3 and piped.stderr.decode().startswith("bridge select: error: <stdin>, record 0: ")
+    assert len(piped.stderr.decode().strip().splitlines()) == 1
 
 
 def test_cli_reference_refuses_another_tokenizer(stream, tmp_path):

@@ -12,7 +12,7 @@ from typing import Iterator
 from ..format.reader import open_reader
 from ..io import is_stdio
 from ..progress import note
-from ..steps.common import require_stage
+from ..steps.common import naming, require_stage
 
 
 @contextlib.contextmanager
@@ -35,12 +35,14 @@ def rereadable(inp: str | None) -> Iterator[str | None]:
             os.unlink(path)
 
 
-def first_pass(prepare, inp: str | None, rho_p: float, rho_r: float, options: dict) -> dict:
+def first_pass(prepare, inp: str | None, rho_p: float, rho_r: float, options: dict,
+               display: str | None = None) -> dict:
     """Run a selector's ``prepare`` over the stream (it stores per-example budgets in ``options``);
-    returns its summary for the step parameters."""
+    returns its summary for the step parameters. ``display`` names the input in errors."""
     with open_reader(inp) as reader:
-        require_stage(reader.header, "scores", reader.name, "run `bridge score` first")
-        summary = prepare(iter(reader), rho_p, rho_r, options) or {}
+        require_stage(reader.header, "scores", display or reader.name, "run `bridge score` first")
+        with naming(display or reader.name):
+            summary = prepare(iter(reader), rho_p, rho_r, options) or {}
     if summary.get("unmatched_by"):
         note(f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
              f"tokens: the selected side gets none (see docs/methods.md, budget matching)")

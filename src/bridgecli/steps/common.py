@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-from typing import Callable
+from typing import Callable, Iterator
 
 import msgspec
 
 from .. import PRODUCER
-from ..errors import FormatError
+from ..errors import BridgeError, FormatError
 from ..format.reader import open_reader
 from ..format.records import Example, Header, Step
 from ..format.spec import STAGES
@@ -35,17 +36,32 @@ def next_header(header: Header, stage: str, step: Step) -> Header:
                                    steps=[*header.steps, step])
 
 
+@contextlib.contextmanager
+def naming(file: str, record: int | None = None) -> Iterator[None]:
+    """Errors raised inside that do not say which file (and record) they concern get ``file`` (and
+    ``record``), so the one-line message always points at the input."""
+    try:
+        yield
+    except BridgeError as err:
+        if err.file is not None:
+            raise
+        raise type(err)(err.message, file=file, record=err.record if err.record is not None else record,
+                        field=err.field, hint=err.hint) from None
+
+
 def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
-               fn: Callable[[Example, Header], Example | None], label: str) -> int:
+               fn: Callable[[Example, Header], Example | None], label: str, display: str | None = None) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
-    Returns the number of examples written."""
+    Returns the number of examples written. ``display`` names the input in errors (default: the
+    reader's name; a caller that copied stdin to a temporary file passes the original's)."""
     with open_reader(inp) as reader:
         require_stage(reader.header, needs, reader.name, hint)
         header = next_header(reader.header, stage, step)
         with open_writer(out, header) as writer, progress_bar() as bar:
             task = bar.add_task(label, total=None)
             for ex in reader:
-                new = fn(ex, reader.header)
+                with naming(display or reader.name, ex.index):
+                    new = fn(ex, reader.header)
                 if new is not None:
                     writer.write(new)
                 bar.update(task, advance=1)

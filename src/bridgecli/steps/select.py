@@ -10,6 +10,7 @@ import numpy as np
 
 from ..core.budgets import budget
 from ..errors import FormatError, UsageError
+from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
 from ..registry import get
 from .common import map_stream, step_record
@@ -72,8 +73,9 @@ def run_select(opts: SelectOptions) -> int:
     prepare = getattr(entry.obj, "prepare", None)  # budgets that depend on the whole stream: read it twice
     from ..baselines.passes import first_pass, rereadable
 
+    display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
     with (rereadable(opts.inp) if prepare is not None else nullcontext(opts.inp)) as inp:
-        if prepare is not None and (plan := first_pass(prepare, inp, opts.rho_p, opts.rho_r, options)):
+        if prepare is not None and (plan := first_pass(prepare, inp, opts.rho_p, opts.rho_r, options, display)):
             params["budgets"] = plan
         return map_stream(inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
-                          hint="run `bridge score` first", fn=fn, label="selecting")
+                          hint="run `bridge score` first", fn=fn, label="selecting", display=display)
