@@ -530,8 +530,9 @@ def test_golden_file_decodes_as_expected(expected_name, name):
         assert ex.text[spans[resp[0], 0]:spans[resp[-1], 1]] == want["response_text"]
         assert ex.text[spans[eos, 0]:spans[eos, 1]] == want["eos_text"]
         for field, arr_want in want["arrays"].items():
-            part, attr = field.split(".")
-            arr = getattr(getattr(ex, part), attr)
+            arr = ex  # a dotted path: attributes, and map keys (references.NAME.part)
+            for piece in field.split("."):
+                arr = arr[piece] if isinstance(arr, dict) else getattr(arr, piece)
             if arr_want is None:
                 assert arr is None, f"{where}.{field}"
                 continue

@@ -38,7 +38,7 @@ import numpy as np
 import zstandard
 
 from bridgecli.format.records import (
-    Array, Closure, Example, Header, ModelInfo, Scores, Selection, Step, Tokens,
+    Array, Closure, Example, Header, ModelInfo, Reference, Scores, Selection, Step, Tokens,
 )
 from bridgecli.format.spec import EOS, MAJOR, MINOR, PROMPT, RESPONSE, STAGES, TEMPLATE
 from bridgecli.format.writer import StreamWriter
@@ -124,7 +124,23 @@ def make_selection(tokens: Tokens, scores: Scores) -> Selection:
     total = float(r_scores[r_idx].sum())
     u_sur = [round(total * f, 6) for f in (0.81, 0.94, 0.99, 1.0)]
     return Selection(method="bridge", b_p=b_p, b_r=b_r, prompt_keep=prompt[p_idx].tolist(),
-                     response_keep=resp[r_idx].tolist(), response_scores=Array.of(r_scores), u_sur=u_sur)
+                     response_keep=resp[r_idx].tolist(), response_scores=Array.of(r_scores), u_sur=u_sur,
+                     achieved_rho_p=len(p_idx) / len(prompt), achieved_rho_r=len(r_idx) / len(resp))
+
+
+def make_references(tokens: Tokens, k: int) -> dict[str, Reference]:
+    """(1.1) What `bridge reference` stores: a 'base' model's losses and attention for every example,
+    a 'warmup' one's losses for examples 0 and 1 only (example 2 carries one reference)."""
+    m, n = len(tokens.prompt_positions()), len(tokens.response_positions())
+    loss = lambda size, s: Array.of([round(0.25 + ((5 * t + s) % 13) / 4, 2) for t in range(size)], "float32")  # noqa: E731
+    refs = {"base": Reference(
+        model="HuggingFaceTB/SmolLM2-135M-Instruct", fingerprint=MODEL.fingerprint,
+        prompt_loss=loss(m, k), response_loss=loss(n, k + 1),
+        response_attention=Array.of([round(0.5 * (j % 4) / 4 + 0.25, 3) for j in range(n)], "float32"))}
+    if k != 2:
+        refs["warmup"] = Reference(model="runs/warm/checkpoint", fingerprint="sha256:" + "ab" * 32,
+                                   response_loss=loss(n, k + 2))
+    return refs
 
 
 def make_closure(text: str, tokens: Tokens, selection: Selection) -> Closure:
@@ -159,6 +175,8 @@ def make_examples() -> dict[str, list[Example]]:
         ex = Example(id=ex_id, index=k, text=text, tokens=tokens)
         by_stage["tokens"].append(ex)
         ex = msgspec.structs.replace(ex, scores=make_scores(tokens, k))
+        if (MAJOR, MINOR) >= (1, 1):
+            ex = msgspec.structs.replace(ex, references=make_references(tokens, k))
         by_stage["scores"].append(ex)
         ex = msgspec.structs.replace(ex, selection=make_selection(tokens, ex.scores))
         by_stage["selection"].append(ex)
@@ -230,6 +248,11 @@ def expected_example(ex: Example) -> dict:
             out["arrays"][f"scores.{name}"] = None if arr is None else _array(arr)
     if ex.selection is not None:
         out["arrays"]["selection.response_scores"] = _array(ex.selection.response_scores)
+    for name, ref in ex.references.items():
+        for part in ("prompt_loss", "response_loss", "response_attention"):
+            arr = getattr(ref, part)
+            if arr is not None:
+                out["arrays"][f"references.{name}.{part}"] = _array(arr)
     return out
 
 
