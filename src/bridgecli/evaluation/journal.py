@@ -92,6 +92,15 @@ class Journal:
             self.path.unlink(missing_ok=True)
 
 
+def check_same_request(before: dict[str, Any], request: dict[str, Any], what: str, **where: Any) -> None:
+    """A usage error naming the first setting (in name order) in which ``before`` differs from
+    ``request``; ``where`` (file, record, field) locates the earlier one."""
+    for name in sorted(set(request) | set(before)):
+        if before.get(name) != request.get(name):
+            raise UsageError(f"{what} was made with {name}={before.get(name)!r}, this run asks for "
+                             f"{request.get(name)!r}", hint="remove it, or drop --resume to evaluate again", **where)
+
+
 def _read(path: Path, request: dict[str, Any]) -> dict[str, str]:
     entries: dict[str, str] = {}
     with open(path, encoding="utf-8") as fh:
@@ -106,10 +115,7 @@ def _read(path: Path, request: dict[str, Any]) -> dict[str, str]:
     if not isinstance(before, dict):
         raise UsageError("the journal of the interrupted run records no request", file=str(path), record="line 1",
                          hint=hint)
-    for name in sorted(set(request) | set(before)):
-        if before.get(name) != request.get(name):
-            raise UsageError(f"the interrupted run was made with {name}={before.get(name)!r}, this run asks for "
-                             f"{request.get(name)!r}", file=str(path), record="line 1", hint=hint)
+    check_same_request(before, request, "the interrupted run", file=str(path), record="line 1")
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue

@@ -12,7 +12,7 @@ from rich.table import Table
 from .. import registry
 from ..errors import PluginError, UsageError
 from ..io import atomic_path
-from .journal import Journal, recording
+from .journal import Journal, check_same_request, recording
 from .tasks import EvalOptions
 
 
@@ -86,11 +86,7 @@ def reusable(path: str | os.PathLike, request: dict[str, Any]) -> dict[str, Any]
     if not isinstance(before, dict):
         raise UsageError("the earlier result records no request (written without --resume support)",
                          file=str(path), hint="remove it, or drop --resume to evaluate again")
-    for key in sorted(set(request) | set(before)):
-        if before.get(key) != request.get(key):
-            raise UsageError(f"the earlier result was made with {key}={before.get(key)!r}, this run asks for "
-                             f"{request.get(key)!r}", file=str(path), field="request",
-                             hint="remove it, or drop --resume to evaluate again")
+    check_same_request(before, request, "the earlier result", file=str(path), field="request")
     return old
 
 
