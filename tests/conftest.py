@@ -11,6 +11,23 @@ from tiny import tiny_llama_config, tiny_model  # noqa: F401  (re-exported for f
 os.environ.setdefault("BRIDGE_NO_PROGRESS", "1")
 
 
+def _triton_interpreter_without_a_gpu() -> None:
+    """With Triton installed (the test extra has it) and no GPU, run Triton kernels in Triton's CPU
+    interpreter, so that the fused JVP-attention kernel's tests (tests/test_jvp_attention.py) run in
+    CI too. Set before any kernel is defined; scoring on CPU never launches them (they are a CUDA path)."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_triton_interpreter_without_a_gpu()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The embedded default model's tokenizer (chat template included)."""

@@ -1,8 +1,7 @@
 """The fused attention JVP (Triton) against forward-mode AD through plain math attention.
 
-Runs on a GPU, or on the CPU in Triton's interpreter:
-    TRITON_INTERPRET=1 pytest tests/test_jvp_attention.py
-(skipped when Triton is not installed, as in CI)."""
+Runs on a GPU, or on the CPU in Triton's interpreter (tests/conftest.py turns it on when Triton is
+installed and there is no GPU, as in CI, where the test extra installs Triton). Skipped without Triton."""
 
 from __future__ import annotations
 
