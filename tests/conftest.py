@@ -28,6 +28,19 @@ def _triton_interpreter_without_a_gpu() -> None:
 _triton_interpreter_without_a_gpu()
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test: tiny models gain nothing from two OpenMP threads, which spin
+    against other processes on a busy machine (and subprocesses given OMP_NUM_THREADS=1 then do the
+    same arithmetic). Modules opt in with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """The embedded default model's tokenizer (chat template included)."""

@@ -13,22 +13,12 @@ from bridgecli.evaluation import evaluate
 from bridgecli.evaluation import multiple_choice as mc
 from bridgecli.evaluation.loglik import encode_pair
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]  # one_thread: tests/conftest.py
 
 # shared/ lies beside the repository (the CI clone too); /work/shared is the usual place on a dev machine
 DATA = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data", Path("/work/shared/data"))
              if p.is_dir()), Path("/work/shared/data"))
 ARC = DATA / "arc" / "ARC-Challenge-Test.jsonl"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One intra-op thread for this module: on a shared 2-core machine two OpenMP threads spin against
-    other processes and run ~5x slower; alone, the module needs ~25 s of CPU either way."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,7 @@ from bridgecli.evaluation.gsm8k import extract_answer, normalize_number, referen
 REAL_GSM8K = Path("/work/shared/data/gsm8k/test.jsonl")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from two OpenMP threads, which spin against other processes on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 ITEMS = [
     {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",

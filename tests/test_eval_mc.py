@@ -21,13 +21,7 @@ from bridgecli.evaluation.tasks import EvalOptions
 from tiny import tiny_llama_config, tiny_model
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from two OpenMP threads, which spin against other processes on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 # -- loaders ----------------------------------------------------------------------------------
 

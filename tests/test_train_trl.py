@@ -15,12 +15,7 @@ from tiny import tiny_llama_config, tiny_model
 trl = pytest.importorskip("trl")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def compact_rows(n=4, seed=0, vocab=500):

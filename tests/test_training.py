@@ -19,6 +19,8 @@ from bridgecli.training.sft import (_FULL_HEAD, SFTConfig, accumulate, cosine_lr
 
 from tiny import tiny_llama_config, tiny_model
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 VOCAB = 97
 
 
@@ -146,16 +148,6 @@ def test_direction_save_load(tmp_path):
 
 
 # --- packing, micro-batching and Z_r under every way of cutting a step ----------------------------
-
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread (and much faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def model_with(attn: str, dtype=torch.float64, layers=2):

@@ -6,6 +6,7 @@ Every reader yields ``(where, record)`` where ``where`` names the record for err
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 from pathlib import Path
@@ -18,14 +19,20 @@ from ..errors import InputError
 _json = msgspec.json.Decoder()
 
 
-def _open_text(path: Path):
+def open_text(path: str | Path):
+    """Open a text file for reading (UTF-8); ``.gz`` and ``.bz2`` are decompressed on the fly."""
+    path = Path(path)
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+    if path.suffix == ".bz2":
+        return bz2.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8", newline="")
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
-    with _open_text(path) as fh:
+def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file (also .gz/.bz2); a line
+    that is not a JSON object raises InputError naming the file and line."""
+    with open_text(path) as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -34,13 +41,19 @@ def read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
             except msgspec.DecodeError as exc:
                 raise InputError(f"invalid JSON ({exc})", file=str(path), record=f"line {lineno}") from None
             if not isinstance(rec, dict):
-                raise InputError("expected a JSON object", file=str(path), record=f"line {lineno}")
-            yield f"line {lineno}", rec
+                raise InputError(f"expected a JSON object, got {type(rec).__name__}", file=str(path),
+                                 record=f"line {lineno}")
+            yield lineno, rec
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+    for lineno, rec in jsonl_objects(path):
+        yield f"line {lineno}", rec
 
 
 def read_json(path: Path) -> Iterator[tuple[str, dict]]:
     try:
-        with _open_text(path) as fh:
+        with open_text(path) as fh:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON ({exc})", file=str(path)) from None

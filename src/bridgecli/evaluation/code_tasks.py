@@ -188,10 +188,29 @@ def _generation_settings(options: EvalOptions, chat: bool, stop: tuple[str, ...]
             "model": model_name(model)}
 
 
-def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
-    """The ``humaneval`` eval task (see the module docstring)."""
+def _generate_and_run(model: Any, tokenizer: Any, options: EvalOptions, items: list, plain_stop: tuple[str, ...],
+                      description: str, *, prompt, program) -> tuple[list[dict], dict]:
+    """What the code tasks share: greedy completions of ``prompt(item, chat)``, the programs
+    ``program(item, completion, chat)`` run in the sandbox, one record per item, and the settings."""
     from .generate import generate, uses_chat_template
 
+    use_template = options.chat_template is not False
+    chat = uses_chat_template(tokenizer, use_template)
+    stop = () if chat else plain_stop
+    max_new = options.max_new_tokens or MAX_NEW_TOKENS
+    completions = generate(model, tokenizer, [prompt(item, chat) for item in items],
+                           max_new_tokens=max_new, batch_size=options.batch_size, stop=stop,
+                           chat_template=use_template, progress=options.progress, description=description)
+    programs = [program(item, c, chat) for item, c in zip(items, completions)]
+    outcomes = _execute(programs, options)
+    records = [{"index": item.index, "task_id": item.task_id, "completion": c, "program": prog,
+                "status": o.status, "error": o.error, "seconds": o.seconds, "correct": o.passed}
+               for item, c, prog, o in zip(items, completions, programs, outcomes)]
+    return records, _generation_settings(options, chat, stop, max_new, model)
+
+
+def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
+    """The ``humaneval`` eval task (see the module docstring)."""
     check_limit(options.limit, options.few_shot)
     if options.few_shot:
         raise UsageError("humaneval is zero-shot; --few-shot does not apply")
@@ -199,26 +218,15 @@ def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     evaluated = problems if options.limit is None else problems[:options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
-    use_template = options.chat_template is not False
-    chat = uses_chat_template(tokenizer, use_template)
-    stop = () if chat else HUMANEVAL_STOP
-    max_new = options.max_new_tokens or MAX_NEW_TOKENS
-    completions = generate(model, tokenizer, [humaneval_prompt(p, chat=chat) for p in evaluated],
-                           max_new_tokens=max_new, batch_size=options.batch_size, stop=stop,
-                           chat_template=use_template, progress=options.progress, description="humaneval")
-    programs = [humaneval_program(p, c, chat=chat) for p, c in zip(evaluated, completions)]
-    outcomes = _execute(programs, options)
-    records = [{"index": p.index, "task_id": p.task_id, "completion": c, "program": prog,
-                "status": o.status, "error": o.error, "seconds": o.seconds, "correct": o.passed}
-               for p, c, prog, o in zip(evaluated, completions, programs, outcomes)]
-    return {"summary": _summary("humaneval", records, _generation_settings(options, chat, stop, max_new, model)),
-            "items": records}
+    records, settings = _generate_and_run(
+        model, tokenizer, options, evaluated, HUMANEVAL_STOP, "humaneval",
+        prompt=lambda p, chat: humaneval_prompt(p, chat=chat),
+        program=lambda p, c, chat: humaneval_program(p, c, chat=chat))
+    return {"summary": _summary("humaneval", records, settings), "items": records}
 
 
 def mbpp_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``mbpp`` eval task (see the module docstring)."""
-    from .generate import generate, uses_chat_template
-
     check_limit(options.limit, options.few_shot)
     tasks = load_mbpp(options.data)
     by_id = {t.task_id: t for t in tasks}
@@ -236,19 +244,10 @@ def mbpp_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
                              f"{options.few_shot_data or options.data} has {len(shots)} of them")
     else:
         shots = []
-    use_template = options.chat_template is not False
-    chat = uses_chat_template(tokenizer, use_template)
-    stop = () if chat else MBPP_STOP
-    max_new = options.max_new_tokens or MAX_NEW_TOKENS
-    completions = generate(model, tokenizer, [mbpp_prompt(t, shots, chat=chat) for t in evaluated],
-                           max_new_tokens=max_new, batch_size=options.batch_size, stop=stop,
-                           chat_template=use_template, progress=options.progress, description="mbpp")
-    programs = [mbpp_program(t, c, chat=chat) for t, c in zip(evaluated, completions)]
-    outcomes = _execute(programs, options)
-    records = [{"index": t.index, "task_id": t.task_id, "completion": c, "program": prog,
-                "status": o.status, "error": o.error, "seconds": o.seconds, "correct": o.passed}
-               for t, c, prog, o in zip(evaluated, completions, programs, outcomes)]
-    settings = _generation_settings(options, chat, stop, max_new, model)
+    records, settings = _generate_and_run(
+        model, tokenizer, options, evaluated, MBPP_STOP, "mbpp",
+        prompt=lambda t, chat: mbpp_prompt(t, shots, chat=chat),
+        program=lambda t, c, chat: mbpp_program(t, c, chat=chat))
     settings["split"] = "test (task_ids 11-510)" if standard else "every record"
     settings["few_shot_ids"] = [s.task_id for s in shots]
     return {"summary": _summary("mbpp", records, settings), "items": records}

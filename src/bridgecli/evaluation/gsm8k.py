@@ -17,14 +17,13 @@ the reference.
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
+from .readers import field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
 TASK = "gsm8k"
@@ -101,42 +100,18 @@ class Item:
     reference: str  # its final number, normalised
 
 
-def _open_text(path: Path):
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def load(path: str | Path) -> list[Item]:
     """Read a GSM8K JSONL (or .jsonl.gz) file. Raises :class:`InputError` naming file and line."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("no such file", file=str(p), hint="pass a GSM8K JSONL file with --data")
     items: list[Item] = []
-    try:
-        with _open_text(p) as fh:
-            for n, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                where = dict(file=str(p), record=f"line {n}")
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as err:
-                    raise InputError(f"not valid JSON ({err.msg} at column {err.colno})", **where) from None
-                if not isinstance(obj, dict):
-                    raise InputError(f"expected a JSON object, got {type(obj).__name__}", **where)
-                for key in ("question", "answer"):
-                    if key not in obj:
-                        raise InputError("missing", field=key, hint="GSM8K records have 'question' and 'answer'",
-                                         **where)
-                    if not isinstance(obj[key], str):
-                        raise InputError(f"expected a string, got {type(obj[key]).__name__}", field=key, **where)
-                reference = reference_answer(obj["answer"])
-                if reference is None:
-                    raise InputError("no final '#### <number>' in the reference answer", field="answer", **where)
-                items.append(Item(len(items), n, obj["question"], obj["answer"], reference))
-    except (OSError, UnicodeDecodeError, EOFError) as err:
-        raise InputError(f"cannot read: {err}", file=str(p)) from None
+    hint = "GSM8K records have 'question' and 'answer'"
+    for n, obj in iter_jsonl(path, hint="pass a GSM8K JSONL file with --data"):
+        question = field(obj, "question", str, file=str(path), line=n, hint=hint)
+        answer = field(obj, "answer", str, file=str(path), line=n, hint=hint)
+        reference = reference_answer(answer)
+        if reference is None:
+            raise InputError("no final '#### <number>' in the reference answer", file=str(path),
+                             record=f"line {n}", field="answer")
+        items.append(Item(len(items), n, question, answer, reference))
     return items
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import InputError, UsageError
-from .readers import check_limit, iter_jsonl, open_text, require_file
+from ..data.sources import open_text
+from .readers import check_limit, iter_jsonl, require_file
 from .tasks import EvalOptions, EvalRun, model_name
 
 FEW_SHOT_SEPARATOR = "\n\n"

@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import json
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Iterator
 
+from ..data.sources import jsonl_objects
 from ..errors import InputError
-
-
-def open_text(path: str | Path) -> TextIO:
-    """Open a text file for reading; ``.gz`` and ``.bz2`` are decompressed on the fly."""
-    p = Path(path)
-    if p.suffix == ".gz":
-        return gzip.open(p, "rt", encoding="utf-8")
-    if p.suffix == ".bz2":
-        return bz2.open(p, "rt", encoding="utf-8")
-    return open(p, encoding="utf-8", newline="")
 
 
 def require_file(path: str | Path, hint: str) -> Path:
@@ -32,19 +20,7 @@ def iter_jsonl(path: str | Path, *, hint: str) -> Iterator[tuple[int, dict[str, 
     """``(line number, object)`` for every non-blank line of a JSONL (or .jsonl.gz/.bz2) file."""
     p = require_file(path, hint)
     try:
-        with open_text(p) as fh:
-            for n, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as err:
-                    raise InputError(f"not valid JSON ({err.msg} at column {err.colno})",
-                                     file=str(p), record=f"line {n}") from None
-                if not isinstance(obj, dict):
-                    raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=str(p),
-                                     record=f"line {n}")
-                yield n, obj
+        yield from jsonl_objects(p)
     except (OSError, UnicodeDecodeError, EOFError) as err:
         raise InputError(f"cannot read: {err}", file=str(p)) from None
 
