@@ -9,10 +9,17 @@
 # Tiny CPU settings by default (a smoke comparison, not the paper's numbers); override with env vars:
 #   RHO_P, RHO_R (0.75)        retention ratios (single-side methods get the matched total: docs/methods.md)
 #   LIMIT (16)                 training examples scored and selected
-#   MAX_STEPS (2)              optimizer steps per method (`bridge train --max-steps`)
-#   EVAL_LIMIT (4)             GSM8K-style test items per method; MAX_NEW_TOKENS (96)
+#   MAX_STEPS (2)              optimizer steps per method (`bridge train --max-steps`; empty: EPOCHS epochs)
+#   EPOCHS (3), BATCH_SIZE (4), GRAD_ACCUM (1)   the rest of `bridge train`'s schedule
+#   WARMUP_EPOCHS (1)          `bridge warmup --epochs`
+#   EVAL_LIMIT (4)             GSM8K-style test items per method; MAX_NEW_TOKENS (96); EVAL_BATCH (4);
+#   EVAL_DTYPE (float32)       `bridge eval --dtype` (bfloat16 on a GPU)
 #   METHODS                    space-separated list (default: all of them)
 #   CLOSE_ALL (0)              1: run `bridge close --segmenter math` for every method, not only BRIDGE's
+#   WARM, VAL, TRAIN, TEST     data files (default: the bundled sample in examples/data; any GSM8K-shaped
+#                              JSONL works, e.g. slices of ../shared/data/gsm8k: bench/compare/real_subset.sh)
+# Every step skips work whose output exists, so an interrupted run continues where it stopped, and
+# runs with disjoint METHODS may share OUT_DIR (in parallel, once the shared steps are done).
 # The closure projection is part of BRIDGE, so by default the compared methods are trained on their
 # own token-level selections (`bridge compact` accepts a selection stream directly).
 set -euo pipefail
@@ -22,25 +29,37 @@ out=${1:-runs/compare}
 RHO_P=${RHO_P:-0.75}
 RHO_R=${RHO_R:-0.75}
 LIMIT=${LIMIT:-16}
-MAX_STEPS=${MAX_STEPS:-2}
+MAX_STEPS=${MAX_STEPS-2}
+EPOCHS=${EPOCHS:-3}
+BATCH_SIZE=${BATCH_SIZE:-4}
+GRAD_ACCUM=${GRAD_ACCUM:-1}
+WARMUP_EPOCHS=${WARMUP_EPOCHS:-1}
 EVAL_LIMIT=${EVAL_LIMIT:-4}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-96}
-METHODS=${METHODS:-"bridge one-pass independent random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
+EVAL_BATCH=${EVAL_BATCH:-4}
+EVAL_DTYPE=${EVAL_DTYPE:-float32}
+WARM=${WARM:-$data/warm.jsonl}
+VAL=${VAL:-$data/val.jsonl}
+TRAIN=${TRAIN:-$data/train.jsonl}
+TEST=${TEST:-$data/test.jsonl}
+METHODS=${METHODS-"bridge one-pass independent random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
 CLOSE_ALL=${CLOSE_ALL:-0}
 mkdir -p "$out"
 start=$(date +%s)
 
 # 1-3. once: warmup (theta_bar, v), score (a, A, c and the warmup losses), reference passes
 [ -f "$out/warmup/warmup.json" ] || \
-  bridge warmup "$data/warm.jsonl" --val "$data/val.jsonl" -o "$out/warmup" --epochs 1 --batch-size 8
-bridge score "$data/train.jsonl" --from "$out/warmup" --limit "$LIMIT" -o "$out/scores.bridge"
-bridge reference "$out/scores.bridge" --grad-norms \
+  bridge warmup "$WARM" --val "$VAL" -o "$out/warmup" --epochs "$WARMUP_EPOCHS" --batch-size 8
+[ -f "$out/scores.bridge" ] || bridge score "$TRAIN" --from "$out/warmup" --limit "$LIMIT" -o "$out/scores.bridge"
+[ -f "$out/refs.bridge" ] || bridge reference "$out/scores.bridge" --grad-norms \
   | bridge reference --model "$out/warmup" -o "$out/refs.bridge"   # stored as 'base', then 'warmup'
+if [ -n "$MAX_STEPS" ]; then schedule=(--max-steps "$MAX_STEPS"); else schedule=(--epochs "$EPOCHS"); fi
 
 # 4. every method, same budgets, same training and evaluation
 for method in $METHODS; do
   d="$out/methods/$method"
   mkdir -p "$d"
+  [ -f "$d/eval.json" ] && { echo "== $method: done (remove $d/eval.json to redo)" >&2; continue; }
   echo "== $method" >&2
   bridge select "$out/refs.bridge" --method "$method" --rho-p "$RHO_P" --rho-r "$RHO_R" -o "$d/selected.bridge"
   final="$d/selected.bridge"
@@ -54,9 +73,10 @@ for method in $METHODS; do
   fi
   bridge inspect --json "$final" > "$d/inspect.json"
   bridge compact "$final" -o "$d/train.jsonl"
-  bridge train "$d/train.jsonl" -o "$d/model" --max-steps "$MAX_STEPS" --batch-size 4 --grad-accum 1
-  bridge eval "$d/model" --task gsm8k --data "$data/test.jsonl" --limit "$EVAL_LIMIT" \
-    --max-new-tokens "$MAX_NEW_TOKENS" --batch-size 4 -o "$d/eval.json"
+  [ -f "$d/model/bridge_train.json" ] || bridge train "$d/train.jsonl" -o "$d/model" "${schedule[@]}" \
+    --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --save-every 50 --resume
+  bridge eval "$d/model" --task gsm8k --data "$TEST" --limit "$EVAL_LIMIT" --resume \
+    --max-new-tokens "$MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" -o "$d/eval.json"
 done
 
 # 5. the table: achieved ratios per side, retained and executed tokens, accuracy

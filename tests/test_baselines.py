@@ -439,6 +439,6 @@ def test_compare_script_runs_every_registered_method():
     from bridgecli import plugins, registry
 
     script = (Path(__file__).resolve().parents[1] / "examples" / "compare.sh").read_text()
-    listed = re.search(r'METHODS=\$\{METHODS:-"([^"]+)"\}', script).group(1).split()
+    listed = re.search(r'METHODS=\$\{METHODS:?-"([^"]+)"\}', script).group(1).split()
     builtin = {e.name for e in registry.collect("selector").values() if e.plugin in plugins.DEFAULT_PLUGINS}
     assert set(listed) == builtin - {"llmlingua2"} and len(listed) == len(set(listed))

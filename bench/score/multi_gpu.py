@@ -71,9 +71,15 @@ def main(argv=None):
     many, logn = timed([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus),
                         "-m", "bridgecli", *base, "-o", str(work / "many.bridge")], env)
     rate = lambda log: [float(x.replace(",", "")) for x in re.findall(r"\(([\d,]+) tokens/s", log)]  # noqa: E731
+    steady = lambda log: [float(x.replace(",", "")) for x in re.findall(r"([\d,]+) tokens/s after the first", log)]  # noqa: E731
+    first = lambda log: [float(x) for x in re.findall(r"first window, which took ([\d.]+) s", log)]  # noqa: E731
     res = {"device": torch.cuda.get_device_name(), "gpus": args.gpus, "wall_1gpu_s": one, "wall_ngpu_s": many,
-           "wall_speedup": one / many, "tokens_per_s_1gpu": rate(log1), "tokens_per_s_per_rank": rate(logn)}
+           "wall_speedup": one / many, "tokens_per_s_1gpu": rate(log1), "tokens_per_s_per_rank": rate(logn),
+           "steady_tokens_per_s_1gpu": steady(log1), "steady_tokens_per_s_per_rank": steady(logn),
+           "first_window_s_1gpu": first(log1), "first_window_s_per_rank": first(logn)}
     res["loop_speedup"] = sum(res["tokens_per_s_per_rank"]) / res["tokens_per_s_1gpu"][0]
+    if res["steady_tokens_per_s_1gpu"] and len(res["steady_tokens_per_s_per_rank"]) == args.gpus:
+        res["steady_loop_speedup"] = sum(res["steady_tokens_per_s_per_rank"]) / res["steady_tokens_per_s_1gpu"][0]
     from bridgecli.format.reader import read_all
 
     h1, e1 = read_all(work / "one.bridge")

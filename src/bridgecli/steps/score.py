@@ -229,6 +229,7 @@ def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: i
     position = 0
     tokens = 0
     t0 = time.perf_counter()
+    first: tuple[float, int] | None = None  # (time, tokens) once the first scored window is written
     with progress_bar() as bar:
         task = bar.add_task("scoring", total=total)
         for window in windows(examples, opts.window):
@@ -242,8 +243,16 @@ def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: i
             position += len(window)
             commit(writer, position)
             bar.update(task, completed=position)
+            if first is None:
+                first = (time.perf_counter(), tokens)
     elapsed = time.perf_counter() - t0
     if tokens:
+        # the first window carries one-time work (kernel compilation and autotuning, allocator growth):
+        # the rate after it is the steady one
+        after = ""
+        if first is not None and tokens > first[1] and time.perf_counter() > first[0]:
+            steady = (tokens - first[1]) / (t0 + elapsed - first[0])
+            after = f"; {steady:,.0f} tokens/s after the first window, which took {first[0] - t0:.1f} s"
         note(f"scoring took {elapsed:.1f} s for {tokens} tokens ({tokens / elapsed:,.0f} tokens/s"
-             + (f", rank {dist.rank}" if dist.world > 1 else "") + ")")
+             + (f", rank {dist.rank}" if dist.world > 1 else "") + after + ")")
     return writer.count
