@@ -246,6 +246,47 @@ def test_tasks_run_on_a_tiny_model(tiny, tmp_path):
     json.dumps(run)
 
 
+def test_interrupted_scoring_resumes_per_item_from_the_journal(tiny, tmp_path):
+    """Ctrl-C in the middle of a multiple-choice task: the batches scored before it are in the
+    journal, and a resumed run scores only the rest, with the same items as an uninterrupted run."""
+    from bridgecli.evaluation.journal import Journal
+    from bridgecli.evaluation.run import evaluate
+
+    model, tok = tiny
+    data = _jsonl(tmp_path / "arc.jsonl", ARC_ROWS)
+    run = lambda book: evaluate(model, tok, "arc_challenge", data, batch_size=1, progress=False,  # noqa: E731
+                                journal=book)
+    calls = []
+    handle = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        reference = run(None)
+        total = len(calls)
+        assert total == 3  # one forward per question: its one-token answers share the input
+
+        def interrupt(*a):
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+        path = tmp_path / "eval-arc_challenge.json.partial.jsonl"
+        calls.clear()
+        stop = model.register_forward_pre_hook(interrupt)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run(Journal.open(path, {"model": "tiny"}, resume=False))
+        finally:
+            stop.remove()
+        lines = path.read_text().splitlines()
+        assert len(lines) == 1 + 3 + 4  # the request, then the first two questions' choices
+        assert all(isinstance(json.loads(x)["value"][0], float) for x in lines[1:])
+
+        calls.clear()
+        book = Journal.open(path, {"model": "tiny"}, resume=True)
+        resumed = run(book)
+    finally:
+        handle.remove()
+    assert len(calls) == total - 2 and book.reused == 3 + 4
+    assert resumed["items"] == reference["items"]
+
+
 # -- --compare --------------------------------------------------------------------------------
 
 def _result(folder: Path, task: str, accuracy: float, **extra) -> None:

@@ -9,12 +9,14 @@ same model from the same weights for --steps optimizer steps with the same comma
 - ddp:        torchrun --nproc-per-node N (accelerate's DDP);
 - fsdp2/fsdp1: accelerate launch --config_file (FSDP, fsdp_version 2 / 1, full sharding);
 - fsdp2-resumed: the fsdp2 run SIGKILLed once its step --steps/2 checkpoint is complete, then
-               continued with --resume (sharded checkpoint: every rank reloads its own shard).
+               continued with --resume (sharded checkpoint: every rank reloads its own shard);
+- NAME-again: NAME once more, unchanged: how far two identical GPU runs land apart (the noise
+               floor the other differences are read against).
 
-Reports, per run, the largest relative loss difference from `one` over the steps, and the final
-weights' distance from `one` relative to the size of `one`'s update (||w - w_one|| / ||w_one - w_0||):
-bf16 autocast and reduction order make these small but not zero. The resumed run is compared with
-the uninterrupted fsdp2 run the same way. Writes --out (JSON) and prints it.
+--runs picks which (default: all of the above except the -again ones). Reports, per run, the
+largest relative loss difference from `one` over the steps, and the final weights' distance from
+`one` relative to the size of `one`'s update (||w - w_one|| / ||w_one - w_0||). The resumed run is
+compared with the uninterrupted fsdp2 run, and NAME-again with NAME, the same way. Writes --out (JSON) and prints it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,29 @@ def losses(folder: Path) -> list[float]:
     return [json.loads(x)["loss"] for x in (folder / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
 
+def killed_then_resumed(cmd: list[str], out: Path, step: int, env: dict) -> dict:
+    """Start ``cmd`` (fresh), SIGKILL its process group once the step-``step`` checkpoint is complete,
+    then run it again with --resume."""
+    proc = subprocess.Popen([*cmd, "--overwrite"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    mark = out / "checkpoints" / f"step-{step:06d}" / "trainer_state.json"
+    deadline = time.monotonic() + 300
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    if killed:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    t0 = time.time()
+    again = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True)
+    run = {"killed_at_checkpoint": killed, "wall_s": round(time.time() - t0, 1), "rc": again.returncode}
+    if again.returncode != 0:
+        run["error"] = again.stderr[-3000:]
+    else:
+        run["resumed_from_step"] = json.loads((out / "bridge_train.json").read_text()).get("resumed_from_step")
+    return run
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -98,9 +123,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--work", default="/tmp/bridge-fsdp")
     ap.add_argument("--out", default="fsdp.json")
+    ap.add_argument("--runs", default="one,ddp,fsdp2,fsdp1,fsdp2-resumed",
+                    help="comma-separated: one, ddp, fsdp2, fsdp1, fsdp2-resumed, and NAME-again for any of them")
     args = ap.parse_args(argv)
     import torch
 
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if "one" not in runs:
+        raise SystemExit("--runs must include one (the reference)")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = work / "rows.jsonl"
@@ -116,52 +146,37 @@ def main(argv=None) -> dict:
         "fsdp2": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(work / "fsdp2.yaml")],
         "fsdp1": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(work / "fsdp1.yaml")],
     }
-    res: dict = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "gpus": args.gpus, "rows": n_rows, "steps": args.steps,
-                 "model": args.model, "runs": {}}
-    for name, pre in launch.items():
-        out = work / name
-        cmd = [*pre, *train, "-o", str(out), "--overwrite"] + (["--save-every", "2"] if name == "fsdp2" else [])
-        e = {**env, "CUDA_VISIBLE_DEVICES": "0"} if name == "one" else env
-        t0 = time.time()
-        proc = subprocess.run(cmd, env=e, capture_output=True, text=True)
-        run = {"wall_s": round(time.time() - t0, 1), "rc": proc.returncode}
-        if proc.returncode != 0:
-            run["error"] = proc.stderr[-3000:]
-        res["runs"][name] = run
-        print(name, json.dumps(run)[:400], flush=True)
-
-    # fsdp2 killed after the mid checkpoint, then --resume
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    res: dict = {"device": device, "gpus": args.gpus, "rows": n_rows, "steps": args.steps, "model": args.model,
+                 "runs": {}}
     mid = args.steps // 2
-    out = work / "fsdp2-resumed"
-    cmd = [*launch["fsdp2"], *train, "-o", str(out), "--overwrite", "--save-every", str(mid)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    mark = out / "checkpoints" / f"step-{mid:06d}" / "trainer_state.json"
-    deadline = time.monotonic() + 300
-    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    killed = proc.poll() is None
-    if killed:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    t0 = time.time()
-    again = subprocess.run([*launch["fsdp2"], *train, "-o", str(out), "--save-every", str(mid), "--resume"],
-                           env=env, capture_output=True, text=True)
-    run = {"killed_at_checkpoint": killed, "wall_s": round(time.time() - t0, 1), "rc": again.returncode}
-    if again.returncode != 0:
-        run["error"] = again.stderr[-3000:]
-    else:
-        run["resumed_from_step"] = json.loads((out / "bridge_train.json").read_text()).get("resumed_from_step")
-    res["runs"]["fsdp2-resumed"] = run
+    for name in runs:
+        kind = name.removesuffix("-again")
+        if kind not in (*launch, "fsdp2-resumed"):
+            raise SystemExit(f"--runs: unknown run {name!r}")
+        out = work / name
+        if kind == "fsdp2-resumed":
+            res["runs"][name] = killed_then_resumed([*launch["fsdp2"], *train, "-o", str(out), "--save-every", str(mid)],
+                                                    out, mid, env)
+        else:
+            cmd = [*launch[kind], *train, "-o", str(out), "--overwrite"] + (["--save-every", "2"] if kind == "fsdp2" else [])
+            t0 = time.time()
+            proc = subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": "0"} if kind == "one" else env,
+                                  capture_output=True, text=True)
+            res["runs"][name] = {"wall_s": round(time.time() - t0, 1), "rc": proc.returncode}
+            if proc.returncode != 0:
+                res["runs"][name]["error"] = proc.stderr[-3000:]
+        print(name, json.dumps(res["runs"][name])[:400], flush=True)
 
     ok = {k for k, r in res["runs"].items() if r["rc"] == 0}
     if "one" in ok:
         w1 = saved(work / "one")
         update = distance(w1, initial_weights(args.model))
         res["update_norm_one"] = update
-        ref_loss = losses(work / "one")
-        res["runs"]["one"]["losses"] = ref_loss
-        for name in sorted(ok - {"one"}):
-            base = "fsdp2" if name == "fsdp2-resumed" else "one"
+        res["runs"]["one"]["losses"] = losses(work / "one")
+        for name in [r for r in runs if r in ok and r != "one"]:
+            base = name.removesuffix("-again") if name.endswith("-again") else \
+                "fsdp2" if name == "fsdp2-resumed" else "one"
             if base not in ok:
                 continue
             lb, ln = losses(work / base), losses(work / name)

@@ -92,7 +92,7 @@ def eval(
     dtype: Annotated[Optional[str], typer.Option(help="float32 (default), bfloat16, float16.")] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue an interrupted run: keep each task's result already written by the same request "
-                         "(model, data, settings), and the continuations an interrupted task had generated.")] = False,
+                         "(model, data, settings), and what an interrupted task had generated or scored.")] = False,
     compare: Annotated[bool, typer.Option(
         "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders.")] = False,
     target: Annotated[Optional[str], typer.Option(
@@ -158,13 +158,13 @@ def eval(
             continue
         note(f"{name}: {paths[name]}")
         book = None
-        if outputs[name] is not None:  # generated continuations are journaled as they come
+        if outputs[name] is not None:  # continuations and log-likelihoods are journaled as they come
             path = outputs[name].with_name(outputs[name].name + ".partial.jsonl")
             if path.exists() and not resume:
                 note(f"replacing {path.name} left by an interrupted run (pass --resume to continue it)")
             book = Journal.open(path, requests[name], resume)
             if book.entries:
-                note(f"{name}: resuming with {len(book.entries)} generated continuations from {path.name}")
+                note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
         result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
                           code_timeout=code_timeout, journal=book)

@@ -1,16 +1,18 @@
-"""A journal of generated continuations, so an interrupted ``bridge eval`` resumes per item.
+"""A journal of what an eval task has computed, so an interrupted ``bridge eval`` resumes per item.
 
-While a task runs, every continuation :func:`bridgecli.evaluation.generate.generate` produces is
-appended (and flushed) to a JSONL file next to the result, ``eval-TASK.json.partial.jsonl``. Its
-first line records the request (model fingerprint, task, data, settings); each further line is
-``{"key": ..., "text": ...}``, the key a digest of the rendered prompt, the length limit and the
-stop strings. ``bridge eval --resume`` opens the journal of the same request and ``generate``
-takes what it finds there instead of generating again; the journal is removed once the result
-file is written.
+While a task runs, every continuation :func:`bridgecli.evaluation.generate.generate` produces and
+every log-likelihood :func:`bridgecli.evaluation.loglik.loglikelihood` scores is appended to a
+JSONL file next to the result, ``eval-TASK.json.partial.jsonl``, flushed after each batch. Its
+first line records the request (model fingerprint, task, data,
+settings); each further line is ``{"key": ..., "text": ...}`` for a continuation (the key a digest
+of the rendered prompt, the length limit and the stop strings) or ``{"key": ..., "value": [logprob,
+greedy, n_tokens]}`` for a log-likelihood (the key a digest of the context and the continuation).
+``bridge eval --resume`` opens the journal of the same request, and both functions take what they
+find there instead of computing it again; the journal is removed once the result file is written.
 
-Greedy decoding is deterministic for a given batch, but a prompt batched with other neighbours
-can differ in the last floating-point bits, so a resumed run equals an uninterrupted one up to
-the rare argmax tie that padding can flip.
+Greedy decoding and scoring are deterministic for a given batch, but an input batched with other
+neighbours can differ in the last floating-point bits, so a resumed run equals an uninterrupted one
+up to those bits (and, for generation, the rare argmax tie that they can flip).
 """
 
 from __future__ import annotations
@@ -35,10 +37,16 @@ def key(text: str, max_new_tokens: int, stop: Sequence[str]) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-class Journal:
-    """Continuations generated so far for one request, and the file that keeps them."""
+def loglik_key(context: str, continuation: str) -> str:
+    """What decides a log-likelihood besides the model: the context and the continuation."""
+    payload = json.dumps(["loglik", context, continuation], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
-    def __init__(self, path: str | os.PathLike, request: dict[str, Any], entries: dict[str, str]):
+
+class Journal:
+    """Continuations and log-likelihoods computed so far for one request, and the file that keeps them."""
+
+    def __init__(self, path: str | os.PathLike, request: dict[str, Any], entries: dict[str, Any]):
         self.path = Path(path)
         self.request = request
         self.entries = entries
@@ -70,17 +78,18 @@ class Journal:
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
-    def get(self, k: str) -> str | None:
-        text = self.entries.get(k)
-        if text is not None:
+    def get(self, k: str) -> Any:
+        found = self.entries.get(k)
+        if found is not None:
             self.reused += 1
-        return text
+        return found
 
-    def add(self, items: Sequence[tuple[str, str]]) -> None:
-        """Record continuations (key, text) at once: one flush per generated batch."""
-        for k, text in items:
-            self.entries[k] = text
-            self._fh.write(json.dumps({"key": k, "text": text}, ensure_ascii=False) + "\n")
+    def add(self, items: Sequence[tuple[str, Any]]) -> None:
+        """Record (key, continuation text or log-likelihood value) pairs at once: one flush per batch."""
+        for k, found in items:
+            self.entries[k] = found
+            field = "text" if isinstance(found, str) else "value"
+            self._fh.write(json.dumps({"key": k, field: found}, ensure_ascii=False) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -101,8 +110,8 @@ def check_same_request(before: dict[str, Any], request: dict[str, Any], what: st
                              f"{request.get(name)!r}", hint="remove it, or drop --resume to evaluate again", **where)
 
 
-def _read(path: Path, request: dict[str, Any]) -> dict[str, str]:
-    entries: dict[str, str] = {}
+def _read(path: Path, request: dict[str, Any]) -> dict[str, Any]:
+    entries: dict[str, Any] = {}
     with open(path, encoding="utf-8") as fh:
         lines = fh.read().split("\n")
     hint = "remove it, or drop --resume to evaluate again"
@@ -121,7 +130,7 @@ def _read(path: Path, request: dict[str, Any]) -> dict[str, str]:
             continue
         try:
             item = json.loads(line)
-            entries[item["key"]] = item["text"]
+            entries[item["key"]] = item["text"] if "text" in item else item["value"]
         except (ValueError, KeyError, TypeError):
             if number == len(lines):
                 break  # a last line without its newline, cut short by the interruption: generated again

@@ -13,6 +13,10 @@ four ``" A"``..``" D"`` answers of an MMLU question cost one forward of the ques
 sorted by length, left-padded per batch with explicit position ids (so every row sees the
 positions it would see alone), and only the last logits each row needs are computed
 (``logits_to_keep``) and log-softmaxed in float32.
+
+While ``bridge eval`` runs a task, each scored batch is recorded in the task's journal, and an
+interrupted run resumed with ``--resume`` scores only what the journal does not hold
+(:mod:`bridgecli.evaluation.journal`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import UsageError
+from . import journal
 from .generate import _eval_mode, progress_bar
 
 
@@ -92,34 +97,49 @@ def loglikelihood(
         raise UsageError(f"batch size must be at least 1 (got {batch_size})")
     if not requests:
         return []
+    results: list[LogLik | None] = [None] * len(requests)
+    # an interrupted `bridge eval` resumed: log-likelihoods already in the task's journal are reused
+    book = journal.active()
+    keys = [journal.loglik_key(c, x) for c, x in requests] if book is not None else []
+    todo = list(range(len(requests)))
+    if book is not None:
+        todo = []
+        for r, k in enumerate(keys):
+            kept = book.get(k)
+            if kept is None:
+                todo.append(r)
+            else:
+                logprob, greedy, n = kept
+                results[r] = LogLik(float(logprob), bool(greedy), int(n))
+        if not todo:
+            return results  # type: ignore[return-value]
     max_len = _max_length(model)
     # the model input of each request (whole sequence minus its last token) and its continuation
     inputs: dict[tuple[int, ...], int] = {}
-    needs: list[tuple[int, list[int]]] = []
-    for context, continuation in requests:
-        ctx, cont = encode_pair(tokenizer, context, continuation)
+    needs: dict[int, tuple[int, list[int]]] = {}
+    for r in todo:
+        ctx, cont = encode_pair(tokenizer, *requests[r])
         whole = ctx + cont
         if max_len is not None and len(whole) - 1 > max_len:
             if len(cont) >= max_len:
                 raise UsageError(f"a continuation of {len(cont)} tokens does not fit the model's {max_len} positions")
             whole = whole[-(max_len + 1):]  # drop the oldest context tokens
         key = tuple(whole[:-1])
-        needs.append((inputs.setdefault(key, len(inputs)), cont))
+        needs[r] = (inputs.setdefault(key, len(inputs)), cont)
     unique = list(inputs)
     keep = [0] * len(unique)
-    for slot, cont in needs:
+    for slot, cont in needs.values():
         keep[slot] = max(keep[slot], len(cont))
 
     order = sorted(range(len(unique)), key=lambda i: -len(unique[i]))
-    results: list[LogLik | None] = [None] * len(requests)
     by_slot: dict[int, list[int]] = {}
-    for r, (slot, _) in enumerate(needs):
+    for r, (slot, _) in needs.items():
         by_slot.setdefault(slot, []).append(r)
     device = getattr(model, "device", None) or next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     with _eval_mode(model), torch.inference_mode(), progress_bar(progress, description) as bar:
-        task = bar.add_task(description, total=len(requests))
+        task = bar.add_task(description, total=len(requests), completed=len(requests) - len(todo))
         for start in range(0, len(order), batch_size):
             slots = order[start:start + batch_size]
             width = max(len(unique[s]) for s in slots)
@@ -140,5 +160,8 @@ def loglikelihood(
                     token_lp = lp.gather(-1, target[:, None])[:, 0]
                     results[r] = LogLik(float(token_lp.double().sum()), bool((lp.argmax(-1) == target).all()), n)
                 bar.advance(task, len(by_slot[s]))
+            if book is not None:
+                done = [r for s in slots for r in by_slot[s]]
+                book.add([(keys[r], [results[r].logprob, results[r].greedy, results[r].n_tokens]) for r in done])
             del logprobs
     return results  # type: ignore[return-value]

@@ -35,8 +35,8 @@ def evaluate(
     """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
 
     ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
-    With a ``journal``, every generated continuation is recorded there as it comes, and those it
-    already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
+    With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
+    it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
     entry = registry.get("eval_task", task)
     options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
