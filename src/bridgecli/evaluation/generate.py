@@ -173,17 +173,11 @@ def generate(
     # an interrupted `bridge eval` resumed: continuations already in the task's journal are reused
     book = journal.active()
     keys = [journal.key(t, max_new_tokens, stop) for t in texts] if book is not None else []
-    todo = list(range(len(texts)))
-    if book is not None:
-        todo = []
-        for i, k in enumerate(keys):
-            kept = book.get(k)
-            if kept is None:
-                todo.append(i)
-            else:
-                outputs[i] = kept
-        if not todo:
-            return outputs
+    todo, kept = journal.pending(book, keys, len(texts))
+    for i, text in kept.items():
+        outputs[i] = text
+    if not todo:
+        return outputs
     # A rendered chat template already holds its special tokens (BOS included); plain text gets the
     # tokenizer's usual ones.
     encoded = dict(zip(todo, tokenizer([texts[i] for i in todo], add_special_tokens=not chat)["input_ids"]))

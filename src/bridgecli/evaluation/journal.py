@@ -138,6 +138,22 @@ def _read(path: Path, request: dict[str, Any]) -> dict[str, Any]:
     return entries
 
 
+def pending(book: Journal | None, keys: Sequence[str], n: int) -> tuple[list[int], dict[int, Any]]:
+    """Which of ``n`` inputs still need computing, and what ``book`` already holds for the others
+    (by input index). Without a journal, all of them need computing."""
+    if book is None:
+        return list(range(n)), {}
+    todo: list[int] = []
+    kept: dict[int, Any] = {}
+    for i, k in enumerate(keys):
+        found = book.get(k)
+        if found is None:
+            todo.append(i)
+        else:
+            kept[i] = found
+    return todo, kept
+
+
 def active() -> Journal | None:
     """The journal of the task running now, if any (``generate`` consults it)."""
     return _ACTIVE.get()

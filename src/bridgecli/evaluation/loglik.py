@@ -101,18 +101,11 @@ def loglikelihood(
     # an interrupted `bridge eval` resumed: log-likelihoods already in the task's journal are reused
     book = journal.active()
     keys = [journal.loglik_key(c, x) for c, x in requests] if book is not None else []
-    todo = list(range(len(requests)))
-    if book is not None:
-        todo = []
-        for r, k in enumerate(keys):
-            kept = book.get(k)
-            if kept is None:
-                todo.append(r)
-            else:
-                logprob, greedy, n = kept
-                results[r] = LogLik(float(logprob), bool(greedy), int(n))
-        if not todo:
-            return results  # type: ignore[return-value]
+    todo, kept = journal.pending(book, keys, len(requests))
+    for r, (logprob, greedy, n) in kept.items():
+        results[r] = LogLik(float(logprob), bool(greedy), int(n))
+    if not todo:
+        return results  # type: ignore[return-value]
     max_len = _max_length(model)
     # the model input of each request (whole sequence minus its last token) and its continuation
     inputs: dict[tuple[int, ...], int] = {}
