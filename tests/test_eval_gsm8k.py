@@ -453,6 +453,13 @@ def test_interrupted_generation_resumes_per_item_from_the_journal(tiny, data_fil
     fresh = Journal.open(path, {**request, "limit": 8}, resume=False)  # without --resume: started again
     fresh.close(remove=False)
     assert path.read_text().splitlines() == [json.dumps({"request": {**request, "limit": 8}})]
+    holder = Journal.open(path, request, resume=False)  # a run still writing this journal
+    with pytest.raises(UsageError, match="another process is writing this eval journal"):
+        Journal.open(path, request, resume=True)
+    with pytest.raises(UsageError, match="another process is writing this eval journal"):
+        Journal.open(path, request, resume=False)
+    assert path.read_text().splitlines() == [json.dumps({"request": request})]  # left as the holder wrote it
+    holder.close(remove=False)
     path.write_text(json.dumps({"request": request}) + "\nnot json\n" + json.dumps({"key": "k", "text": "t"}) + "\n")
     with pytest.raises(UsageError, match="line 2: not a journal entry"):
         Journal.open(path, request, resume=True)

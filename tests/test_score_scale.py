@@ -201,3 +201,29 @@ def test_tail_dtype_and_prefix_autocast_options(tokenizer):
                         torch.float16)
     assert cast[0].dtype == torch.float16 and cast[1]["x"][0].dtype == torch.float16
     assert cast[1]["x"][1].dtype == torch.long
+
+
+def test_a_second_writer_of_the_same_partial_output_is_refused(tmp_path):
+    """Two runs writing one output (say two `bridge score --resume`): the second stops with a clear
+    error, and the first one's partial file is left as it was (not truncated by the attempt)."""
+    from bridgecli.errors import UsageError
+    from bridgecli.steps.resumable import ResumableOutput
+
+    header = Header(stage="tokens", producer="t", created="", model=ModelInfo("m", "f", "t"), steps=[])
+    out = tmp_path / "x.bridge"
+    first = ResumableOutput(out)
+    writer, skip = first.open(header, resume=False)
+    writer.write(Example(id="0", index=0, text="", tokens=Tokens(input_ids=[1], kinds=bytes([2]), offsets=[0, 0])))
+    first.commit(writer, 1)
+    size = first.partial.stat().st_size
+    for resume in (False, True):
+        with pytest.raises(UsageError, match="another process is writing this partial output") as err:
+            ResumableOutput(out).open(header, resume=resume)
+        assert str(first.partial) in str(err.value)
+        assert first.partial.stat().st_size == size
+    first.finish(writer)
+    h, exs = read_all(out)
+    assert [e.id for e in exs] == ["0"]
+    again = ResumableOutput(out)  # the lock went with the first writer's file
+    w2, _ = again.open(header, resume=False)
+    again.finish(w2)

@@ -122,3 +122,20 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def lock_exclusively(fh, path: str | os.PathLike, what: str) -> None:
+    """Hold an advisory lock on the open file ``fh`` for as long as it stays open, so that a second
+    bridge process writing the same partial output stops at once with a clear error instead of
+    interleaving its writes. Open the file without truncating it first (a lock taken after a
+    truncation would come too late). No-op where advisory locks do not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise UsageError(f"another process is writing this {what}", file=str(path),
+                         hint="wait for it to finish, or give this run another output") from None

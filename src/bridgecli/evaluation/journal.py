@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import UsageError
+from ..io import lock_exclusively
 
 _ACTIVE: contextvars.ContextVar["Journal | None"] = contextvars.ContextVar("bridge_eval_journal", default=None)
 
@@ -67,11 +68,12 @@ class Journal:
 
     def _start(self, keep: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if keep:
-            self._fh = open(self.path, "a", encoding="utf-8")
-            return
-        self._fh = open(self.path, "w", encoding="utf-8")
-        self._write({"request": self.request})
+        # "a", never "w": another run's journal stays intact until the lock says it is ours
+        self._fh = open(self.path, "a", encoding="utf-8")
+        lock_exclusively(self._fh, self.path, "eval journal")
+        if not keep:
+            self._fh.truncate(0)
+            self._write({"request": self.request})
 
     def _write(self, obj: dict[str, Any]) -> None:
         self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")

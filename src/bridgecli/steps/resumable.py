@@ -17,6 +17,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..format.reader import StreamReader
+from ..io import lock_exclusively
 from ..format.records import Header
 from ..format.writer import StreamWriter
 
@@ -55,13 +56,16 @@ class ResumableOutput:
                 raise UsageError("the partial output was made with other parameters or data", file=str(self.partial),
                                  hint="delete it, or rerun with the same flags")
             self._fh = open(self.partial, "r+b")
+            lock_exclusively(self._fh, self.partial, "partial output")
             self._fh.truncate(commit["bytes"])
             self._fh.seek(commit["bytes"])
             return StreamWriter.append(self._fh, commit["records"], records_per_frame=None), commit["position"]
         if resume:
             raise UsageError(f"nothing to resume: no {self.partial.name} with an index next to the output")
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.partial, "wb")
+        self._fh = open(self.partial, "ab")  # not "wb": a running writer's file stays intact until locked
+        lock_exclusively(self._fh, self.partial, "partial output")
+        self._fh.truncate(0)
         self.index.write_text("")
         writer = StreamWriter(self._fh, header, records_per_frame=None)
         self.commit(writer, 0)
