@@ -3,12 +3,13 @@
 While a task runs, every continuation :func:`bridgecli.evaluation.generate.generate` produces and
 every log-likelihood :func:`bridgecli.evaluation.loglik.loglikelihood` scores is appended to a
 JSONL file next to the result, ``eval-TASK.json.partial.jsonl``, flushed after each batch. Its
-first line records the request (model fingerprint, task, data,
-settings); each further line is ``{"key": ..., "text": ...}`` for a continuation (the key a digest
-of the rendered prompt, the length limit and the stop strings) or ``{"key": ..., "value": [logprob,
-greedy, n_tokens]}`` for a log-likelihood (the key a digest of the context and the continuation).
-``bridge eval --resume`` opens the journal of the same request, and both functions take what they
-find there instead of computing it again; the journal is removed once the result file is written.
+first line records the request (model fingerprint, task, data, settings); each further line is
+``{"key": ..., "text": ...}`` for a continuation (the key a digest of the rendered prompt, the
+length limit and the stop strings) or ``{"key": ..., "value": [logprob, greedy, n_tokens]}`` for a
+log-likelihood (the key a digest of the context and the continuation). ``bridge eval --resume``
+opens the journal of the same request, and both functions take what they find there instead of
+computing it again; the journal is removed once the result file is written. The file is locked
+while a run writes it, so a second run of the same task into the same folder stops with an error.
 
 Greedy decoding and scoring are deterministic for a given batch, but an input batched with other
 neighbours can differ in the last floating-point bits, so a resumed run equals an uninterrupted one
