@@ -212,7 +212,7 @@ def test_a_second_writer_of_the_same_partial_output_is_refused(tmp_path):
     header = Header(stage="tokens", producer="t", created="", model=ModelInfo("m", "f", "t"), steps=[])
     out = tmp_path / "x.bridge"
     first = ResumableOutput(out)
-    writer, skip = first.open(header, resume=False)
+    writer, _ = first.open(header, resume=False)
     writer.write(Example(id="0", index=0, text="", tokens=Tokens(input_ids=[1], kinds=bytes([2]), offsets=[0, 0])))
     first.commit(writer, 1)
     size = first.partial.stat().st_size
@@ -222,7 +222,7 @@ def test_a_second_writer_of_the_same_partial_output_is_refused(tmp_path):
         assert str(first.partial) in str(err.value)
         assert first.partial.stat().st_size == size
     first.finish(writer)
-    h, exs = read_all(out)
+    _, exs = read_all(out)
     assert [e.id for e in exs] == ["0"]
     again = ResumableOutput(out)  # the lock went with the first writer's file
     w2, _ = again.open(header, resume=False)

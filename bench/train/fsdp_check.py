@@ -16,7 +16,8 @@ same model from the same weights for --steps optimizer steps with the same comma
 --runs picks which (default: all of the above except the -again ones). Reports, per run, the
 largest relative loss difference from `one` over the steps, and the final weights' distance from
 `one` relative to the size of `one`'s update (||w - w_one|| / ||w_one - w_0||). The resumed run is
-compared with the uninterrupted fsdp2 run, and NAME-again with NAME, the same way. Writes --out (JSON) and prints it.
+compared with the uninterrupted fsdp2 run, and NAME-again with NAME, the same way. Writes --out
+(JSON) and prints it.
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ def main(argv=None) -> dict:
             raise SystemExit(f"--runs: unknown run {name!r}")
         out = work / name
         if kind == "fsdp2-resumed":
-            res["runs"][name] = killed_then_resumed([*launch["fsdp2"], *train, "-o", str(out), "--save-every", str(mid)],
-                                                    out, mid, env)
+            cmd = [*launch["fsdp2"], *train, "-o", str(out), "--save-every", str(mid)]
+            res["runs"][name] = killed_then_resumed(cmd, out, mid, env)
         else:
-            cmd = [*launch[kind], *train, "-o", str(out), "--overwrite"] + (["--save-every", "2"] if kind == "fsdp2" else [])
+            cmd = [*launch[kind], *train, "-o", str(out), "--overwrite"]
+            cmd += ["--save-every", "2"] if kind == "fsdp2" else []
             t0 = time.time()
             proc = subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": "0"} if kind == "one" else env,
                                   capture_output=True, text=True)
