@@ -13,7 +13,8 @@ response side, over every eligible response token j:
     attention      c_j + sum_{i in S_p} A[j, i]
     attention x a  a_j (c_j + sum_{i in S_p} A[j, i])           = Delta_r(j | S_p), BRIDGE
 
-A scorer plugin passed as an extra proxy contributes its own (a, c, A) through the BRIDGE formula.
+A scorer plugin passed as an extra proxy contributes its own (a, c, A) through the BRIDGE formula, or,
+when it writes an interaction matrix B (the ``atp`` scorer), B as ``select`` uses it.
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def response_proxies(a: np.ndarray, c: np.ndarray, A: np.ndarray, s_p: np.ndarra
     A = np.asarray(A, dtype=np.float64)
     routed = c + A[:, np.asarray(s_p, dtype=np.int64)].sum(axis=1)
     return {ATTENTION: routed, BRIDGE: a * routed}
+
+
+def interaction_proxies(a: np.ndarray, B: np.ndarray, s_r: np.ndarray, s_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A scorer's interaction matrix B [n, m] as ``select`` uses it: (Delta_p(. | S_r), Delta_r(. | S_p))
+    with beta = B and gamma = a - B.sum(1)."""
+    from ..core.select import Surrogate
+
+    sur = Surrogate.from_interactions(a, B)
+    return sur.delta_p(s_r), sur.delta_r(s_p)
 
 
 def exact_prompt(beta_exact: np.ndarray, s_r: np.ndarray) -> np.ndarray:

@@ -17,7 +17,15 @@ def exact_scorer(ctx):
     return ExactScorer(ctx)
 
 
+def atp_scorer(ctx):
+    from ..modeling.attribution import AttributionScorer
+
+    return AttributionScorer(ctx)
+
+
 @hookimpl(trylast=True)
 def register_scorers(register):
     register("bridge", bridge_scorer, "a_j by one forward-mode JVP along v; A and c from the same pass")
+    register("atp", atp_scorer, "bridge's a, A, c plus B: each prompt token's effect on a_j by key-gate "
+             "attribution (one reverse pass through the JVP; --option chunks=K for K passes)")
     register("exact", exact_scorer, "diagnostic: a_j by one backward pass per response token (slow)")

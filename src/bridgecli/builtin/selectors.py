@@ -12,6 +12,8 @@ def surrogate_of(example: Example) -> Surrogate:
     s = example.scores
     if s is None:
         raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
+    if s.B is not None:  # an interaction matrix from the scorer (e.g. ``atp``) replaces A x a
+        return Surrogate.from_interactions(s.a.numpy(), s.B.numpy())
     return Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
 
 

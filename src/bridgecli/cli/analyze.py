@@ -64,7 +64,8 @@ def fidelity(
     neutral: Neutral = None,
     cache: Cache = None,
     proxy: Annotated[Optional[list[str]], typer.Option(
-        "--proxy", help="Also compare a scorer plugin's scores (through the BRIDGE formula); repeatable.")] = None,
+        "--proxy", help="Also compare a scorer plugin's scores (its B matrix if it writes one, else (a, c, A) "
+                   "through the BRIDGE formula); NAME or NAME:KEY=VALUE,... (scorer options); repeatable.")] = None,
     output: JsonOut = "fidelity.json",
     seed: SeedOpt = 0,
     first: First = False,

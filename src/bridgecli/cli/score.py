@@ -14,6 +14,8 @@ def score(
     output: StreamOut = "-",
     from_: Annotated[Optional[Path], typer.Option("--from", help="Warmup run folder (default: runs/warmup).")] = None,
     scorer: Annotated[str, typer.Option(help="Scorer plugin (`bridge plugins` lists them).")] = "bridge",
+    scorer_option: Annotated[Optional[list[str]], typer.Option(
+        "--scorer-option", help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.")] = None,
     batch_size: Annotated[int, typer.Option(help="At most this many examples per scoring pass.")] = 64,
     max_tokens: Annotated[Optional[int], typer.Option(
         help="Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.")] = None,
@@ -36,12 +38,14 @@ def score(
 
     Several GPUs: torchrun --nproc-per-node N -m bridgecli score DATA -o OUT (ranks shard the
     examples; rank 0 merges the shards into OUT)."""
+    from ..steps.common import key_values
     from ..steps.score import ScoreOptions, run_score
 
     if dtype != "auto" and dtype not in DTYPES:
         raise typer.BadParameter(f"choose one of {', '.join(DTYPES)}", param_hint="--dtype")
     run_score(ScoreOptions(
-        data=data, out=output, run=from_, scorer=scorer, batch_size=batch_size, max_tokens=max_tokens, window=window,
+        data=data, out=output, run=from_, scorer=scorer,
+        scorer_options=key_values(scorer_option, "--scorer-option"), batch_size=batch_size, max_tokens=max_tokens, window=window,
         resume=resume, attention_layers=attention_layers,
         device=device, dtype=dtype, tf32=tf32,
         data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),

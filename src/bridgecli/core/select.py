@@ -33,6 +33,20 @@ class Surrogate:
     gamma: np.ndarray  # [n]
 
     @classmethod
+    def from_interactions(cls, a: np.ndarray, B: np.ndarray) -> "Surrogate":
+        """The surrogate of an interaction matrix B [n, m] (B[j, i]: the effect of prompt token i on
+        a_j): beta = B and gamma_j = a_j - sum_i B[j, i], so Delta_r(j | S_p) = a_j - sum_{i not in
+        S_p} B[j, i] (a_j under the reduced prompt, to first order) and Delta_p(i | S_r) = sum_{j in
+        S_r} B[j, i]."""
+        a = np.asarray(a, dtype=np.float64)
+        B = np.asarray(B, dtype=np.float64)
+        if B.ndim != 2:
+            B = B.reshape(a.shape[0], -1)
+        if B.shape[0] != a.shape[0]:
+            raise ValueError(f"B has shape {B.shape}, expected [{a.shape[0]}, m]")
+        return cls(beta=B, gamma=a - B.sum(axis=1))
+
+    @classmethod
     def from_scores(cls, a: np.ndarray, c: np.ndarray, A: np.ndarray) -> "Surrogate":
         a = np.asarray(a, dtype=np.float64)
         c = np.asarray(c, dtype=np.float64)

@@ -74,6 +74,9 @@ class Scores(msgspec.Struct):
     - ``c``: float32 [n]   history mass: attention from r_j's query row to earlier response tokens
     - ``A``: float16 [n, m] response-to-prompt attention rows (head- and layer-averaged)
     - ``loss``: float32 [n] the per-token loss l_j at the scoring checkpoint
+    - ``B``: float32 [n, m] (1.2, optional) the interaction matrix beta[j, i], estimated effect of prompt
+      token i on a_j (e.g. the ``atp`` scorer's key-gate attribution); when present, ``select`` uses it in
+      place of ``A[j, i] a_j``, with gamma_j = a_j - sum_i B[j, i]
     """
 
     scorer: str
@@ -81,6 +84,7 @@ class Scores(msgspec.Struct):
     c: Array
     A: Array
     loss: Array | None = None
+    B: Array | None = None
 
 
 class Selection(msgspec.Struct):

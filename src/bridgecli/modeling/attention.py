@@ -70,6 +70,29 @@ def hidden_keys(mask: torch.Tensor) -> Iterator[None]:
         _hidden = prev
 
 
+_gate: dict | None = None
+
+
+@contextlib.contextmanager
+def key_gate(biases: dict) -> Iterator[None]:
+    """While active, every layer ``l`` in ``biases`` runs explicit-math attention with a per-key
+    logit bias ``biases[l]`` ([B, L], zero in value, requiring grad) added as
+    ``s_qk + b_k / (1 - p_qk)`` (p the unbiased probabilities, not differentiated). The gradient of
+    any function M with respect to ``b_i`` is then ``sum_{h, q} dM/ds_qi / (1 - p_qi)``: minus the
+    first-order change of M when key i is hidden from every query of that layer, with the softmax
+    change of hiding taken exactly (AtP*'s key fix, Kramar et al. 2024). See attribution.py."""
+    global _gate
+    prev, _gate = _gate, biases
+    try:
+        yield
+    finally:
+        _gate = prev
+
+
+#: p_qk above this counts as saturated: 1 - p is clamped here (the first-order estimate is poor there)
+GATE_EPS = 1e-4
+
+
 def _with_hidden(attention_mask, query, key):
     lq, lk = query.shape[-2], key.shape[-2]
     keep = ~_hidden[:, None, None, :lk].to(query.device)
@@ -87,13 +110,15 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None, :, :].expand(b, h, groups, n, d).reshape(b, h * groups, n, d)
 
 
-def math_attention(module, query, key, value, attention_mask, scaling, softcap=None):
+def math_attention(module, query, key, value, attention_mask, scaling, softcap=None, gate=None):
     """softmax(q k^T * scaling + mask) v with plain ops (forward-mode AD works through them).
-    Returns (output [B, Lq, H, D], probabilities [B, H, Lq, Lk] in float32)."""
+    ``gate`` ([B, Lk], zeros requiring grad) adds the key-gate bias of :func:`key_gate`.
+    Returns (output [B, Lq, H, D], probabilities [B, H, Lq, Lk] in float32, or float64 for float64 inputs)."""
     groups = getattr(module, "num_key_value_groups", 1)
     key = _repeat_kv(key, groups)
     value = _repeat_kv(value, groups)
-    scores = torch.matmul(query, key.transpose(2, 3)).float() * scaling
+    acc = torch.promote_types(query.dtype, torch.float32)  # at least float32 (float64 stays float64)
+    scores = torch.matmul(query, key.transpose(2, 3)).to(acc) * scaling
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     lq, lk = scores.shape[-2], scores.shape[-1]
@@ -103,10 +128,20 @@ def math_attention(module, query, key, value, attention_mask, scaling, softcap=N
         allowed = attention_mask
     else:
         allowed = None
-        scores = scores + attention_mask[..., :lk].float()
+        scores = scores + attention_mask[..., :lk].to(acc)
     if allowed is not None:
-        scores = scores.masked_fill(~allowed, torch.finfo(torch.float32).min)
-    probs = torch.softmax(scores, dim=-1)
+        scores = scores.masked_fill(~allowed, torch.finfo(acc).min)
+    if gate is not None:
+        with torch.no_grad():
+            p0 = torch.softmax(fwAD.unpack_dual(scores).primal.detach(), dim=-1)
+        scale = 1.0 / (1.0 - p0).clamp_min(GATE_EPS)
+        scores = scores + gate[:, None, None, :lk].to(scores.dtype) * scale
+        # written out: softmax's forward-AD formula updates its result in place, which a reverse
+        # pass through the tangent (the atp scorer) cannot differentiate
+        e = torch.exp(scores - fwAD.unpack_dual(scores).primal.detach().amax(dim=-1, keepdim=True))
+        probs = e / e.sum(dim=-1, keepdim=True)
+    else:
+        probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs.to(value.dtype), value)
     return out.transpose(1, 2).contiguous(), probs
 
@@ -118,19 +153,20 @@ def bridge_attention(module, query, key, value, attention_mask, dropout: float =
         scaling = query.shape[-1] ** -0.5
     if _hidden is not None:
         attention_mask = _with_hidden(attention_mask, query, key)
-    if r is None or (layer not in r.math_layers and layer not in r.capture_layers):
+    gate = _gate.get(layer) if _gate is not None else None
+    if gate is None and (r is None or (layer not in r.math_layers and layer not in r.capture_layers)):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
-    capture = layer in r.capture_layers
-    if r.right_padded and _hidden is None and jvp_attention.supported(module, query, kwargs):
+    capture = r is not None and layer in r.capture_layers
+    if gate is None and r.right_padded and _hidden is None and jvp_attention.supported(module, query, kwargs):
         def keep_rows(q, k, lse):
             r.add(jvp_attention.routing_rows(q, k, lse, scaling, r.query_start))
 
         out = jvp_attention.dual_causal_attention(query, key, value, scaling, keep_rows if capture else None)
         return out.transpose(1, 2).contiguous(), None
-    out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"))
+    out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"), gate)
     if capture:
         r.add(fwAD.unpack_dual(probs).primal[:, :, r.query_start:, :].mean(dim=1))
     return out, None

@@ -72,7 +72,7 @@ def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
         hc, dhc, tc = h[s:s + chunk], dh[s:s + chunk], targets[s:s + chunk]
         z = hc @ weight.T
         acc = torch.promote_types(z.dtype, torch.float32)  # at least float32 (float64 stays float64)
-        if bias is None and ce_kernel.usable(z):  # GPU half precision: one fused pass
+        if bias is None and not torch.is_grad_enabled() and ce_kernel.usable(z):  # GPU half precision: one fused pass
             loss, q = ce_kernel.ce_loss_and_q(z, tc)
             losses.append(loss)
             tangents.append(((q @ weight).float() * dhc.float()).sum(-1))
@@ -83,7 +83,10 @@ def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
         lse = torch.logsumexp(z, dim=-1)
         losses.append(lse - z.gather(1, tc[:, None])[:, 0])
         q = torch.exp(z - lse[:, None])
-        q[torch.arange(len(tc), device=q.device), tc] -= 1.0
+        if torch.is_grad_enabled():  # differentiated through (the atp scorer): no in-place update
+            q = q.scatter_add(1, tc[:, None], q.new_full((len(tc), 1), -1.0))
+        else:
+            q[torch.arange(len(tc), device=q.device), tc] -= 1.0
         tangents.append(((q.to(weight.dtype) @ weight).to(acc) * dhc.to(acc)).sum(-1))
     if not losses:
         zero = h.new_zeros(0, dtype=torch.float32)

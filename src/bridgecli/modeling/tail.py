@@ -50,8 +50,10 @@ class Tail:
         self.indices = list(indices)
         self.norm = final_norm(self.decoder)
 
-    def prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, list[TailCall]]:
-        """Hidden states entering the first tail block, and every tail block's call arguments."""
+    def prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               grad: bool = False) -> tuple[torch.Tensor, list[TailCall]]:
+        """Hidden states entering the first tail block, and every tail block's call arguments
+        (recorded with autograd when ``grad``, for passes that differentiate through the prefix)."""
         calls: dict[int, TailCall] = {}
         last = self.indices[-1]
 
@@ -71,7 +73,7 @@ class Tail:
             saved[i] = blk.__dict__.get("forward")
             blk.forward = recorder(i)
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled(grad):
                 self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         except _Stop:
             pass

@@ -10,6 +10,7 @@ examples, runs the passes and writes the JSON report.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -32,7 +33,7 @@ from ..format.records import Example
 from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
-from .common import now, require_stage
+from .common import now, plugin_spec, require_stage
 
 
 @dataclass
@@ -264,11 +265,18 @@ def run_fidelity(opts: FidelityOptions) -> dict:
         raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
     _check_perturb(opts.perturb)
     selector = get("selector", opts.method)
-    extra_entries = {name: get("scorer", name) for name in opts.proxies}
+    specs = {spec: plugin_spec(spec, "--proxy") for spec in opts.proxies}
+    extra_entries = {spec: get("scorer", name) for spec, (name, _) in specs.items()}
     loaded = load(opts.src)
     ref = _exact_reference(loaded, opts.src, opts.perturb, opts.neutral)
     cache = MatrixCache(opts.src.cache, loaded, ref, opts.src.dtype)
-    extra = {name: entry.obj(loaded.ctx) for name, entry in extra_entries.items()}
+    extra = {}
+    for spec, entry in extra_entries.items():
+        ctx = dataclasses.replace(loaded.ctx, options={**loaded.ctx.options, "scorer_options": specs[spec][1]})
+        try:
+            extra[spec] = entry.obj(ctx)
+        except ValueError as exc:
+            raise UsageError(f"--proxy {spec}: {exc}") from None
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     note(f"fidelity on {len(examples)} examples: rho_p={opts.rho_p}, rho_r={opts.rho_r}, T={opts.rounds}, "
          f"perturbation {opts.perturb}")
@@ -312,6 +320,9 @@ def _fidelity_example(ex: Example, extra_scores: dict, ref, cache: MatrixCache, 
     r_prox = fid.response_proxies(a, c, A, s_p)
     for name, other in extra_scores.items():
         oa, oc, oA = other.a.numpy(), other.c.numpy(), other.A.numpy()
+        if other.B is not None:  # the scorer's own interaction matrix, as `select` uses it
+            p_prox[name], r_prox[name] = fid.interaction_proxies(oa, other.B.numpy(), s_r, s_p)
+            continue
         p_prox[f"{name} (A x a)"] = fid.prompt_proxies(oa, oA, s_r)[fid.BRIDGE]
         r_prox[f"{name} (A x a)"] = fid.response_proxies(oa, oc, oA, s_p)[fid.BRIDGE]
     return fid.ExampleFidelity(

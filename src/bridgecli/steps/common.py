@@ -17,6 +17,25 @@ from ..format.writer import open_writer
 from ..progress import progress_bar
 
 
+def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item is a usage error."""
+    from ..errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def plugin_spec(spec: str, flag: str) -> tuple[str, dict[str, str]]:
+    """``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` -> (NAME, options)."""
+    name, _, rest = spec.partition(":")
+    return name.strip(), key_values([x for x in rest.split(",") if x.strip()], flag)
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 

@@ -46,6 +46,7 @@ class ScoreOptions:
     out: str | None = None
     run: str | Path | None = None
     scorer: str = "bridge"
+    scorer_options: dict = field(default_factory=dict)  # --scorer-option KEY=VALUE, passed to the scorer
     batch_size: int = 64  # at most this many rows per scoring pass
     max_tokens: int | None = None  # padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
     window: int = 256  # examples per bucketing window and per committed frame
@@ -155,8 +156,12 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     run, meta, tokenizer, tok_fp, dtype, model, direction = _load(opts, device)
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=direction.v,
-                         attention_layers=opts.attention_layers, device=device)
-    scorer = scorer_entry.obj(ctx)
+                         attention_layers=opts.attention_layers, device=device,
+                         options={"scorer_options": dict(opts.scorer_options)})
+    try:
+        scorer = scorer_entry.obj(ctx)
+    except ValueError as exc:
+        raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
     max_tokens = opts.max_tokens or (32768 if device.startswith("cuda") else 4096)
 
     data_opts = opts.data_opts
@@ -165,7 +170,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])
         data_opts = dataclasses.replace(data_opts, exclude_ids=frozenset(leave_out))
     params = {
-        "scorer": opts.scorer, "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
+        "scorer": opts.scorer, "scorer_options": dict(opts.scorer_options), "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
         "direction_layers": direction.meta.get("layers"), "lambda": direction.meta.get("lambda"),
         "attention_layers": opts.attention_layers, "dtype": dtype,
         "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,

@@ -1,0 +1,191 @@
+"""The ``atp`` prompt scorer (key-gate attribution through the JVP): the softmax identity behind the
+key gate, the reverse pass against finite differences of the gate, the estimate against exact
+removal effects on tiny float64 models, and selection invariants with an interaction matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from bridgecli.analysis.exact import ExactReference, reference_scorer
+from bridgecli.core.budgets import budget
+from bridgecli.core.select import Surrogate, alternate, independent
+from bridgecli.modeling.attention import GATE_EPS
+from bridgecli.modeling.attribution import AttributionScorer, chunk_ids, spread
+from bridgecli.modeling.params import tail_parameters
+from bridgecli.modeling.scoring import ScoringContext
+
+from test_scoring import examples
+from tiny import tiny_llama_config, tiny_model
+
+
+def test_gate_gradient_is_the_exact_softmax_change_of_hiding_a_key():
+    """For one attention row, d/db_i of sum_k G_k softmax(s + b / (1 - p))_k at b = 0 equals minus
+    sum_k G_k (p'_k - p_k), p' the row with key i hidden (p'_k = p_k / (1 - p_i), p'_i = 0)."""
+    torch.manual_seed(0)
+    s = torch.randn(7, dtype=torch.float64) * 3
+    G = torch.randn(7, dtype=torch.float64)
+    p = torch.softmax(s, 0)
+    b = torch.zeros(7, dtype=torch.float64, requires_grad=True)
+    M = (G * torch.softmax(s + b / (1 - p).clamp_min(GATE_EPS), 0)).sum()
+    (grad,) = torch.autograd.grad(M, b)
+    for i in range(7):
+        hidden = s.clone()
+        hidden[i] = float("-inf")
+        change = (G * (torch.softmax(hidden, 0) - p)).sum()
+        assert grad[i].item() == pytest.approx(-change.item(), rel=1e-9, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def setup(tokenizer):
+    def build(init: float):
+        cfg = tiny_llama_config(len(tokenizer))
+        cfg.initializer_range = init
+        model = tiny_model(cfg, dtype=torch.float64)
+        torch.manual_seed(1)
+        v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
+        return model, v
+
+    return build, examples(tokenizer)
+
+
+def atp(model, tokenizer, v, chunks):
+    ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3,
+                         options={"scorer_options": {"chunks": chunks}})
+    return AttributionScorer(ctx)
+
+
+def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
+    """Group effects (the reverse pass through the JVP) against central differences of
+    M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
+    from bridgecli.modeling.attention import key_gate
+    from bridgecli.modeling.batching import make_batch
+
+    build, exs = setup
+    model, v = build(0.02)
+    scorer = atp(model, tokenizer, v, 1)
+    ex = exs[0]
+    batch = make_batch([ex], scorer.pad_id)
+    (effects,) = scorer.group_effects(batch, [chunk_ids(len(batch.resp[0]), 1)])
+    prompt = ex.tokens.prompt_positions()
+    L = len(ex.tokens.input_ids)
+
+    def M(i: int, eps: float) -> float:
+        """sum_j a_j in float64 with key i's gate bias at eps (the scorer's own forward, no grad)."""
+        import torch.autograd.forward_ad as fwAD
+
+        from bridgecli.modeling.attention import Routing, routing
+
+        bias = torch.zeros(1, L, dtype=torch.float64)
+        bias[0, int(prompt[i])] = eps
+        r = Routing(math_layers=frozenset(scorer.gate_layers), capture_layers=frozenset(), right_padded=True)
+        with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}), routing(r):
+            hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
+            with fwAD.dual_level():
+                dual = {k: {n: fwAD.make_dual(p, scorer.tangents[k][n]) for n, p in ps.items()}
+                        for k, ps in scorer.primals.items()}
+                a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
+        return float(a.sum())
+
+    for i in (0, len(prompt) // 2, len(prompt) - 1):
+        h = 1e-3  # HF's RMSNorm runs in float32 even in a float64 model: a smaller step is rounding noise
+        fd = (M(i, h) - M(i, -h)) / (2 * h)
+        assert effects[0, i] == pytest.approx(fd, rel=1e-2, abs=1e-6)  # float32 norms: 1% is rounding, a missed term is more
+
+
+@pytest.mark.parametrize("init", [0.002, 0.02])
+def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init):
+    """Per-token groups give B[j, i] ~ a_j(P) - a_j(P with i hidden). Near-linear weights (small init):
+    equal up to second-order terms; the default init: still close, rank for rank."""
+    from bridgecli.analysis.metrics import spearman
+
+    build, exs = setup
+    model, v = build(init)
+    scorer = atp(model, tokenizer, v, 10_000)
+    ref = ExactReference(reference_scorer(scorer.ctx), perturb="mask", batch_size=64)
+    for ex, sc in zip(exs, scorer.score(exs)):
+        _, beta = ref.prompt_matrix(ex)
+        B = sc.B.numpy().astype(np.float64)
+        assert B.shape == beta.shape
+        scale = np.abs(beta).max()
+        assert scale > 0
+        if init < 0.01:
+            np.testing.assert_allclose(B, beta, atol=0.01 * scale)
+        assert np.corrcoef(B.ravel(), beta.ravel())[0, 1] > 0.99
+        assert spearman(B.sum(0), beta.sum(0)) > 0.95
+
+
+def test_one_group_splits_its_effect_and_keeps_bridge_scores(setup, tokenizer):
+    """chunks=1: each prompt column of B sums to the full-response estimate; a, c, A are the bridge
+    scorer's."""
+    from bridgecli.modeling.scoring import BridgeScorer
+
+    build, exs = setup
+    model, v = build(0.02)
+    one = atp(model, tokenizer, v, 1).score(exs)
+    per_token = atp(model, tokenizer, v, 10_000).score(exs)
+    base = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3)).score(exs)
+    for o, p, b in zip(one, per_token, base):
+        np.testing.assert_allclose(o.B.numpy().sum(0), p.B.numpy().sum(0), rtol=1e-5, atol=1e-6)  # float32 storage
+        for field in ("a", "c", "A"):
+            np.testing.assert_allclose(getattr(o, field).numpy(), getattr(b, field).numpy(), rtol=1e-5, atol=1e-7)
+        assert o.scorer == "atp"
+
+
+def test_scorer_options_are_checked(setup, tokenizer):
+    build, _ = setup
+    model, v = build(0.02)
+    for bad in ({"chunks": "0"}, {"chunks": "x"}, {"rounds": "2"}):
+        ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, options={"scorer_options": bad})
+        with pytest.raises(ValueError):
+            AttributionScorer(ctx)
+
+
+@given(n=st.integers(0, 9), k=st.integers(1, 12))
+def test_chunk_ids_are_contiguous_and_balanced(n, k):
+    g = chunk_ids(n, k)
+    assert len(g) == n
+    if n:
+        assert g[0] == 0 and np.all(np.diff(g) >= 0) and np.all(np.diff(g) <= 1)
+        sizes = np.bincount(g)
+        assert sizes.max() - sizes.min() <= 1 and len(sizes) == min(n, k)
+
+
+@settings(max_examples=60)
+@given(data=st.data(), n=st.integers(1, 6), m=st.integers(1, 6), k=st.integers(1, 6))
+def test_spread_preserves_group_sums(data, n, m, k):
+    floats = st.floats(-5, 5, allow_nan=False)
+    a = data.draw(hnp.arrays(np.float64, n, elements=floats))
+    A = data.draw(hnp.arrays(np.float64, (n, m), elements=st.floats(0, 1)))
+    groups = chunk_ids(n, k)
+    effects = data.draw(hnp.arrays(np.float64, (int(groups.max()) + 1, m), elements=floats))
+    B = spread(effects, groups, a, A)
+    for g in range(effects.shape[0]):
+        np.testing.assert_allclose(B[groups == g].sum(0), effects[g], atol=1e-9)
+
+
+@settings(max_examples=80)
+@given(data=st.data(), n=st.integers(0, 6), m=st.integers(0, 6), rounds=st.integers(1, 4))
+def test_selection_with_an_interaction_matrix_keeps_its_invariants(data, n, m, rounds):
+    """With B in place of A x a: budgets hold, U_sur never decreases, results are deterministic, and
+    Delta_r(j | S_p) = a_j - sum_{i not in S_p} B[j, i]."""
+    floats = st.floats(-3, 3, allow_nan=False).map(lambda x: round(x, 3))
+    a = data.draw(hnp.arrays(np.float64, n, elements=floats))
+    B = data.draw(hnp.arrays(np.float64, (n, m), elements=floats))
+    rho = data.draw(st.sampled_from([0.25, 0.5, 0.75, 1.0]))
+    b_p, b_r = budget(rho, m), budget(rho, n)
+    sur = Surrogate.from_interactions(a, B)
+    res = alternate(sur, b_p, b_r, rounds)
+    assert len(res.prompt) == b_p and len(res.response) == b_r
+    assert all(y >= x - 1e-9 for x, y in zip(res.u_sur, res.u_sur[1:]))
+    again = alternate(Surrogate.from_interactions(a, B), b_p, b_r, rounds)
+    assert np.array_equal(res.prompt, again.prompt) and np.array_equal(res.response, again.response)
+    dropped = np.setdiff1d(np.arange(m), res.prompt)
+    np.testing.assert_allclose(res.response_scores, a - B[:, dropped].sum(axis=1), atol=1e-9)
+    ind = independent(sur, b_p, b_r)
+    np.testing.assert_allclose(sur.delta_p(np.arange(n)), B.sum(axis=0), atol=1e-9)
+    assert len(ind.prompt) == b_p
