@@ -41,7 +41,7 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     except Exception as exc:
         raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
     token_spans = example.tokens.spans()[resp] - offset
-    units = units_from_spans(token_spans, spans)
+    units = units_from_spans(token_spans, spans, text)
     proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha)
     flat_units = []
     for u in units:
