@@ -20,46 +20,14 @@ import re
 
 import numpy as np
 
+from ..core.protect import answer_spans, boxed_spans, region  # noqa: F401 (re-exported)
+
 CLASSES = ("answer", "digits", "math", "words", "space/punct")
 
-_ANSWER_LINE = re.compile(r"^[ \t]*(####[^\r\n]*)", re.MULTILINE)
-_BOXED = re.compile(r"\\boxed\s*\{")
 _CALCULATION = re.compile(r"<<[^<>\r\n]*>>")
 _MATH_CHAR = re.compile(r"[=+*/^\\{}<>×÷≤≥%]")
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[^\W\d_]")
-
-
-def boxed_spans(text: str) -> list[tuple[int, int]]:
-    """Every ``\\boxed{...}`` with balanced braces (braces after a backslash are text); an unclosed one
-    is left out."""
-    out = []
-    for m in _BOXED.finditer(text):
-        depth, i = 0, m.end() - 1
-        while i < len(text):
-            ch = text[i]
-            if ch in "{}" and text[i - 1] != "\\":
-                depth += 1 if ch == "{" else -1
-                if depth == 0:
-                    out.append((m.start(), i + 1))
-                    break
-            i += 1
-    return out
-
-
-def answer_spans(text: str) -> list[tuple[int, int]]:
-    """The final answer: the last ``#### N`` line and the last ``\\boxed{...}`` (either may be absent)."""
-    out = []
-    lines = [m.span(1) for m in _ANSWER_LINE.finditer(text)]
-    if lines:
-        s, e = lines[-1]
-        while e > s and text[e - 1].isspace():
-            e -= 1
-        out.append((s, e))
-    boxed = boxed_spans(text)
-    if boxed:
-        out.append(boxed[-1])
-    return sorted(out)
 
 
 def math_spans(text: str) -> list[tuple[int, int]]:
@@ -97,16 +65,6 @@ def classify_tokens(text: str, token_spans) -> list[str]:
         else:
             out.append("space/punct")
     return out
-
-
-def region(text: str, spans: np.ndarray) -> tuple[str, np.ndarray]:
-    """The text from the first token's start to the last token's end, and the spans shifted into it
-    (so that a prompt and a response are classified each on its own text)."""
-    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    if spans.shape[0] == 0:
-        return "", spans
-    lo, hi = int(spans[:, 0].min()), int(spans[:, 1].max())
-    return text[lo:hi], spans - lo
 
 
 class Retention:

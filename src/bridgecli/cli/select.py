@@ -19,6 +19,15 @@ def select(
     rounds: Annotated[int, typer.Option("--rounds", "-T", help="Alternating rounds T.")] = 4,
     option: Annotated[Optional[list[str]], typer.Option(
         "--option", help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.")] = None,
+    protect_prompt: Annotated[Optional[list[str]], typer.Option(
+        "--protect-prompt", metavar="REGEX", help=(
+            "Prompt tokens overlapping a match are always kept (repeatable). A Python regex (^ and $ match at "
+            "line ends) or a preset: 'digits' (\\d+), 'answer' (the last '#### N' line and the last "
+            "\\boxed{...}). They count against b_p; the rest is filled by the method's ranking."))] = None,
+    protect_response: Annotated[Optional[list[str]], typer.Option(
+        "--protect-response", metavar="REGEX", help=(
+            "Response tokens overlapping a match are always supervised, by select and by close (repeatable), "
+            "e.g. 'answer' or '####.*$'. Same presets; they count against b_r."))] = None,
 ):
     """Budgeted coupled selection of prompt context and response supervision."""
     options = {}
@@ -28,4 +37,5 @@ def select(
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--option")
         options[key.strip()] = value
     run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds,
-                             options=options))
+                             options=options, protect_prompt=list(protect_prompt or []),
+                             protect_response=list(protect_response or [])))

@@ -151,12 +151,31 @@ class Projection:
     supervise: np.ndarray  # ascending indices of supervised tokens
 
 
-def project(units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float) -> Projection:
-    """Choose whole units by knapsack under budget ``b_r``; return the chosen units and tokens."""
+def project(units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float,
+            protected: np.ndarray | None = None) -> Projection:
+    """Choose whole units by knapsack under budget ``b_r``; return the chosen units and tokens.
+
+    ``protected`` (token indices) forces in every unit holding one of them, whatever its value; those
+    units count against ``b_r`` and the knapsack fills what is left (exact: the best unit set under the
+    budget among those containing the forced units). Forced units alone may exceed ``b_r``."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     q = unit_values(units, scores, alpha)
     sizes = np.array([len(u) for u in units], dtype=np.int64)
-    chosen = knapsack(sizes, q, b_r)
+    forced = forced_units(units, protected)
+    if len(forced):
+        rest = np.setdiff1d(np.arange(len(units), dtype=np.int64), forced, assume_unique=True)
+        extra = rest[knapsack(sizes[rest], q[rest], b_r - int(sizes[forced].sum()))]
+        chosen = np.sort(np.concatenate([forced, extra])).astype(np.int64)
+    else:
+        chosen = knapsack(sizes, q, b_r)
     supervise = np.sort(np.concatenate([units[k] for k in chosen])) if len(chosen) else np.zeros(0, dtype=np.int64)
     return Projection(units=units, chosen=chosen, supervise=supervise)
+
+
+def forced_units(units: list[np.ndarray], protected: np.ndarray | None) -> np.ndarray:
+    """Ascending indices of the units that hold at least one of the ``protected`` token indices."""
+    if protected is None or len(protected) == 0:
+        return np.zeros(0, dtype=np.int64)
+    protected = np.asarray(protected, dtype=np.int64)
+    return np.array([k for k, u in enumerate(units) if np.isin(u, protected).any()], dtype=np.int64)
