@@ -28,6 +28,7 @@ class SelectOptions:
     options: dict = field(default_factory=dict)  # --option key=value, passed to the selector
     protect_prompt: list[str] = field(default_factory=list)  # presets or regexes: prompt tokens always kept
     protect_response: list[str] = field(default_factory=list)  # ... response tokens always supervised
+    budget: str = "example"  # example | global | global-sides (steps/global_budget.py)
 
 
 def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +102,14 @@ def run_select(opts: SelectOptions) -> int:
             raise UsageError(f"{name} must lie in [0, 1], got {rho}")
     if opts.rounds < 1:
         raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    from .global_budget import MODES
+
+    if opts.budget != "example" and opts.budget not in MODES:
+        raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
     entry = get("selector", opts.method)
+    if opts.budget != "example" and not getattr(entry.obj, "surrogate", False):
+        raise UsageError(f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
+                         f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)")
     options = {**opts.options, "rounds": opts.rounds}
     params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,
               "plugin": entry.plugin}
@@ -119,9 +127,10 @@ def run_select(opts: SelectOptions) -> int:
         params["protect_response"] = list(opts.protect_response)
 
     over = [0]  # examples whose protected tokens alone exceed a budget
+    budgets: dict | None = None  # --budget global: example index -> (b_p, b_r) from the first pass
 
     def fn(ex: Example, header: Header) -> Example:
-        new = select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options, protect)
+        new = select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options, protect, budgets)
         sel = new.selection
         over[0] += len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r
         return new
@@ -130,9 +139,15 @@ def run_select(opts: SelectOptions) -> int:
     from ..baselines.passes import first_pass, rereadable
 
     display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
-    with (rereadable(opts.inp) if prepare is not None else nullcontext(opts.inp)) as inp:
+    twice = prepare is not None or opts.budget != "example"
+    with (rereadable(opts.inp) if twice else nullcontext(opts.inp)) as inp:
         if prepare is not None and (plan := first_pass(prepare, inp, opts.rho_p, opts.rho_r, options, display)):
             params["budgets"] = plan
+        if opts.budget != "example":
+            from .global_budget import plan_global
+
+            budgets, params["global_budget"] = plan_global(inp, display, entry.obj, opts.budget, opts.rho_p,
+                                                           opts.rho_r, options, protect)
         count = map_stream(inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
                            hint="run `bridge score` first", fn=fn, label="selecting", display=display)
     if over[0]:
