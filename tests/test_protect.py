@@ -192,6 +192,8 @@ def test_select_and_close_keep_protected_tokens(tmp_path, tokenizer):
         units = np.asarray(cl.units).reshape(-1, 2)
         forced_size = int(sum(units[k, 1] - units[k, 0] for k in cl.protected_units))
         assert set(cl.protected_units) <= set(cl.chosen) and len(cl.supervise) <= max(sel.b_r, forced_size)
+    info = json.loads(run.invoke(app, ["inspect", "--json", str(tmp_path / "closed.bridge")]).stdout)
+    assert info["selection"]["protected_prompt"] == sum(len(e.selection.protected_prompt) for e in exs) > 0
     stats = json.loads(run.invoke(app, ["inspect", "--stats", "--json", str(tmp_path / "closed.bridge")]).stdout)
     tc = stats["token_classes"]
     assert tc["response"]["answer"]["fraction"] == 1.0 and tc["prompt"]["digits"]["fraction"] == 1.0
