@@ -118,13 +118,15 @@ def render_classes(summary: dict):
     resp_word = "supervised" if tc["response_set"] == "closure" else "selected"
     t = Table(title=f"retention per token class (response: {resp_word} after {tc['response_set']})")
     t.add_column("class", style="bold")
-    for col in ("prompt tokens", "kept", "kept fraction", "response tokens", resp_word, f"{resp_word} fraction"):
+    for col in ("prompt tokens", "kept", "response tokens", resp_word):
         t.add_column(col, justify="right")
-    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+
+    def cell(c: dict) -> str:
+        return "-" if c["fraction"] is None else f"{c['kept']} ({100 * c['fraction']:.1f}%)"
+
     for c in CLASSES:
         p, r = tc["prompt"][c], tc["response"][c]
-        t.add_row(c, str(p["tokens"]), str(p["kept"]), fmt(p["fraction"]), str(r["tokens"]), str(r["kept"]),
-                  fmt(r["fraction"]))
+        t.add_row(c, str(p["tokens"]), cell(p), str(r["tokens"]), cell(r))
     return t
 
 
