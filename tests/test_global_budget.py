@@ -167,3 +167,60 @@ def test_global_budget_errors_and_protection(tmp_path, tokenizer):
         for e in reader:  # protected tokens gain +inf: each example's budget covers them, and they are in
             assert len(e.selection.protected_response) <= e.selection.b_r
             assert set(e.selection.protected_response) <= set(e.selection.response_keep)
+
+
+@st.composite
+def score_streams(draw):
+    """Streams of 0-5 examples with random eligible sizes and random a, c, A (as stored: float32/16)."""
+    from bridgecli.format.records import Array, Example, Scores, Tokens
+    from bridgecli.format.spec import EOS, PROMPT, RESPONSE, TEMPLATE
+
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    exs = []
+    for k in range(draw(st.integers(0, 5))):
+        m, n = draw(st.integers(0, 5)), draw(st.integers(0, 5))
+        kinds = [TEMPLATE] + [PROMPT] * m + [TEMPLATE] + [RESPONSE] * n + [EOS]
+        text = "<" + "p" * m + "|" + "r" * n + ">"
+        offsets = [v for t in range(len(kinds)) for v in (t, t + 1)]
+        a = np.round(rng.normal(size=n) * 2) / 2 if draw(st.booleans()) else rng.normal(size=n)  # ties or not
+        A = rng.uniform(0, 1 / max(m, 1), size=(n, m))
+        scores = Scores(scorer="bridge", a=Array.of(a), c=Array.of(rng.uniform(0, 0.2, size=n)),
+                        A=Array.of(A, "float16"))
+        exs.append(Example(id=f"e{k}", index=k, text=text, tokens=Tokens(
+            input_ids=list(range(len(kinds))), kinds=bytes(kinds), offsets=offsets), scores=scores))
+    return exs
+
+
+@settings(max_examples=40, deadline=None)
+@given(exs=score_streams(), rho_p=st.sampled_from([0.0, 0.3, 0.75, 1.0]), rho_r=st.sampled_from([0.25, 0.5, 1.0]),
+       mode=st.sampled_from(["global", "global-sides"]), schedule=st.sampled_from(["bridge", "independent"]))
+def test_select_global_budget_random_streams(tmp_path_factory, exs, rho_p, rho_r, mode, schedule):
+    """Random small streams through the real two-pass step: the per-example budgets equal the brute-force
+    allocation of the in-memory gains, they add up to the per-example total, and each selection fills its
+    budget."""
+    from test_show import write_stream
+
+    from bridgecli.steps.select import SelectOptions, run_select
+
+    d = tmp_path_factory.mktemp("g")
+    src = write_stream(d / "s.bridge", exs, "scores")
+    run_select(SelectOptions(inp=str(src), out=str(d / "o.bridge"), method=schedule, rho_p=rho_p, rho_r=rho_r,
+                             rounds=2, budget=mode))
+    gains, nominal = [], []
+    for ex in exs:
+        s = ex.scores
+        sur = Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
+        b_p, b_r = budget(rho_p, sur.m), budget(rho_r, sur.n)
+        res = select(sur, b_p, b_r, schedule, 2)
+        gains.append((sur.delta_p(res.response), sur.delta_r(res.prompt)))
+        nominal.append((b_p, b_r))
+    tp, tr = sum(p for p, _ in nominal), sum(r for _, r in nominal)
+    want = brute_allocate(gains, "shared" if mode == "global" else "sides", total=tp + tr, totals=(tp, tr))
+    with open_reader(str(d / "o.bridge")) as reader:
+        got = list(reader)
+    assert [(e.selection.b_p, e.selection.b_r) for e in got] == want
+    assert sum(p + r for p, r in want) == tp + tr
+    for e in got:
+        assert len(e.selection.prompt_keep) == e.selection.b_p and len(e.selection.response_keep) == e.selection.b_r
+        u = e.selection.u_sur
+        assert all(x <= y + 1e-9 * max(1.0, abs(y)) for x, y in zip(u, u[1:]))  # monotone U_sur
