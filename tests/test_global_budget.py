@@ -100,7 +100,8 @@ def test_global_allocation_gains_at_least_the_per_example_one(gains, rho):
         plan = spill.allocate("shared", total=total)["budgets"]
 
     def spent(budgets):
-        return sum(np.sort(gp)[::-1][:p].sum() + np.sort(gr)[::-1][:r].sum() for (p, r), (gp, gr) in zip(budgets, finite))
+        return sum(np.sort(gp)[::-1][:p].sum() + np.sort(gr)[::-1][:r].sum()
+                   for (p, r), (gp, gr) in zip(budgets, finite))
 
     assert spent(plan) >= spent(nominal) - 1e-9
 

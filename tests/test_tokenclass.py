@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.analysis.tokenclass import CLASSES, Retention, answer_spans, boxed_spans, classify_tokens, region
+from bridgecli.analysis.tokenclass import CLASSES, Retention, classify_tokens, region
+from bridgecli.core.protect import answer_spans, boxed_spans
 
 
 def pieces(text: str, cuts: list[str]) -> tuple[str, np.ndarray]:

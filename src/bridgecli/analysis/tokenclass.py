@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from ..core.protect import answer_spans, boxed_spans, region  # noqa: F401 (re-exported)
+from ..core.protect import answer_spans, region
 
 CLASSES = ("answer", "digits", "math", "words", "space/punct")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .topk import top_b, top_b_forced
+from .topk import top_b_forced
 
 SCHEDULES = ("bridge", "one-pass", "independent")
 
