@@ -295,3 +295,74 @@ def test_paper_example_closure_keeps_the_equation():
         proj = project(units, scores, b_r, alpha)
         assert as_list(proj.supervise) == eq, alpha  # the complete equation, same budget
         assert len(proj.supervise) <= b_r
+
+
+# --- units never cut a word, a number or a <<...>> calculation ---------------------------------
+
+_PIECES = ["hamburger", "she", "don't", "Léa", "x", "8", "16", "1,000.5", "3.75", "<<5*3=15>>15", "<<48/2=24>>",
+           "$", " ", "  ", "\n", ".", ",", "-", "=", "*", "(", ")", "#### ", "\\boxed{", "}", "inch"]
+
+
+@st.composite
+def texts_and_tokens(draw):
+    """A text glued from words, numbers, calculations, spaces and punctuation; tokens that cut it
+    anywhere (a word may be split over several tokens, a token may hold a space and a word piece);
+    character spans from a real segmenter or at random."""
+    text = "".join(draw(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=14)))
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(len(text) - 1, 1)), max_size=12))) - {len(text)})
+    bounds = [0, *cuts, len(text)]
+    toks = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1) if bounds[i + 1] > bounds[i]]
+    how = draw(st.sampled_from(["random", "sentence", "math", "step", "list", "code"]))
+    if how == "random":
+        points = sorted(draw(st.lists(st.integers(0, len(text)), max_size=8)))
+        spans = [(points[i], points[i + 1]) for i in range(0, len(points) - 1, 2)]
+    else:
+        from bridgecli.builtin.segmenters import SEGMENTERS
+
+        spans = SEGMENTERS[how](text)
+    return text, np.array(toks, dtype=np.int64).reshape(-1, 2), spans
+
+
+@FAST
+@given(case=texts_and_tokens())
+def test_no_unit_boundary_inside_an_atom(case):
+    """Between two consecutive units, no word, number or <<...>> calculation has characters in both
+    the last token of one and the first token of the next."""
+    from bridgecli.core.closure import atoms
+
+    text, toks, spans = case
+    units = units_from_spans(toks, spans, text)
+    check_partition(units, len(toks))
+    pieces = atoms(text)
+    for left, right in zip(units, units[1:]):
+        a, b = toks[left[-1]], toks[right[0]]
+        for s, e in pieces:
+            assert not (min(a[1], e) > max(a[0], s) and min(b[1], e) > max(b[0], s)), (
+                text, text[s:e], [text[toks[u[0]][0]:toks[u[-1]][1]] for u in units])
+
+
+def test_atoms_words_numbers_calculations():
+    from bridgecli.core.closure import atoms
+
+    text = "Léa's hamburger costs $1,000.5 = $<<5*3=15>>15 now."
+    assert [text[s:e] for s, e in atoms(text)] == ["Léa's", "hamburger", "costs", "1,000.5", "<<5*3=15>>15", "now"]
+
+
+def test_word_split_over_tokens_stays_one_unit():
+    """The issue's "hamb[[urger]]": with no span over the word, its two tokens used to be two units."""
+    text = "I ate a hamburger."
+    toks = np.array([[0, 1], [1, 5], [5, 7], [7, 12], [12, 17], [17, 18]])  # "I"," ate"," a"," hamb","urger","."
+    assert [as_list(u) for u in units_from_spans(toks, [], text)] == [[0], [1], [2], [3, 4], [5]]
+    # a span that ends inside the word grows to its end
+    assert [as_list(u) for u in units_from_spans(toks, [(0, 11)], text)] == [[0, 1, 2, 3, 4], [5]]
+    # without the text: the old behaviour (the core mapping alone)
+    assert [as_list(u) for u in units_from_spans(toks, [], None)] == [[j] for j in range(6)]
+
+
+def test_math_segmenter_keeps_the_gsm8k_calculation_whole():
+    from bridgecli.builtin.segmenters import split_math
+
+    text = "So she pays $5 x 3 = $<<5*3=15>>15 in all.\n#### 15"
+    assert [text[s:e] for s, e in split_math(text)] == ["$5 x 3 = $<<5*3=15>>15", "#### 15"]
+    text = "5x3 = 15 and 2 X 4"
+    assert [text[s:e] for s, e in split_math(text)] == ["5x3 = 15", "2 X 4"]

@@ -132,9 +132,16 @@ def test_inspect_stats(stream, tmp_path, tokenizer):
     assert d["closure unit size"]["count"] > 3 and d["U_sur relative gain over rounds"]["min"] >= 0
     assert sum(d["closure unit size"]["histogram"]["counts"]) == d["closure unit size"]["count"]
     assert len(out["u_sur_mean_trajectory"]) == 8
+    tc = out["token_classes"]  # retention per token class: counts add up to the eligible tokens and the kept sets
+    exs = synthetic(tokenizer)
+    assert tc["response_set"] == "closure"
+    assert sum(c["tokens"] for c in tc["prompt"].values()) == sum(len(e.tokens.prompt_positions()) for e in exs)
+    assert sum(c["kept"] for c in tc["prompt"].values()) == sum(len(e.selection.prompt_keep) for e in exs)
+    assert sum(c["kept"] for c in tc["response"].values()) == sum(len(e.closure.supervise) for e in exs)
     assert png.stat().st_size > 5000 and _variance(png) > 1.0
     table = CliRunner().invoke(app, ["inspect", "--stats", str(stream)], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and "closure unit size" in table.stdout
+    assert "retention per token class" in table.stdout and "space/punct" in table.stdout
     sel_only = write_stream(tmp_path / "sel.bridge", synthetic(tokenizer, closure=False), "selection")
     plain = CliRunner().invoke(app, ["inspect", "--stats", "--json", str(sel_only)])
     assert "closure unit size" not in json.loads(plain.stdout)["distributions"]

@@ -80,6 +80,9 @@ def _tokenize(piece: str) -> list[tuple[int, int, int]]:
     return out
 
 
+TEXTS: dict[int, list[str]] = {}  # id(Tokens) -> the text of every token (for the 1.2 protected sets)
+
+
 def make_tokens(prompt: str, response: str) -> tuple[str, Tokens]:
     pieces = [("<|im_start|>user\n", TEMPLATE), (prompt, PROMPT),
               ("<|im_end|>\n<|im_start|>assistant\n", TEMPLATE), (response, RESPONSE), ("<|im_end|>", EOS)]
@@ -90,7 +93,10 @@ def make_tokens(prompt: str, response: str) -> tuple[str, Tokens]:
             kinds.append(TEMPLATE if (tid in SPECIAL.values() and kind != EOS) else kind)
             offsets += [pos + s, pos + e]
         pos += len(piece)
-    return "".join(p for p, _ in pieces), Tokens(input_ids=ids, kinds=bytes(kinds), offsets=offsets)
+    text = "".join(p for p, _ in pieces)
+    tokens = Tokens(input_ids=ids, kinds=bytes(kinds), offsets=offsets)
+    TEXTS[id(tokens)] = [text[offsets[2 * t]:offsets[2 * t + 1]] for t in range(len(ids))]
+    return text, tokens
 
 
 def _f32(x: float) -> float:
@@ -123,9 +129,16 @@ def make_selection(tokens: Tokens, scores: Scores) -> Selection:
     r_idx = np.sort(np.argsort(-r_scores, kind="stable")[:b_r])
     total = float(r_scores[r_idx].sum())
     u_sur = [round(total * f, 6) for f in (0.81, 0.94, 0.99, 1.0)]
-    return Selection(method="bridge", b_p=b_p, b_r=b_r, prompt_keep=prompt[p_idx].tolist(),
-                     response_keep=resp[r_idx].tolist(), response_scores=Array.of(r_scores), u_sur=u_sur,
-                     achieved_rho_p=len(p_idx) / len(prompt), achieved_rho_r=len(r_idx) / len(resp))
+    sel = Selection(method="bridge", b_p=b_p, b_r=b_r, prompt_keep=prompt[p_idx].tolist(),
+                    response_keep=resp[r_idx].tolist(), response_scores=Array.of(r_scores), u_sur=u_sur,
+                    achieved_rho_p=len(p_idx) / len(prompt), achieved_rho_r=len(r_idx) / len(resp))
+    if (MAJOR, MINOR) >= (1, 2):
+        # (1.2) protected tokens: the last response token (the "#### N" answer's number) always supervised,
+        # and the prompt tokens already kept that hold a digit always kept (so the sets stay consistent)
+        digits = [int(p) for p in sel.prompt_keep if any(ch.isdigit() for ch in TEXTS[id(tokens)][p])]
+        sel = msgspec.structs.replace(sel, protected_prompt=digits,
+                                      protected_response=[int(resp[-1])] if int(resp[-1]) in sel.response_keep else [])
+    return sel
 
 
 def make_references(tokens: Tokens, k: int) -> dict[str, Reference]:
@@ -165,6 +178,14 @@ def make_closure(text: str, tokens: Tokens, selection: Selection) -> Closure:
     chosen.sort()
     supervise = sorted(int(resp[j]) for u in chosen for j in range(*units[u]))
     flat = [int(v) for s, e in units for v in (resp[s], resp[e - 1] + 1)]
+    protected_units = []
+    if (MAJOR, MINOR) >= (1, 2):  # (1.2) the units holding a protected response token, forced in
+        protected_units = [k for k, (s, e) in enumerate(units)
+                           if any(s <= j < e for j in np.searchsorted(resp, selection.protected_response))]
+        chosen = sorted(set(chosen) | set(protected_units))
+        supervise = sorted(int(resp[j]) for u in chosen for j in range(*units[u]))
+        return Closure(segmenter="sentence", alpha=0.0, units=flat, chosen=chosen, supervise=supervise,
+                       protected_units=protected_units)
     return Closure(segmenter="sentence", alpha=0.0, units=flat, chosen=chosen, supervise=supervise)
 
 

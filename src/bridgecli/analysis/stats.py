@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..format.reader import open_reader
+from .tokenclass import CLASSES, Retention
 
 #: distribution name -> what it measures
 DISTRIBUTIONS = {
@@ -22,13 +23,19 @@ def collect(path: str | None) -> tuple[dict, dict[str, list[float]], list[list[f
     """(stream info, distributions, U_sur trajectories normalised by their first value)."""
     d: dict[str, list[float]] = {k: [] for k in DISTRIBUTIONS}
     trajectories: list[list[float]] = []
+    kept_p, kept_r = Retention(), Retention()
     with open_reader(path) as reader:
         info = {"file": reader.name, "stage": reader.header.stage, "examples": 0}
         for ex in reader:
             info["examples"] += 1
-            m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
+            prompt, resp = ex.tokens.prompt_positions(), ex.tokens.response_positions()
+            m, n = len(prompt), len(resp)
             sel = ex.selection
             if sel is not None:
+                spans = ex.tokens.spans()
+                kept_p.add(ex.text, spans[prompt], np.isin(prompt, sel.prompt_keep))
+                supervised = ex.closure.supervise if ex.closure is not None else sel.response_keep
+                kept_r.add(ex.text, spans[resp], np.isin(resp, supervised))
                 if m:
                     d["prompt kept ratio"].append(len(sel.prompt_keep) / m)
                 if n:
@@ -47,6 +54,10 @@ def collect(path: str | None) -> tuple[dict, dict[str, list[float]], list[list[f
                 sizes = (units[:, 1] - units[:, 0]).tolist()
                 d["closure unit size"] += sizes
                 d["closure chosen unit size"] += [sizes[k] for k in cl.chosen]
+    if sum(kept_p.total.values()) + sum(kept_r.total.values()):
+        info["token_classes"] = {
+            "response_set": "closure" if info["stage"] == "closure" else "selection",
+            "prompt": kept_p.table(), "response": kept_r.table()}
     return info, d, trajectories
 
 
@@ -97,6 +108,28 @@ def render(summary: dict):
     return t
 
 
+def render_classes(summary: dict):
+    """A rich table of retention per token class (None when the stream has no selection)."""
+    from rich.table import Table
+
+    tc = summary.get("token_classes")
+    if tc is None:
+        return None
+    resp_word = "supervised" if tc["response_set"] == "closure" else "selected"
+    t = Table(title=f"retention per token class (response: {resp_word} after {tc['response_set']})")
+    t.add_column("class", style="bold")
+    for col in ("prompt tokens", "kept", "response tokens", resp_word):
+        t.add_column(col, justify="right")
+
+    def cell(c: dict) -> str:
+        return "-" if c["fraction"] is None else f"{c['kept']} ({100 * c['fraction']:.1f}%)"
+
+    for c in CLASSES:
+        p, r = tc["prompt"][c], tc["response"][c]
+        t.add_row(c, str(p["tokens"]), cell(p), str(r["tokens"]), cell(r))
+    return t
+
+
 def run_stats(path: str | None, *, as_json: bool = False, png: str | None = None) -> dict:
     """Print the distributions (a table, or JSON) and optionally draw their histograms."""
     import json
@@ -109,7 +142,11 @@ def run_stats(path: str | None, *, as_json: bool = False, png: str | None = None
     if as_json:
         print(json.dumps(summary, indent=2))
     else:
-        Console(highlight=False).print(render(summary))
+        console = Console(highlight=False)
+        console.print(render(summary))
+        classes = render_classes(summary)
+        if classes is not None:
+            console.print(classes)
         if not summary["distributions"]:
             note("no selection or closure in this stream: run `bridge select` (and `bridge close`) first")
     if png:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.budgets import budget
 from ..core.select import SelectionResult
-from ..core.topk import top_b
+from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
 from .budgets import MATCH_RULES, matched_budgets, rank_across
@@ -185,7 +185,16 @@ class Baseline:
             return SelectionResult(prompt=prompt, response=response, response_scores=r_scores)
         p_scores = self.prompt_score(example, o) if self.prompt_score is not None else np.ones(m)
         r_scores = self._response_scores(example, o)
-        return SelectionResult(prompt=top_b(p_scores, b_p), response=top_b(r_scores, b_r), response_scores=r_scores)
+        # protected tokens (select --protect-*): kept / supervised always, the rest by the method's ranking
+        return SelectionResult(prompt=top_b_forced(p_scores, b_p, options.get("_protect_prompt")),
+                               response=top_b_forced(r_scores, b_r, options.get("_protect_response")),
+                               response_scores=r_scores)
+
+    @property
+    def protects(self) -> bool:
+        """Whether ``select --protect-prompt/--protect-response`` can be honoured (not by a joint ranking,
+        whose split between the sides is part of the method)."""
+        return self.joint is None
 
     def describe_options(self) -> str:
         return ", ".join(f"{k}={v.default}" for k, v in self.options.items())

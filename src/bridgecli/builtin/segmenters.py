@@ -158,6 +158,7 @@ _NUMBER = r"\$?(?:\d+(?:[.,]\d+)*|\.\d+)"
 _MATH_TOKEN = re.compile(
     rf"(?P<annotation>\$?<<[^<>\r\n]*>>(?:{_NUMBER})?)"  # GSM8K "<<48/2=24>>24"
     rf"|(?P<number>{_NUMBER})"
+    r"|(?P<times>(?<=[\d)] )[xX×](?= [$(]?\d)|(?<=\d)[xX](?=\d))"  # "5 x 3", "5x3": multiplication
     r"|(?P<variable>(?<![^\W\d_])[^\W\d_](?:_?\d+)?(?![^\W\d_]))"  # one letter, maybe subscripted
     r"|(?P<operator><=|>=|==|!=|\*\*|[-+*/×÷=^%()<>≤≥−·≠≈])"
     r"|(?P<space>[ \t]+)"
@@ -266,7 +267,8 @@ def _expression_spans(text: str, start: int, end: int) -> list[Span]:
         run.clear()
 
     for m in _MATH_TOKEN.finditer(text, start, end):
-        token: _Token = (m.lastgroup or "other", m.group(), m.start(), m.end())
+        kind = m.lastgroup or "other"
+        token: _Token = ("operator" if kind == "times" else kind, m.group(), m.start(), m.end())
         if token[0] == "other":
             close()
             continue
@@ -281,8 +283,9 @@ def _expression_spans(text: str, start: int, end: int) -> list[Span]:
 def split_math(text: str) -> list[Span]:
     """Equations and expressions: the "#### N" line, LaTeX (``$..$``, ``$$..$$``, ``\\(..\\)``,
     ``\\[..\\]``, ``\\boxed{..}``), and runs of numbers/variables/operators such as "2 * 3 = 6" or
-    "48/2 = <<48/2=24>>24" (a GSM8K annotation with its result stays inside its equation). A number
-    alone is a unit; prose words never are."""
+    "48/2 = <<48/2=24>>24" (a GSM8K annotation with its result stays inside its equation); an "x"
+    between numbers ("$5 x 3", "5x3") is a multiplication sign. A number alone is a unit; prose words
+    never are."""
     spans: list[Span] = []
     pos = 0
     for block_start, block_end in _math_blocks(text):

@@ -19,9 +19,12 @@ def surrogate_of(example: Example) -> Surrogate:
 
 def _schedule(name: str):
     def run(example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
-        return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)))
+        return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)),
+                      options.get("_protect_prompt"), options.get("_protect_response"))
 
     run.__name__ = f"select_{name.replace('-', '_')}"
+    run.protects = True  # honours select --protect-prompt / --protect-response
+    run.surrogate = True  # ranks by BRIDGE's surrogate: select --budget global can use it
     return run
 
 

@@ -23,7 +23,8 @@ def inspect(
     input: InputArg = "-",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     stats: Annotated[bool, typer.Option("--stats", help="Distributions instead: kept ratios per side, U_sur gain "
-                                                       "over rounds, closure unit sizes.")] = False,
+                                                       "over rounds, closure unit sizes, and retention per token "
+                                                       "class (answer, digits, math, words, space/punct).")] = False,
     png: Annotated[Optional[str], typer.Option(help="With --stats: also draw their histograms into this PNG.")] = None,
 ):
     """Header and summary of a bridge stream, human readable."""

@@ -19,6 +19,22 @@ def select(
     rounds: Annotated[int, typer.Option("--rounds", "-T", help="Alternating rounds T.")] = 4,
     option: Annotated[Optional[list[str]], typer.Option(
         "--option", help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.")] = None,
+    protect_prompt: Annotated[Optional[list[str]], typer.Option(
+        "--protect-prompt", metavar="REGEX", help=(
+            "Prompt tokens overlapping a match are always kept (repeatable). A Python regex (^ and $ match at "
+            "line ends) or a preset: 'digits' (\\d+), 'answer' (the last '#### N' line and the last "
+            "\\boxed{...}). They count against b_p; the rest is filled by the method's ranking."))] = None,
+    protect_response: Annotated[Optional[list[str]], typer.Option(
+        "--protect-response", metavar="REGEX", help=(
+            "Response tokens overlapping a match are always supervised, by select and by close (repeatable), "
+            "e.g. 'answer' or '####.*$'. Same presets; they count against b_r."))] = None,
+    budget: Annotated[str, typer.Option(
+        "--budget", metavar="example|global|global-sides", help=(
+            "example: b_p, b_r per example. global: the stream-wide total B = sum of the per-example budgets "
+            "(rho_p m + rho_r n, each rounded up) goes to the tokens with the largest marginal gain in U_sur "
+            "at their example's own solution, prompt and response in one pool; global-sides: one pool per "
+            "side. Reads the input twice (stdin is copied to a temporary file). Surrogate selectors only; "
+            "docs/method.md, Global budget."))] = "example",
 ):
     """Budgeted coupled selection of prompt context and response supervision."""
     options = {}
@@ -28,4 +44,5 @@ def select(
             raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--option")
         options[key.strip()] = value
     run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds,
-                             options=options))
+                             options=options, protect_prompt=list(protect_prompt or []),
+                             protect_response=list(protect_response or []), budget=budget))

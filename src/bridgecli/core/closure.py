@@ -7,19 +7,73 @@ METHOD_NOTES "Structure-aware projection").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
+#: Text pieces a unit boundary never cuts: a GSM8K calculation ``<<...>>`` with the number right after it
+#: (``<<5*3=15>>15``), a number (``1,000.5``), a word (letters/digits/underscore, inner apostrophes:
+#: ``don't``). Tried in this order at each position.
+ATOM = re.compile(r"<<[^<>\r\n]*>>(?:\d+(?:[.,]\d+)*)?|\d+(?:[.,]\d+)*|\w+(?:['’]\w+)*")
 
-def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]]) -> list[np.ndarray]:
+
+def atoms(text: str) -> list[tuple[int, int]]:
+    """``[start, end)`` of every word, number and ``<<...>>`` calculation of ``text`` (sorted, disjoint)."""
+    return [m.span() for m in ATOM.finditer(text)]
+
+
+def _widen(spans: list[tuple[int, int]], pieces: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Grow each span to cover every atom it cuts (an atom partly inside joins the span), then merge
+    spans that come to overlap."""
+    if not pieces:
+        return spans
+    starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    ends = np.array([b for _, b in pieces], dtype=np.int64)
+    out: list[tuple[int, int]] = []
+    for s, e in spans:
+        k = int(np.searchsorted(ends, s, side="right"))  # first atom ending after s
+        if k < len(pieces) and starts[k] < s:
+            s = int(starts[k])
+        k = int(np.searchsorted(starts, e, side="left")) - 1  # last atom starting before e
+        if k >= 0 and ends[k] > e:
+            e = int(ends[k])
+        if out and s < out[-1][1]:
+            out[-1] = (min(out[-1][0], s), max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _joined(token_spans: np.ndarray, pieces: list[tuple[int, int]]) -> np.ndarray:
+    """``joined[t]`` is True when tokens t and t+1 share an atom (both overlap it), so no unit boundary
+    may fall between them."""
+    n = token_spans.shape[0]
+    if n < 2 or not pieces:
+        return np.zeros(max(n - 1, 0), dtype=bool)
+    starts = np.array([a for a, _ in pieces], dtype=np.int64)
+    ends = np.array([b for _, b in pieces], dtype=np.int64)
+    s, e = token_spans[:, 0], token_spans[:, 1]
+    lo = np.searchsorted(ends, s, side="right")  # atoms [lo, hi) overlap the token (empty when s == e)
+    hi = np.where(e > s, np.searchsorted(starts, e, side="left"), lo)
+    return np.maximum(lo[:-1], lo[1:]) < np.minimum(hi[:-1], hi[1:])
+
+
+def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]],
+                     text: str | None = None) -> list[np.ndarray]:
     """Partition tokens into units. ``token_spans`` is [n, 2] character ranges of the tokens (in the
     same coordinates as ``char_spans``). A token joins the span it overlaps most (ties: the earlier
     span); tokens that overlap no span become units of their own. Units come back in token order,
-    each an ascending array of token indices."""
+    each an ascending array of token indices.
+
+    With ``text`` (the characters those coordinates index), no unit boundary falls inside a word, a
+    number or a ``<<...>>`` calculation (:data:`ATOM`): a span that cuts one grows to cover it, and
+    two neighbouring tokens that share one always end up in the same unit ("hamb" + "urger")."""
     token_spans = np.asarray(token_spans, dtype=np.int64).reshape(-1, 2)
     n = token_spans.shape[0]
     spans = sorted((int(s), int(e)) for s, e in char_spans if e > s)
+    pieces = atoms(text) if text is not None else []
+    spans = _widen(spans, pieces)
     owner = np.full(n, -1, dtype=np.int64)
     if spans and n:
         starts = np.array([s for s, _ in spans], dtype=np.int64)
@@ -41,6 +95,15 @@ def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]])
             u += 1
         units.append(np.arange(t, u, dtype=np.int64))
         t = u
+    if pieces and len(units) > 1:
+        joined = _joined(token_spans, pieces)
+        merged = [units[0]]
+        for unit in units[1:]:
+            if joined[unit[0] - 1]:
+                merged[-1] = np.concatenate([merged[-1], unit])
+            else:
+                merged.append(unit)
+        units = merged
     return units
 
 
@@ -88,12 +151,31 @@ class Projection:
     supervise: np.ndarray  # ascending indices of supervised tokens
 
 
-def project(units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float) -> Projection:
-    """Choose whole units by knapsack under budget ``b_r``; return the chosen units and tokens."""
+def project(units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float,
+            protected: np.ndarray | None = None) -> Projection:
+    """Choose whole units by knapsack under budget ``b_r``; return the chosen units and tokens.
+
+    ``protected`` (token indices) forces in every unit holding one of them, whatever its value; those
+    units count against ``b_r`` and the knapsack fills what is left (exact: the best unit set under the
+    budget among those containing the forced units). Forced units alone may exceed ``b_r``."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     q = unit_values(units, scores, alpha)
     sizes = np.array([len(u) for u in units], dtype=np.int64)
-    chosen = knapsack(sizes, q, b_r)
+    forced = forced_units(units, protected)
+    if len(forced):
+        rest = np.setdiff1d(np.arange(len(units), dtype=np.int64), forced, assume_unique=True)
+        extra = rest[knapsack(sizes[rest], q[rest], b_r - int(sizes[forced].sum()))]
+        chosen = np.sort(np.concatenate([forced, extra])).astype(np.int64)
+    else:
+        chosen = knapsack(sizes, q, b_r)
     supervise = np.sort(np.concatenate([units[k] for k in chosen])) if len(chosen) else np.zeros(0, dtype=np.int64)
     return Projection(units=units, chosen=chosen, supervise=supervise)
+
+
+def forced_units(units: list[np.ndarray], protected: np.ndarray | None) -> np.ndarray:
+    """Ascending indices of the units that hold at least one of the ``protected`` token indices."""
+    if protected is None or len(protected) == 0:
+        return np.zeros(0, dtype=np.int64)
+    protected = np.asarray(protected, dtype=np.int64)
+    return np.array([k for k, u in enumerate(units) if np.isin(u, protected).any()], dtype=np.int64)

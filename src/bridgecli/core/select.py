@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .topk import top_b
+from .topk import top_b_forced
 
 SCHEDULES = ("bridge", "one-pass", "independent")
 
@@ -90,39 +90,47 @@ class SelectionResult:
     u_sur: list[float] = field(default_factory=list)
 
 
-def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int) -> SelectionResult:
+def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int,
+              forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
     """S_r(0) = Top_{b_r}(gamma); then ``rounds`` times: S_p = Top_{b_p} Delta_p(.|S_r),
     S_r = Top_{b_r} Delta_r(.|S_p). Each update maximises U_sur exactly over one side, so the
-    recorded U_sur values never decrease."""
+    recorded U_sur values never decrease.
+
+    ``forced_p`` / ``forced_r`` (indices into the eligible positions) are protected tokens: every
+    update keeps them and fills the rest of the budget by the same ranking (they count against the
+    budget; when they alone exceed it, the side holds exactly them). Each update is then the exact
+    maximiser of U_sur over the sets that contain them, so U_sur still never decreases."""
     if rounds < 1:
         raise ValueError("the alternating schedule needs at least one round (T >= 1)")
-    s_r = top_b(sur.gamma, b_r)
+    s_r = top_b_forced(sur.gamma, b_r, forced_r)
     s_p = np.zeros(0, dtype=np.int64)
     history: list[float] = []
     delta_r = sur.gamma
     for _ in range(rounds):
-        s_p = top_b(sur.delta_p(s_r), b_p)
+        s_p = top_b_forced(sur.delta_p(s_r), b_p, forced_p)
         history.append(sur.u_sur(s_p, s_r))
         delta_r = sur.delta_r(s_p)
-        s_r = top_b(delta_r, b_r)
+        s_r = top_b_forced(delta_r, b_r, forced_r)
         history.append(float(delta_r[s_r].sum()))
     return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_r, u_sur=history)
 
 
-def independent(sur: Surrogate, b_p: int, b_r: int) -> SelectionResult:
+def independent(sur: Surrogate, b_p: int, b_r: int,
+                forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
     """Each side ranked by its full-state score: Delta_p(. | all R), Delta_r(. | all P)."""
-    s_p = top_b(sur.delta_p(np.arange(sur.n)), b_p)
+    s_p = top_b_forced(sur.delta_p(np.arange(sur.n)), b_p, forced_p)
     delta_full = sur.delta_r(np.arange(sur.m))
-    s_r = top_b(delta_full, b_r)
+    s_r = top_b_forced(delta_full, b_r, forced_r)
     return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_full,
                            u_sur=[sur.u_sur(s_p, s_r)])
 
 
-def select(sur: Surrogate, b_p: int, b_r: int, schedule: str = "bridge", rounds: int = 4) -> SelectionResult:
+def select(sur: Surrogate, b_p: int, b_r: int, schedule: str = "bridge", rounds: int = 4,
+           forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
     if schedule == "bridge":
-        return alternate(sur, b_p, b_r, rounds)
+        return alternate(sur, b_p, b_r, rounds, forced_p, forced_r)
     if schedule == "one-pass":
-        return alternate(sur, b_p, b_r, 1)
+        return alternate(sur, b_p, b_r, 1, forced_p, forced_r)
     if schedule == "independent":
-        return independent(sur, b_p, b_r)
+        return independent(sur, b_p, b_r, forced_p, forced_r)
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")

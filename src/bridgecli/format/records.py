@@ -104,6 +104,10 @@ class Selection(msgspec.Struct):
     #: or a stream written before format 1.1)
     achieved_rho_p: float | None = None
     achieved_rho_r: float | None = None
+    #: (1.2) protected tokens, absolute positions: prompt tokens always kept, response tokens always
+    #: supervised (``select --protect-prompt/--protect-response``); they count against b_p / b_r
+    protected_prompt: list[int] = []
+    protected_response: list[int] = []
 
 
 class Closure(msgspec.Struct):
@@ -116,6 +120,8 @@ class Closure(msgspec.Struct):
     units: list[int]
     chosen: list[int]
     supervise: list[int]
+    #: (1.2) indices into ``units`` of the units forced in because they hold a protected response token
+    protected_units: list[int] = []
 
 
 class Reference(msgspec.Struct):

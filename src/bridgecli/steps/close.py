@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import msgspec
+import numpy as np
 
-from ..core.closure import project, units_from_spans
+from ..core.closure import forced_units, project, units_from_spans
 from ..errors import PluginError, UsageError
 from ..format.records import Closure, Example, Header
 from ..registry import get
@@ -41,13 +42,16 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     except Exception as exc:
         raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
     token_spans = example.tokens.spans()[resp] - offset
-    units = units_from_spans(token_spans, spans)
-    proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha)
+    units = units_from_spans(token_spans, spans, text)
+    # units holding a response token the selection protected (select --protect-response) are always chosen
+    protected = np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
+    proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha, protected)
     flat_units = []
     for u in units:
         flat_units += [int(resp[u[0]]), int(resp[u[-1]]) + 1]
     closure = Closure(segmenter=name, alpha=alpha, units=flat_units, chosen=proj.chosen.tolist(),
-                      supervise=resp[proj.supervise].tolist() if len(proj.supervise) else [])
+                      supervise=resp[proj.supervise].tolist() if len(proj.supervise) else [],
+                      protected_units=forced_units(units, protected).tolist())
     return msgspec.structs.replace(example, closure=closure)
 
 

@@ -14,6 +14,7 @@ def summarize(path: str | None) -> dict:
         tokens = prompt = resp = 0
         kept_p = kept_r = closure_sup = 0
         budget_p = budget_r = 0
+        protected_p = protected_r = 0
         gains, unit_sizes, chosen_units = [], [], 0
         a_sum, a_pos, a_count = 0.0, 0, 0
         methods, references = set(), {}
@@ -36,6 +37,8 @@ def summarize(path: str | None) -> dict:
                 kept_r += len(ex.selection.response_keep)
                 budget_p += ex.selection.b_p
                 budget_r += ex.selection.b_r
+                protected_p += len(ex.selection.protected_prompt)
+                protected_r += len(ex.selection.protected_response)
                 if len(ex.selection.u_sur) > 1:
                     gains.append(ex.selection.u_sur[-1] - ex.selection.u_sur[0])
             if ex.closure is not None:
@@ -70,6 +73,9 @@ def summarize(path: str | None) -> dict:
             "retained_fraction": (kept_p + kept_r) / (prompt + resp) if prompt + resp else None,
             "mean_u_sur_gain": float(np.mean(gains)) if gains else None,
         }
+        if protected_p or protected_r:  # select --protect-prompt / --protect-response (format 1.2)
+            out["selection"]["protected_prompt"] = protected_p
+            out["selection"]["protected_response"] = protected_r
     if references:
         out["references"] = references  # name -> examples carrying it (bridge reference)
     if unit_sizes:

@@ -9,6 +9,7 @@ import msgspec
 import numpy as np
 
 from ..core.budgets import budget
+from ..core.protect import compile_patterns, protected_tokens, region
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
@@ -25,22 +26,54 @@ class SelectOptions:
     rho_r: float = 0.75
     rounds: int = 4
     options: dict = field(default_factory=dict)  # --option key=value, passed to the selector
+    protect_prompt: list[str] = field(default_factory=list)  # presets or regexes: prompt tokens always kept
+    protect_response: list[str] = field(default_factory=list)  # ... response tokens always supervised
+    budget: str = "example"  # example | global | global-sides (steps/global_budget.py)
 
 
-def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float, options: dict) -> Example:
+def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
+    """Indices into the eligible prompt / response positions of the tokens the patterns protect; each
+    side's patterns run on that side's own text (first token's start to last token's end)."""
+    spans = example.tokens.spans()
+    out = []
+    for finders, pos in ((finders_p, example.tokens.prompt_positions()),
+                         (finders_r, example.tokens.response_positions())):
+        if not finders or len(pos) == 0:
+            out.append(np.zeros(0, dtype=np.int64))
+            continue
+        text, shifted = region(example.text, spans[pos])
+        out.append(protected_tokens(text, shifted, finders))
+    return out[0], out[1]
+
+
+def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float, options: dict,
+                   protect: tuple[list, list] = ([], []), plan: dict | None = None) -> Example:
+    """Select one example. ``protect`` holds the finders of the protected prompt / response tokens;
+    ``plan`` maps example index -> (b_p, b_r) when the budgets come from a first pass (--budget global)."""
     if example.scores is None:
         raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
     prompt = example.tokens.prompt_positions()
     resp = example.tokens.response_positions()
     declared = getattr(fn, "budgets", None)  # a selector may declare its own per-side budgets
-    if declared is not None:
+    if plan is not None:
+        if example.index not in plan:
+            raise FormatError("this example was not in the stream's first pass", record=example.index)
+        b_p, b_r = plan[example.index]
+    elif declared is not None:
         b_p, b_r = (int(b) for b in declared(example, rho_p, rho_r, options))
     else:
         b_p, b_r = budget(rho_p, len(prompt)), budget(rho_r, len(resp))
+    f_p, f_r = protected_sets(example, *protect)
+    if len(f_p) or len(f_r):
+        options = {**options, "_protect_prompt": f_p, "_protect_response": f_r}
     result = fn(example, b_p, b_r, options)
-    if len(result.prompt) != min(b_p, len(prompt)) or len(result.response) != min(b_r, len(resp)):
+    # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
+    want_p, want_r = min(max(b_p, len(f_p)), len(prompt)), min(max(b_r, len(f_r)), len(resp))
+    if len(result.prompt) != want_p or len(result.response) != want_r:
         raise FormatError(f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for "
                           f"budgets {b_p}/{b_r}", record=example.index)
+    if not (np.isin(f_p, result.prompt).all() and np.isin(f_r, result.response).all()):
+        raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
     sel = Selection(
         method=method, b_p=b_p, b_r=b_r,
         prompt_keep=prompt[np.asarray(result.prompt, dtype=np.int64)].tolist(),
@@ -48,8 +81,19 @@ def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float
         response_scores=Array.of(result.response_scores), u_sur=[float(u) for u in result.u_sur],
         achieved_rho_p=len(result.prompt) / len(prompt) if len(prompt) else None,
         achieved_rho_r=len(result.response) / len(resp) if len(resp) else None,
+        protected_prompt=prompt[f_p].tolist(), protected_response=resp[f_r].tolist(),
     )
     return msgspec.structs.replace(example, selection=sel, closure=None)
+
+
+def _finders(opts: "SelectOptions") -> tuple[list, list]:
+    out = []
+    for flag, patterns in (("--protect-prompt", opts.protect_prompt), ("--protect-response", opts.protect_response)):
+        try:
+            out.append(compile_patterns(patterns or [], flag))
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    return out[0], out[1]
 
 
 def run_select(opts: SelectOptions) -> int:
@@ -58,7 +102,14 @@ def run_select(opts: SelectOptions) -> int:
             raise UsageError(f"{name} must lie in [0, 1], got {rho}")
     if opts.rounds < 1:
         raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    from .global_budget import MODES
+
+    if opts.budget != "example" and opts.budget not in MODES:
+        raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
     entry = get("selector", opts.method)
+    if opts.budget != "example" and not getattr(entry.obj, "surrogate", False):
+        raise UsageError(f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
+                         f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)")
     options = {**opts.options, "rounds": opts.rounds}
     params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,
               "plugin": entry.plugin}
@@ -66,16 +117,42 @@ def run_select(opts: SelectOptions) -> int:
         params["options"] = dict(opts.options)
     if callable(getattr(entry.obj, "parse", None)):
         entry.obj.parse(options)  # report bad --option values before reading anything
+    protect = _finders(opts)
+    if opts.protect_prompt or opts.protect_response:
+        if not getattr(entry.obj, "protects", False):
+            raise UsageError(f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
+                             f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
+                             f"declare `protects`")
+        params["protect_prompt"] = list(opts.protect_prompt)
+        params["protect_response"] = list(opts.protect_response)
+
+    over = [0]  # examples whose protected tokens alone exceed a budget
+    budgets: dict | None = None  # --budget global: example index -> (b_p, b_r) from the first pass
 
     def fn(ex: Example, header: Header) -> Example:
-        return select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options)
+        new = select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options, protect, budgets)
+        sel = new.selection
+        over[0] += len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r
+        return new
 
     prepare = getattr(entry.obj, "prepare", None)  # budgets that depend on the whole stream: read it twice
     from ..baselines.passes import first_pass, rereadable
 
     display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
-    with (rereadable(opts.inp) if prepare is not None else nullcontext(opts.inp)) as inp:
+    twice = prepare is not None or opts.budget != "example"
+    with (rereadable(opts.inp) if twice else nullcontext(opts.inp)) as inp:
         if prepare is not None and (plan := first_pass(prepare, inp, opts.rho_p, opts.rho_r, options, display)):
             params["budgets"] = plan
-        return map_stream(inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
-                          hint="run `bridge score` first", fn=fn, label="selecting", display=display)
+        if opts.budget != "example":
+            from .global_budget import plan_global
+
+            budgets, params["global_budget"] = plan_global(inp, display, entry.obj, opts.budget, opts.rho_p,
+                                                           opts.rho_r, options, protect)
+        count = map_stream(inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
+                           hint="run `bridge score` first", fn=fn, label="selecting", display=display)
+    if over[0]:
+        from ..progress import note
+
+        note(f"{over[0]} example(s) have more protected tokens than their budget: all of them are kept there, "
+             f"so those examples exceed b_p / b_r")
+    return count
