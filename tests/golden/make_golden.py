@@ -112,7 +112,10 @@ def make_scores(tokens: Tokens, k: int) -> Scores:
     loss = None
     if k != 2:
         loss = Array.of([round(0.3 + 2.5 * ((7 * j + 3 * k) % 11) / 11, 4) for j in range(n)], "float32")
-    return Scores(scorer="bridge", a=Array.of(a), c=Array.of(c), A=Array.of(A, "float16"), loss=loss)
+    B = None
+    if (MAJOR, MINOR) >= (1, 2) and k == 1:  # (1.2) an interaction matrix, as the atp scorer writes
+        B = Array.of(np.round(A.astype(np.float64) * a[:, None] * (1.0 + 0.5 * np.cos(w)), 6), "float32")
+    return Scores(scorer="bridge", a=Array.of(a), c=Array.of(c), A=Array.of(A, "float16"), loss=loss, B=B)
 
 
 def _budget(rho: float, eligible: int) -> int:
