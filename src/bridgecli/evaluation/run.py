@@ -30,6 +30,8 @@ def evaluate(
     chat_template: bool | None = None,
     progress: bool = True,
     code_timeout: float = 10.0,
+    allow_code_execution: bool = False,
+    unsafe_code_execution: bool = False,
     journal: Journal | None = None,
 ) -> dict[str, Any]:
     """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
@@ -40,7 +42,8 @@ def evaluate(
     entry = registry.get("eval_task", task)
     options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          chat_template=chat_template, progress=progress, code_timeout=code_timeout)
+                          chat_template=chat_template, progress=progress, code_timeout=code_timeout,
+                          allow_code_execution=allow_code_execution, unsafe_code_execution=unsafe_code_execution)
     start = time.perf_counter()
     with recording(journal):
         run = entry.obj(model, tokenizer, options)
