@@ -39,6 +39,8 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{p}: no such file")
+    if p.is_dir():
+        raise UsageError(f"{p}: a folder, not a file")
     with open(p, "rb") as fh:
         yield fh
 
@@ -47,8 +49,13 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
 def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it over ``path``, on failure remove it."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+    if target.is_dir():
+        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     os.close(fd)
     tmp_path = Path(tmp)
     os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
@@ -59,6 +66,26 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def check_output_file(path: str | os.PathLike | None) -> None:
+    """Fail early (before any expensive work) when ``path`` is a folder or cannot be written where
+    it lies; ``-``/None (stdout) passes."""
+    if is_stdio(path):
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    try:
+        if not parent.is_dir():
+            raise NotADirectoryError(f"{parent} is not a folder")
+        with tempfile.TemporaryFile(dir=parent):  # what the atomic write will do there
+            pass
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
 
 
 def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> None:
@@ -106,8 +133,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     import shutil
 
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target}: exists and is not a folder", hint="pass another -o")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp

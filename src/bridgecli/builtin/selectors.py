@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.select import SelectionResult, Surrogate, select
-from ..errors import FormatError
+from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..hookspecs import hookimpl
 
@@ -19,7 +19,15 @@ def _schedule(name: str):
     def run(example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
         return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)))
 
+    def parse(options: dict) -> dict:
+        """Only -T (``rounds``) applies to the BRIDGE schedules: any other --option is a mistake."""
+        for key in options:
+            if key != "rounds" and not key.startswith("_"):
+                raise UsageError(f"selector '{name}' has no option '{key}' (its only setting is -T/--rounds)")
+        return options
+
     run.__name__ = f"select_{name.replace('-', '_')}"
+    run.parse = parse
     return run
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ..core.closure import project, units_from_spans
-from ..errors import PluginError, UsageError
+from ..errors import PluginError
 from ..format.records import Closure, Example, Header
 from ..registry import get
 from .common import map_stream, step_record
@@ -52,8 +52,9 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
 
 
 def run_close(opts: CloseOptions) -> int:
-    if not 0.0 <= opts.alpha <= 1.0:
-        raise UsageError(f"--alpha must lie in [0, 1], got {opts.alpha}")
+    from .params import real
+
+    real("--alpha", opts.alpha, low=0, high=1)
     entry = get("segmenter", opts.segmenter)
     params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
 

@@ -9,7 +9,7 @@ import msgspec
 import numpy as np
 
 from ..core.budgets import budget
-from ..errors import FormatError, UsageError
+from ..errors import FormatError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
 from ..registry import get
@@ -53,11 +53,11 @@ def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float
 
 
 def run_select(opts: SelectOptions) -> int:
-    for name, rho in (("--rho-p", opts.rho_p), ("--rho-r", opts.rho_r)):
-        if not 0.0 <= rho <= 1.0:
-            raise UsageError(f"{name} must lie in [0, 1], got {rho}")
-    if opts.rounds < 1:
-        raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    from . import params
+
+    params.real("--rho-p", opts.rho_p, low=0, high=1)
+    params.real("--rho-r", opts.rho_r, low=0, high=1)
+    params.integer("-T/--rounds", opts.rounds, high=params.MAX_ROUNDS)
     entry = get("selector", opts.method)
     options = {**opts.options, "rounds": opts.rounds}
     params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,

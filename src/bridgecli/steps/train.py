@@ -57,6 +57,15 @@ class TrainOptions:
 def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
     rows = []
     p = Path(path)
+    if p.is_dir():
+        raise InputError("a folder, not a JSONL file of training rows", file=str(p))
+    if p.is_file():
+        from ..format.spec import MAGIC
+
+        with open(p, "rb") as fh:
+            if fh.read(len(MAGIC)) == MAGIC:
+                raise InputError("a bridge stream, not a JSONL file of training rows", file=str(p),
+                                 hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows")
     for where, rec in read_jsonl(p):
         ids, labels = rec.get("input_ids"), rec.get("labels")
         for name, val in (("input_ids", ids), ("labels", labels)):
@@ -134,7 +143,11 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
 
 
 def run_train(opts: TrainOptions) -> dict:
+    from . import params
+
     cfg = opts.sft
+    params.check_sft(cfg)
+    params.check_device(opts.device)
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
     acc = make_accelerator(device, cfg.bf16)

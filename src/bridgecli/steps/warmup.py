@@ -47,7 +47,21 @@ def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
     return set(random.Random(seed).sample(sorted(ids), k))
 
 
+def check_warmup_options(opts: WarmupOptions) -> None:
+    """Every parameter in its range (see :mod:`.params`), before anything is read."""
+    from . import params
+
+    params.check_sft(opts.sft)
+    params.check_data_options(opts.data_opts)
+    params.real("--lambda", opts.lam, low=0, high=1e6)
+    params.real("--warm-fraction", opts.warm_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
+    params.real("--val-fraction", opts.val_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
+    params.integer("--direction-layers", opts.direction_layers, high=params.MAX_LAYERS)
+    params.check_device(opts.device)
+
+
 def run_warmup(opts: WarmupOptions) -> dict:
+    check_warmup_options(opts)
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
     device = resolve_device(opts.device)
