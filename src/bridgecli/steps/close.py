@@ -42,7 +42,8 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
         raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
     token_spans = example.tokens.spans()[resp] - offset
     units = units_from_spans(token_spans, spans)
-    proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha)
+    # a budget past the response changes nothing, and must not size the knapsack's table
+    proj = project(units, sel.response_scores.numpy(), min(sel.b_r, len(resp)), alpha)
     flat_units = []
     for u in units:
         flat_units += [int(resp[u[0]]), int(resp[u[-1]]) + 1]
