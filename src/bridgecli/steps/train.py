@@ -143,11 +143,21 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
 
 
 def run_train(opts: TrainOptions) -> dict:
+    """Train into the run folder ``opts.out``, locked while this runs (by the first process of a
+    multi-process launch): a second train into the same folder stops at once."""
+    from ..io import folder_lock
     from . import params
 
-    cfg = opts.sft
-    params.check_sft(cfg)
+    params.check_sft(opts.sft)
     params.check_device(opts.device)
+    if os.environ.get("RANK", "0") != "0":
+        return _run_train(opts)
+    with folder_lock(opts.out, "training run folder"):
+        return _run_train(opts)
+
+
+def _run_train(opts: TrainOptions) -> dict:
+    cfg = opts.sft
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
     acc = make_accelerator(device, cfg.bf16)

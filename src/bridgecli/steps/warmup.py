@@ -61,7 +61,16 @@ def check_warmup_options(opts: WarmupOptions) -> None:
 
 
 def run_warmup(opts: WarmupOptions) -> dict:
+    """Warm up and write the run folder ``opts.out`` (locked while this runs: a second warmup into the
+    same folder stops at once)."""
+    from ..io import folder_lock
+
     check_warmup_options(opts)
+    with folder_lock(opts.out, "warmup run folder"):
+        return _run_warmup(opts)
+
+
+def _run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
     device = resolve_device(opts.device)
