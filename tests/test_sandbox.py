@@ -293,3 +293,13 @@ def test_unsafe_runner_still_limits(monkeypatch):
     assert passed.passed and passed.isolation.startswith("unsafe: ")
     loop = run_program("while True:\n    pass\n", Limits(timeout=1), unsafe=True)
     assert loop.status == "timeout"
+
+
+def test_missing_features_are_said(monkeypatch):
+    box = sandbox._Box("/usr/bin/bwrap", "/usr/bin/python3", (), frozenset({"--perms"}), "3.11.2", monitor=False)
+    monkeypatch.setattr(sandbox, "_probe", lambda: (box, ""))
+    warnings = sandbox.sandbox_warnings()
+    assert any("--size" in w and "not size-limited" in w for w in warnings)
+    assert any("memory is limited per process only" in w for w in warnings)
+    assert set(sandbox.sandbox_info()["missing"]) == {"--disable-userns", "--size", "--remount-ro",
+                                                      "tree memory monitor"}

@@ -163,6 +163,7 @@ def mbpp_program(task: MbppTask, completion: str, *, chat: bool) -> str:
 
 
 CODE_TASKS = ("humaneval", "mbpp")  # the built-in tasks that execute generated code
+_WARNED: set[str] = set()
 
 
 def check_code_options(options: EvalOptions) -> bool:
@@ -173,7 +174,16 @@ def check_code_options(options: EvalOptions) -> bool:
     timeout = options.code_timeout
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= 86400):
         raise UsageError(f"--code-timeout must be a number of seconds in (0, 86400] (got {timeout})")
-    return code_execution_mode(options.allow_code_execution, options.unsafe_code_execution) == "unsafe"
+    unsafe = code_execution_mode(options.allow_code_execution, options.unsafe_code_execution) == "unsafe"
+    if not unsafe:
+        from ..progress import note
+        from .sandbox import sandbox_warnings
+
+        for warning in sandbox_warnings():
+            if warning not in _WARNED:  # once per process
+                _WARNED.add(warning)
+                note(f"sandbox: {warning}")
+    return unsafe
 
 
 def _execute(programs: list[str], options: EvalOptions) -> list[Any]:

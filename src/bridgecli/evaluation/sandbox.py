@@ -258,6 +258,7 @@ class _Box:
     binds: tuple[str, ...]  # extra read-only folders (the interpreter's installation)
     options: frozenset[str]  # optional bwrap options this version has
     version: str  # the interpreter's version
+    monitor: bool = False  # whether the evaluator can see the box's processes (the tree-wide memory limit)
 
 
 def _python_candidates() -> list[str]:
@@ -292,6 +293,25 @@ def _drop_privileges() -> dict:
     return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
 
 
+_WANTED = ("--disable-userns", "--size", "--perms", "--remount-ro")  # optional bwrap features we use
+
+
+def sandbox_warnings() -> list[str]:
+    """What of the sandbox does not work here (one line each), for the user to know."""
+    box, _ = _probe()
+    if box is None:
+        return []
+    out = [f"bwrap {box.bwrap} lacks {option} (older version): "
+           + {"--disable-userns": "a program may create user namespaces of its own",
+              "--size": "its tmpfs folders are not size-limited",
+              "--perms": "program.py is writable inside",
+              "--remount-ro": "the sandbox's root and /dev stay writable (in memory)"}[option]
+           for option in _WANTED if option not in box.options]
+    if not box.monitor:
+        out.append("the evaluator cannot see the sandbox's processes here: memory is limited per process only")
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _probe() -> tuple[_Box | None, str]:
     """Find bwrap and an interpreter that runs in the box here: ``(box, "")`` or ``(None, why not)``."""
@@ -302,7 +322,7 @@ def _probe() -> tuple[_Box | None, str]:
         help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"bwrap does not run: {exc}"
-    options = frozenset(o for o in ("--disable-userns", "--size", "--perms", "--remount-ro") if o in help_text)
+    options = frozenset(o for o in _WANTED if o in help_text)
     problem = "no Python interpreter found for the sandbox"
     for python in _python_candidates():
         box = _Box(exe, python, _installation(python), options, "")
@@ -322,10 +342,37 @@ def _probe() -> tuple[_Box | None, str]:
             version, uid, _ = done.stdout.split()
             if int(uid) != SANDBOX_UID:
                 return None, f"bwrap ran the probe as uid {uid}, not {SANDBOX_UID}"
-            return _Box(exe, python, box.binds, options, version), ""
+            found = _Box(exe, python, box.binds, options, version)
+            return _Box(exe, python, box.binds, options, version, _monitor_works(found)), ""
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         problem = f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'})"
     return None, problem
+
+
+def _monitor_works(box: _Box) -> bool:
+    """Whether the evaluator sees the resident memory of a process inside the box (it needs to read
+    /proc/PID/ns/pid of the box's processes); without it only the per-process limits hold."""
+    with tempfile.TemporaryFile() as program:
+        argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code="import time; time.sleep(5)")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, pass_fds=(program.fileno(),), start_new_session=True,
+                                    **_drop_privileges())
+        except OSError:
+            return False
+        try:
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline and proc.poll() is None:
+                outer = _namespace(proc.pid)
+                for child in _children(proc.pid):
+                    ns = _namespace(child)
+                    if ns is not None and ns != outer and _resident_bytes(ns) > 0:
+                        return True
+                time.sleep(0.02)
+            return False
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
 
 
 def bwrap_problem() -> str | None:
@@ -339,7 +386,8 @@ def sandbox_info() -> dict:
     if box is None:
         return {"isolation": UNSAFE_PREFIX + _unsafe_isolation(), "bwrap_problem": problem}
     return {"isolation": BWRAP, "python": box.python, "python_version": box.version,
-            "hash_seed": _hash_seed(), "bwrap_options": sorted(box.options)}
+            "hash_seed": _hash_seed(), "bwrap_options": sorted(box.options),
+            "missing": sorted(set(_WANTED) - box.options) + ([] if box.monitor else ["tree memory monitor"])}
 
 
 def _bwrap_argv(box: _Box, limits: Limits, program_fd: int, *, runner: str | None = _BOX_RUNNER,
@@ -514,7 +562,7 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
                 if time.monotonic() >= deadline:
                     timed_out = True
                     break
-                if budget is not None:
+                if budget is not None and box.monitor:
                     if namespace is None:
                         for child in _children(proc.pid):
                             ns = _namespace(child)
