@@ -155,3 +155,14 @@ def test_cli_reports_one_line():
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.strip() == "bridge score: error: --max-tokens must be an integer >= 1, got -5"
+
+
+@pytest.mark.parametrize("changes, flag", [
+    ({"batch_size": 0}, "--batch-size"), ({"max_new_tokens": -5}, "--max-new-tokens"),
+    ({"code_timeout": NAN}, "--code-timeout"), ({"few_shot": -1}, "--few-shot"), ({"limit": 0}, "--limit"),
+])
+def test_eval_numbers(changes, flag):
+    from bridgecli.evaluation.run import evaluate
+
+    with pytest.raises(UsageError, match=f"^{flag} must be"):
+        evaluate(None, None, "gsm8k", "x.jsonl", **changes)

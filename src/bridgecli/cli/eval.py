@@ -136,6 +136,10 @@ def eval(
 
     for name in tasks:
         registry.get("eval_task", name)  # unknown names fail before the model loads
+    from ..evaluation.run import check_numbers
+
+    check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                  code_timeout=code_timeout)
     code = [t for t in tasks if t in CODE_TASKS]
     if code:  # before the model loads
         from ..evaluation.tasks import EvalOptions
