@@ -166,3 +166,35 @@ def test_eval_numbers(changes, flag):
 
     with pytest.raises(UsageError, match=f"^{flag} must be"):
         evaluate(None, None, "gsm8k", "x.jsonl", **changes)
+
+
+def test_max_length_defaults_to_the_model_limit():
+    from types import SimpleNamespace
+
+    from bridgecli.data.examples import Report, with_model_limit
+
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=8192))
+    assert with_model_limit(DataOptions(), model).max_length == 8192
+    assert with_model_limit(DataOptions(max_length=100), model).max_length == 100
+    with pytest.raises(UsageError, match="beyond the model's limit of 8192"):
+        with_model_limit(DataOptions(max_length=100_000), model)
+    assert with_model_limit(DataOptions(), SimpleNamespace(config=SimpleNamespace())).max_length is None
+    report = Report(too_long=["a", "b"], max_length=8192)
+    assert report.lines() == ["skipped 2 examples longer than --max-length 8192 (a, b)"]
+
+
+def test_long_examples_are_skipped_and_reported(tmp_path):
+    from types import SimpleNamespace
+
+    from bridgecli.data.examples import Report, iter_examples, with_model_limit
+    from bridgecli.modeling.loading import load_tokenizer, resolve
+
+    tokenizer = load_tokenizer(resolve(None))
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "short", "prompt": "hi", "response": "ok"}\n'
+                    '{"id": "long", "prompt": "' + "word " * 400 + '", "response": "ok"}\n')
+    opts = with_model_limit(DataOptions(), SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64)))
+    report = Report()
+    kept = [e.id for e in iter_examples(data, tokenizer, opts, report)]
+    assert kept == ["short"] and report.too_long == ["long"]
+    assert "longer than --max-length 64" in report.lines()[0]

@@ -23,7 +23,7 @@ import torch
 
 from .. import PRODUCER
 from ..core.buckets import bucket
-from ..data.examples import DataOptions, Report, file_digest, iter_examples
+from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records
 from ..errors import ModelError, UsageError
 from ..format.merge import merge_streams
@@ -173,7 +173,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     scorer = scorer_entry.obj(ctx)
     max_tokens = opts.max_tokens or (32768 if device.startswith("cuda") else 4096)
 
-    data_opts = opts.data_opts
+    data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
     if meta.get("data_digest") == digest:
         leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])

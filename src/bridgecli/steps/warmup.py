@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
-from ..data.examples import DataOptions, file_digest, iter_examples, iter_pairs
+from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import atomic_dir
 from ..modeling import direction as direction_mod
@@ -90,7 +90,9 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         if opts.warm_fraction is not None:
             warm_ids = split_ids(rest, opts.warm_fraction, opts.sft.seed)
 
-    examples = list(iter_examples(opts.data, tokenizer, opts.data_opts))
+    data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
+    report = Report()
+    examples = list(iter_examples(opts.data, tokenizer, data_opts, report))
     if warm_ids is not None:
         warm = [e for e in examples if e.id in warm_ids]
     else:
@@ -98,9 +100,11 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is not None:
         val = list(iter_examples(opts.val, tokenizer, DataOptions(
             prompt_field=opts.data_opts.prompt_field, response_field=opts.data_opts.response_field,
-            chat_template=opts.data_opts.chat_template, max_length=opts.data_opts.max_length)))
+            chat_template=opts.data_opts.chat_template, max_length=data_opts.max_length), report))
     else:
         val = [e for e in examples if e.id in val_ids]
+    for line in report.lines():
+        note(line)
     if not warm:
         raise UsageError("the warm split is empty")
     if not val:
