@@ -209,8 +209,8 @@ MUTATIONS: dict[str, tuple[str, Mutation]] = {
     "unit_out_of_range": ("closure", lambda ex, rng: _clo(ex, units=_set(
         ex.closure.units, len(ex.closure.units) - 1, len(ex.tokens.input_ids) + rng.randint(1, 2**40)))),
     "unit_empty": ("closure", lambda ex, rng: _clo(ex, units=_set(ex.closure.units, 1, ex.closure.units[0]))),
-    "chosen_out_of_range": ("closure", lambda ex, rng: _clo(ex, chosen=[*ex.closure.chosen,
-                                                                        len(ex.closure.units) // 2 + rng.randint(0, 9)])),
+    "chosen_out_of_range": ("closure", lambda ex, rng: _clo(
+        ex, chosen=[*ex.closure.chosen, len(ex.closure.units) // 2 + rng.randint(0, 9)])),
     "chosen_negative": ("closure", lambda ex, rng: _clo(ex, chosen=[*ex.closure.chosen, -rng.randint(1, 9)])),
     "supervise_out_of_range": ("closure", lambda ex, rng: _clo(
         ex, supervise=[*ex.closure.supervise, len(ex.tokens.input_ids) + rng.randint(0, 2**40)])),
