@@ -12,6 +12,7 @@ import pytest
 
 from bridgecli.data.sources import jsonl_objects, read_records
 from bridgecli.errors import FormatError, InputError, UsageError
+from bridgecli.format import read_all
 from bridgecli.format.reader import open_reader
 from bridgecli.format.spec import MAGIC, PREAMBLE
 from bridgecli.io import check_output_file, open_binary_input, open_binary_output
@@ -198,3 +199,24 @@ def test_long_examples_are_skipped_and_reported(tmp_path):
     kept = [e.id for e in iter_examples(data, tokenizer, opts, report)]
     assert kept == ["short"] and report.too_long == ["long"]
     assert "longer than --max-length 64" in report.lines()[0]
+
+
+def test_rows_carry_their_tokenizer_and_train_checks_it(tmp_path):
+    import json
+
+    from bridgecli.errors import ModelError
+    from bridgecli.steps.compact import CompactOptions, run_compact
+
+    out = tmp_path / "train.jsonl"
+    run_compact(CompactOptions(inp=str(GOLDEN / "v1.1-closure.bridge"), out=str(out)))
+    header, _ = read_all(GOLDEN / "v1.1-closure.bridge")
+    fp = header.model.tokenizer_fingerprint
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["tokenizer_fingerprint"] == fp for r in rows)
+    renamed = tmp_path / "renamed.jsonl"  # no side file next to it
+    renamed.write_text(out.read_text())
+    assert len(read_rows(renamed, 50000, fp)) == len(rows)
+    with pytest.raises(ModelError) as info:
+        read_rows(renamed, 50000, "sha256:other", "smollm2")
+    assert str(info.value).startswith(f"{renamed}, line 1, field 'tokenizer_fingerprint': this row was tokenised")
+    assert info.value.exit_code == 5

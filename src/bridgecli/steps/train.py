@@ -54,7 +54,10 @@ class TrainOptions:
     live: bool | None = None  # None: when stderr is a terminal
 
 
-def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
+def read_rows(path: str | Path, vocab_size: int, tokenizer_fp: str | None = None,
+              model_name: str = "the model") -> list[Row]:
+    """The JSONL rows of ``bridge compact``. A row's ``tokenizer_fingerprint`` (written by compact)
+    must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
     rows = []
     p = Path(path)
     if p.is_dir():
@@ -81,6 +84,13 @@ def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
         if any(y != IGNORE and y != x for x, y in zip(ids, labels)):
             raise InputError("labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where,
                              field="labels")
+        row_fp = rec.get("tokenizer_fingerprint")
+        if row_fp is not None and not isinstance(row_fp, str):
+            raise InputError("expected a string", file=str(p), record=where, field="tokenizer_fingerprint")
+        if row_fp and tokenizer_fp and row_fp != tokenizer_fp:
+            raise ModelError(f"this row was tokenised with another tokenizer than {model_name}'s", file=str(p),
+                             record=where, field="tokenizer_fingerprint",
+                             hint="train the model the data was scored for, or re-run the pipeline")
         rows.append(Row(str(rec.get("id", where)), ids, labels))
     return rows
 
@@ -188,7 +198,8 @@ def _run_train(opts: TrainOptions) -> dict:
         raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
                          hint="train the model the data was scored for, or re-run the pipeline")
     model = load_model(ref, device=device)
-    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0])
+    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer),
+                     ref.spec)
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")
