@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,8 @@ from bridgecli import io as bio
 from bridgecli.errors import UsageError
 from bridgecli.steps.train import TrainOptions, run_train
 from bridgecli.steps.warmup import WarmupOptions, run_warmup
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("run, opts, what", [
@@ -91,3 +94,24 @@ def test_fresh_leftovers_are_kept(tmp_path):
     with bio.atomic_path(tmp_path / "out.bridge") as tmp:
         tmp.write_text("z")
     assert not young.exists() and (tmp_path / "out.bridge").read_text() == "z"
+
+
+def test_sigterm_leaves_no_temporary_file(tmp_path):
+    """SIGTERM unwinds the command (exit 143), so its atomic output's temporary file goes with it."""
+
+    src = tmp_path / "in.bridge"
+    src.write_bytes((ROOT / "tests" / "golden" / "v1.1-scores.bridge").read_bytes())
+    proc = subprocess.Popen([sys.executable, "-m", "bridgecli", "select", "-", "-o", str(tmp_path / "out.bridge")],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    data = src.read_bytes()
+    proc.stdin.write(data[: len(data) // 2])
+    proc.stdin.flush()
+    for _ in range(200):
+        if any(p.name.startswith(".out.bridge.") for p in tmp_path.iterdir()):
+            break
+        time.sleep(0.05)
+    assert any(p.name.startswith(".out.bridge.") for p in tmp_path.iterdir())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert "terminated" in proc.stderr.read().decode()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bridge"]
