@@ -124,3 +124,34 @@ def test_bad_jsonl_rows_give_one_input_error(tmp_path, lines):
     except InputError as err:
         message = str(err)
         assert message.startswith(str(path)) and "\n" not in message
+
+
+_column = st.one_of(
+    st.lists(st.none() | st.text(max_size=6), min_size=1, max_size=4),
+    st.lists(st.integers(-5, 5), min_size=1, max_size=4),
+    st.lists(st.lists(st.integers(0, 3), max_size=2), min_size=1, max_size=4),
+    st.lists(st.floats(allow_nan=True), min_size=1, max_size=4),
+    st.lists(st.dictionaries(st.sampled_from(["role", "content"]), st.text(max_size=4), max_size=2), min_size=1,
+             max_size=4),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(columns=st.dictionaries(st.sampled_from(["prompt", "response", "instruction", "output", "messages", "id"]),
+                               _column, min_size=1, max_size=3))
+def test_bad_parquet_rows_give_one_input_error(tmp_path, columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = min(len(v) for v in columns.values())
+    path = tmp_path / "rows.parquet"
+    try:
+        pq.write_table(pa.table({k: v[:n] for k, v in columns.items()}), path)
+    except pa.lib.ArrowException:
+        return  # not a file pyarrow can write: nothing to read
+    try:
+        for _ in iter_pairs(path, DataOptions()):
+            pass
+    except InputError as err:
+        message = str(err)
+        assert message.startswith(str(path)) and "\n" not in message
