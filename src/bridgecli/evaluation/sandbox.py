@@ -345,7 +345,8 @@ def _probe() -> tuple[_Box | None, str]:
             found = _Box(exe, python, box.binds, options, version)
             return _Box(exe, python, box.binds, options, version, _monitor_works(found)), ""
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        problem = f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'})"
+        problem = (f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
+                   f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)")
     return None, problem
 
 
