@@ -15,10 +15,24 @@ import pytest
 from bridgecli.errors import InputError, UsageError
 from bridgecli.evaluation import code_tasks
 from bridgecli.evaluation.code_tasks import extract_code, humaneval_program
-from bridgecli.evaluation.sandbox import Limits, isolation, run_program, run_programs
+from bridgecli.evaluation import sandbox
+from bridgecli.evaluation.sandbox import Limits, bwrap_problem, isolation
 from bridgecli.evaluation.tasks import EvalOptions
 
 FAST = Limits(timeout=3, memory_mb=512)
+UNSAFE = bwrap_problem() is not None  # without bwrap these tests use the unsafe runner (tests/test_sandbox.py skips)
+
+
+def run_program(source, limits=Limits()):
+    return sandbox.run_program(source, limits, unsafe=UNSAFE)
+
+
+def run_programs(sources, limits=Limits()):
+    return sandbox.run_programs(sources, limits, unsafe=UNSAFE)
+
+
+def opts(**kwargs) -> EvalOptions:
+    return EvalOptions(allow_code_execution=True, unsafe_code_execution=UNSAFE, **kwargs)
 
 
 # -- the sandbox ------------------------------------------------------------------------------
@@ -53,7 +67,8 @@ def test_output_flood_is_cut():
 def test_writes_outside_the_work_folder_are_refused(tmp_path):
     target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
     outcome = run_program(f"open({str(target)!r}, 'w').write('x')\n", FAST)
-    assert outcome.status == "failed" and "PermissionError" in outcome.error
+    # the unsafe runner's guard refuses; in the bwrap sandbox the host folder does not exist
+    assert outcome.status == "failed" and ("PermissionError" in outcome.error or "FileNotFoundError" in outcome.error)
     assert not target.exists()
     inside = run_program("open('scratch.txt', 'w').write('x')\nassert open('scratch.txt').read() == 'x'\n", FAST)
     assert inside.passed
@@ -63,9 +78,9 @@ def test_writes_outside_the_work_folder_are_refused(tmp_path):
 
 KILLER = textwrap.dedent('''
     import os, signal, sys
-    from bridgecli.evaluation.sandbox import Limits, run_program
+    from bridgecli.evaluation.sandbox import Limits, bwrap_problem, run_program
     src = sys.argv[1].replace("PARENT", str(os.getpid()))
-    outcome = run_program(src, Limits(timeout=3))
+    outcome = run_program(src, Limits(timeout=3), unsafe=bwrap_problem() is not None)
     print("SURVIVED", outcome.status)
 ''')
 
@@ -77,7 +92,7 @@ KILLER = textwrap.dedent('''
 ])
 def test_program_cannot_kill_the_evaluator(attack):
     # The evaluator runs in a throwaway process, so a containment failure cannot take pytest down.
-    if "ctypes" in attack and isolation() != "pid+net namespaces":
+    if "ctypes" in attack and isolation() not in ("bwrap", "unsafe: pid+net namespaces"):
         pytest.skip("without namespaces a program using ctypes can signal processes of the same user")
     done = subprocess.run([sys.executable, "-c", KILLER, attack], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -85,8 +100,8 @@ def test_program_cannot_kill_the_evaluator(attack):
 
 
 def test_no_network_with_namespaces():
-    if isolation() != "pid+net namespaces":
-        pytest.skip("network isolation needs unshare")
+    if isolation() not in ("bwrap", "unsafe: pid+net namespaces"):
+        pytest.skip("network isolation needs bwrap or unshare")
     outcome = run_program("import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)\n", FAST)
     assert outcome.status == "failed" and "unreachable" in outcome.error.lower()
 
@@ -155,8 +170,8 @@ def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
         return ["    return sum(xs)\n", "    return 1\n", "    while True:\n        pass\n"]
 
     monkeypatch.setattr("bridgecli.evaluation.generate.generate", fake_generate)
-    run = code_tasks.humaneval_task(object(), _Tok(), EvalOptions(data=_he_file(tmp_path, rows), progress=False,
-                                                                  code_timeout=1.5))
+    run = code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, rows), progress=False,
+                                                           code_timeout=1.5))
     s = run["summary"]
     assert [i["status"] for i in run["items"]] == ["passed", "failed", "timeout"]
     assert s["pass@1"] == s["accuracy"] == pytest.approx(1 / 3) and s["correct"] == 1 and s["n"] == 3
@@ -165,7 +180,7 @@ def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
     assert s["settings"]["sandbox"]["timeout_s"] == 1.5
     json.dumps(run)
     with pytest.raises(UsageError, match="zero-shot"):
-        code_tasks.humaneval_task(object(), _Tok(), EvalOptions(data=_he_file(tmp_path, rows), few_shot=1))
+        code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, rows), few_shot=1))
 
 
 def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):
@@ -177,7 +192,7 @@ def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):
     monkeypatch.setattr("bridgecli.evaluation.generate.generate",
                         lambda m, t, prompts, **kw: ["def f():\n    return 1\n", "```python\ndef f():\n    return 2\n```",
                                                      "def f():\n    return 0\n"][:len(prompts)])
-    run = code_tasks.mbpp_task(object(), _Tok(), EvalOptions(data=str(path), progress=False))
+    run = code_tasks.mbpp_task(object(), _Tok(), opts(data=str(path), progress=False))
     assert [i["correct"] for i in run["items"]] == [True, True, False]
     assert run["summary"]["settings"]["split"] == "every record"  # not the full 974-record file
     prompt = code_tasks.mbpp_prompt(code_tasks.load_mbpp(path)[1], code_tasks.load_mbpp(path)[:1], chat=False)
@@ -187,3 +202,24 @@ def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):
     bad.write_text(json.dumps({**rows[0], "test_list": []}) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="line 1.*test_list"):
         code_tasks.load_mbpp(bad)
+
+
+def test_code_tasks_need_the_opt_in(tmp_path, monkeypatch):
+    monkeypatch.delenv(sandbox.ALLOW_ENV, raising=False)
+    monkeypatch.setattr("bridgecli.evaluation.generate.generate", lambda *a, **k: pytest.fail("generated"))
+    with pytest.raises(UsageError, match="--allow-code-execution"):
+        code_tasks.humaneval_task(object(), _Tok(), EvalOptions(data=_he_file(tmp_path, [HE_ROW])))
+    with pytest.raises(UsageError, match="--allow-code-execution"):
+        code_tasks.mbpp_task(object(), _Tok(), EvalOptions(data=str(tmp_path / "absent.jsonl")))
+    with pytest.raises(UsageError, match="code-timeout"):
+        code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, [HE_ROW]), code_timeout=float("nan")))
+
+
+def test_cli_refuses_code_tasks_without_the_opt_in(monkeypatch):
+    from bridgecli.cli.app import app
+    from typer.testing import CliRunner
+
+    monkeypatch.delenv(sandbox.ALLOW_ENV, raising=False)
+    result = CliRunner().invoke(app, ["eval", "no-such-model-folder", "--task", "humaneval", "--data", "x.jsonl.gz"])
+    assert result.exit_code == 2
+    assert "--allow-code-execution" in result.output and "Traceback" not in result.output

@@ -46,7 +46,7 @@ HEADER = Header(stage="scores", producer="bridgecli test", created="2025-01-01T0
 
 def example(i: int, *, payload: bytes = b"") -> Example:
     """A small scored example; ``payload`` (e.g. incompressible bytes) goes into ``scores.A``."""
-    A = Array(dtype="uint8", shape=[len(payload)], data=payload) if payload else Array.of(np.eye(2), "float16")
+    A = Array(dtype="uint8", shape=[len(payload)], data=payload) if payload else Array.of([[1.0, 0.0]], "float16")
     return Example(id=f"ex-{i}", index=i, text=f"question {i}? answer {i}.",
                    tokens=Tokens(input_ids=[1, 10 + i, 11, 2, 20 + i, 3], kinds=bytes([0, 1, 1, 0, 2, 3]),
                                  offsets=[0, 0, 0, 8, 8, 11, 11, 12, 12, 19, 19, 19]),
@@ -84,8 +84,9 @@ def frame_lengths(body: bytes) -> list[int]:
     return out
 
 
-def read_bytes(data: bytes) -> tuple[StreamReader, list[Example]]:
-    reader = StreamReader(io.BytesIO(data), "<test>")
+def read_bytes(data: bytes, validate: bool = False) -> tuple[StreamReader, list[Example]]:
+    """The wire format alone (records need not make sense: tests/test_validate.py checks that)."""
+    reader = StreamReader(io.BytesIO(data), "<test>", validate=validate)
     return reader, list(reader)
 
 

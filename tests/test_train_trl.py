@@ -39,7 +39,9 @@ def test_sft_trainer_uses_our_labels_and_our_loss(tmp_path, tokenizer, padding_f
 
     rows = compact_rows()
     config = tiny_llama_config(len(tokenizer), layers=2, hidden=16, heads=2, kv_heads=1)
-    ds = Dataset.from_list([{"input_ids": r.input_ids, "labels": r.labels} for r in rows])  # the JSONL columns
+    # every column of a `bridge compact` row: TRL passes over id and tokenizer_fingerprint
+    ds = Dataset.from_list([{"id": r.id, "input_ids": r.input_ids, "labels": r.labels,
+                             "tokenizer_fingerprint": "sha256:" + "0" * 64} for r in rows])
     args = SFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2,
                      max_steps=1, learning_rate=1e-3, lr_scheduler_type="constant", warmup_steps=0, logging_steps=1,
                      report_to=[], use_cpu=True, save_strategy="no", max_length=None, bf16=False, seed=0,

@@ -17,7 +17,7 @@ start=$(date +%s)
 CUDA_VISIBLE_DEVICES=0 bridge eval "$model" --task arc_challenge,arc_easy,hellaswag,mmlu "${opts[@]}" \
   --batch-size 64 > "$out/mc.out" 2> "$out/mc.log" &
 mc=$!
-CUDA_VISIBLE_DEVICES=$last bridge eval "$model" --task gsm8k,math,humaneval,mbpp "${opts[@]}" \
+CUDA_VISIBLE_DEVICES=$last bridge eval "$model" --task gsm8k,math,humaneval,mbpp "${opts[@]}" --allow-code-execution \
   --batch-size 128 > "$out/gen.out" 2> "$out/gen.log" &
 gen=$!
 status=0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.select import SelectionResult, Surrogate, select
-from ..errors import FormatError
+from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..hookspecs import hookimpl
 
@@ -22,9 +22,17 @@ def _schedule(name: str):
         return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)),
                       options.get("_protect_prompt"), options.get("_protect_response"))
 
+    def parse(options: dict) -> dict:
+        """Only -T (``rounds``) applies to the BRIDGE schedules: any other --option is a mistake."""
+        for key in options:
+            if key != "rounds" and not key.startswith("_"):
+                raise UsageError(f"selector '{name}' has no option '{key}' (its only setting is -T/--rounds)")
+        return options
+
     run.__name__ = f"select_{name.replace('-', '_')}"
     run.protects = True  # honours select --protect-prompt / --protect-response
     run.surrogate = True  # ranks by BRIDGE's surrogate: select --budget global can use it
+    run.parse = parse
     return run
 
 

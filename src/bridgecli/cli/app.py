@@ -60,5 +60,14 @@ def _root(version: Annotated[Optional[bool], typer.Option("--version", callback=
     pass
 
 
+def _terminated(signum, frame) -> None:
+    # SIGTERM unwinds like an error, so atomic writers remove their temporary files
+    sys.stderr.write("bridge: terminated\n")
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
     app()

@@ -88,6 +88,12 @@ def eval(
         "--chat-template/--no-chat-template",
         help="Use the tokenizer's chat template (default: yes for generation tasks, no for multiple choice).")] = None,
     code_timeout: Annotated[float, typer.Option(help="Seconds per generated program (humaneval, mbpp).")] = 10.0,
+    allow_code_execution: Annotated[bool, typer.Option(
+        "--allow-code-execution", help="Let humaneval/mbpp run model-written code (in a bubblewrap sandbox; "
+                                       "or set BRIDGE_ALLOW_CODE_EXECUTION=1).")] = False,
+    unsafe_code_execution: Annotated[bool, typer.Option(
+        "--unsafe-code-execution", help="Where no bubblewrap sandbox works: run model-written code anyway, "
+                                        "with process limits only (not a security boundary).")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
     dtype: Annotated[Optional[str], typer.Option(help="float32 (default), bfloat16, float16.")] = None,
     resume: Annotated[bool, typer.Option(
@@ -126,9 +132,20 @@ def eval(
     if len(set(tasks)) != len(tasks):
         raise UsageError(f"--task names a task twice: {','.join(tasks)}")
     from .. import registry
+    from ..evaluation.code_tasks import CODE_TASKS, check_code_options
 
     for name in tasks:
         registry.get("eval_task", name)  # unknown names fail before the model loads
+    from ..evaluation.run import check_numbers
+
+    check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                  code_timeout=code_timeout)
+    code = [t for t in tasks if t in CODE_TASKS]
+    if code:  # before the model loads
+        from ..evaluation.tasks import EvalOptions
+
+        check_code_options(EvalOptions(data="", code_timeout=code_timeout, allow_code_execution=allow_code_execution,
+                                       unsafe_code_execution=unsafe_code_execution))
     paths = _data_paths(tasks, data or [], data_dir)
     outputs = {t: _output_for(t, output, spec, len(tasks) > 1) for t in tasks}
     if dtype is not None and dtype not in DTYPES:
@@ -167,7 +184,8 @@ def eval(
                 note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
         result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                          code_timeout=code_timeout, journal=book)
+                          code_timeout=code_timeout, allow_code_execution=allow_code_execution,
+                          unsafe_code_execution=unsafe_code_execution, journal=book)
         result["model"] = ref.spec
         result["device"] = dev
         result["request"] = requests[name]

@@ -19,7 +19,9 @@ PromptField = Annotated[Optional[str], typer.Option(help="Record field holding t
 ResponseField = Annotated[Optional[str], typer.Option(help="Record field holding the response.")]
 ChatTemplate = Annotated[bool, typer.Option(
     "--chat-template/--no-chat-template", help="Render with the tokenizer's chat template when it has one.")]
-MaxLength = Annotated[Optional[int], typer.Option(help="Skip (and report) examples longer than this many tokens.")]
+MaxLength = Annotated[Optional[int], typer.Option(
+    help="Skip (and report) examples longer than this many tokens (score, warmup: default and upper bound "
+         "the model's limit, max_position_embeddings).")]
 Split = Annotated[Optional[str], typer.Option(help="Split of a save_to_disk DatasetDict.")]
 Limit = Annotated[Optional[int], typer.Option(help="Use only the first N records.")]
 

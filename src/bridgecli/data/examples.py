@@ -32,6 +32,7 @@ class Report:
 
     read: int = 0
     too_long: list[str] = field(default_factory=list)
+    max_length: int | None = None
     excluded: int = 0
 
     def lines(self) -> list[str]:
@@ -40,8 +41,27 @@ class Report:
             out.append(f"left out {self.excluded} examples used by warmup")
         if self.too_long:
             shown = ", ".join(self.too_long[:5]) + (" ..." if len(self.too_long) > 5 else "")
-            out.append(f"skipped {len(self.too_long)} examples longer than --max-length ({shown})")
+            out.append(f"skipped {len(self.too_long)} examples longer than --max-length {self.max_length} ({shown})")
         return out
+
+
+def with_model_limit(opts: DataOptions, model) -> DataOptions:
+    """``opts`` with ``max_length`` set to the model's limit (``max_position_embeddings``) when it is
+    not given; :class:`UsageError` when it is given above that limit. Longer examples are then
+    skipped and reported instead of running the model past what it was built for."""
+    import dataclasses
+
+    from ..errors import UsageError
+
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:
+        return opts
+    if opts.max_length is None:
+        return dataclasses.replace(opts, max_length=limit)
+    if opts.max_length > limit:
+        raise UsageError(f"--max-length {opts.max_length} is beyond the model's limit of {limit} tokens",
+                         hint=f"leave --max-length out (default: {limit}) or lower it")
+    return opts
 
 
 def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, Pair]]:
@@ -65,6 +85,7 @@ def iter_examples(path: str | Path, tokenizer, opts: DataOptions, report: Report
         tok = tokenize_pair(tokenizer, pair, chat_template=opts.chat_template, file=str(path), where=where)
         if opts.max_length is not None and len(tok.tokens.input_ids) > opts.max_length:
             report.too_long.append(pair.id)
+            report.max_length = opts.max_length
             continue
         yield Example(id=pair.id, index=index, text=tok.text, tokens=tok.tokens)
 

@@ -29,11 +29,29 @@ def open_text(path: str | Path):
     return open(path, encoding="utf-8", newline="")
 
 
+def open_binary(path: str | Path):
+    """Open a file for reading bytes; ``.gz`` and ``.bz2`` are decompressed on the fly."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    if path.suffix == ".bz2":
+        return bz2.open(path, "rb")
+    return open(path, "rb")
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> str:
+    return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1})"
+
+
 def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for every non-blank line of a JSONL file (also .gz/.bz2); a line
-    that is not a JSON object raises InputError naming the file and line."""
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
+    that is not UTF-8 or not a JSON object raises InputError naming the file and line."""
+    with open_binary(path) as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(_not_utf8(exc), file=str(path), record=f"line {lineno}") from None
             if not line.strip():
                 continue
             try:
@@ -57,6 +75,8 @@ def read_json(path: Path) -> Iterator[tuple[str, dict]]:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON ({exc})", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})", file=str(path)) from None
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         if "data" in data and isinstance(data["data"], list):

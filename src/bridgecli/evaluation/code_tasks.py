@@ -1,7 +1,8 @@
 """Code generation tasks: ``humaneval`` and ``mbpp``, pass@1 with greedy decoding.
 
-The model's code and the task's tests run in a separate, limited process (:mod:`.sandbox`);
-nothing generated runs in this process.
+The model's code and the task's tests run in a bubblewrap sandbox (:mod:`.sandbox`), and only
+when the caller opted in (``EvalOptions.allow_code_execution``, ``--allow-code-execution`` or
+``BRIDGE_ALLOW_CODE_EXECUTION=1``); nothing generated runs in this process.
 
 HumanEval (``HumanEval.jsonl[.gz]``: task_id, prompt, entry_point, canonical_solution, test):
 
@@ -23,6 +24,7 @@ test_setup_code + the asserts.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,12 +162,35 @@ def mbpp_program(task: MbppTask, completion: str, *, chat: bool) -> str:
 # -- running ----------------------------------------------------------------------------------
 
 
+CODE_TASKS = ("humaneval", "mbpp")  # the built-in tasks that execute generated code
+_WARNED: set[str] = set()
+
+
+def check_code_options(options: EvalOptions) -> bool:
+    """Before anything is generated: the opt-in and a usable sandbox (:class:`UsageError` otherwise),
+    and a sane timeout. True when the code will run without the bubblewrap sandbox."""
+    from .sandbox import code_execution_mode
+
+    timeout = options.code_timeout
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= 86400):
+        raise UsageError(f"--code-timeout must be a number of seconds in (0, 86400] (got {timeout})")
+    unsafe = code_execution_mode(options.allow_code_execution, options.unsafe_code_execution) == "unsafe"
+    if not unsafe:
+        from ..progress import note
+        from .sandbox import sandbox_warnings
+
+        for warning in sandbox_warnings():
+            if warning not in _WARNED:  # once per process
+                _WARNED.add(warning)
+                note(f"sandbox: {warning}")
+    return unsafe
+
+
 def _execute(programs: list[str], options: EvalOptions) -> list[Any]:
     from .sandbox import Limits, run_programs
 
-    if options.code_timeout <= 0:
-        raise UsageError(f"--code-timeout must be positive (got {options.code_timeout})")
-    return run_programs(programs, Limits(timeout=options.code_timeout))
+    unsafe = check_code_options(options)
+    return run_programs(programs, Limits(timeout=options.code_timeout), unsafe=unsafe)
 
 
 def _summary(task: str, records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
@@ -179,12 +204,13 @@ def _summary(task: str, records: list[dict[str, Any]], settings: dict[str, Any])
 
 
 def _generation_settings(options: EvalOptions, chat: bool, stop: tuple[str, ...], max_new: int, model: Any) -> dict:
-    from .sandbox import Limits, isolation
+    from .sandbox import Limits, sandbox_info
 
     limits = Limits(timeout=options.code_timeout)
     return {**options.to_dict(), "chat_template_used": chat, "stop": list(stop), "max_new_tokens": max_new,
-            "decoding": "greedy", "sandbox": {"isolation": isolation(), "timeout_s": limits.timeout,
-                                              "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb},
+            "decoding": "greedy", "sandbox": {**sandbox_info(), "timeout_s": limits.timeout,
+                                              "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb,
+                                              "processes": limits.processes, "disk_mb": limits.disk_mb},
             "model": model_name(model)}
 
 
@@ -211,6 +237,7 @@ def _generate_and_run(model: Any, tokenizer: Any, options: EvalOptions, items: l
 
 def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``humaneval`` eval task (see the module docstring)."""
+    check_code_options(options)
     check_limit(options.limit, options.few_shot)
     if options.few_shot:
         raise UsageError("humaneval is zero-shot; --few-shot does not apply")
@@ -227,6 +254,7 @@ def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
 
 def mbpp_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``mbpp`` eval task (see the module docstring)."""
+    check_code_options(options)
     check_limit(options.limit, options.few_shot)
     tasks = load_mbpp(options.data)
     by_id = {t.task_id: t for t in tasks}

@@ -30,6 +30,8 @@ def evaluate(
     chat_template: bool | None = None,
     progress: bool = True,
     code_timeout: float = 10.0,
+    allow_code_execution: bool = False,
+    unsafe_code_execution: bool = False,
     journal: Journal | None = None,
 ) -> dict[str, Any]:
     """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
@@ -37,10 +39,13 @@ def evaluate(
     ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
     With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
     it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
+    check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                  code_timeout=code_timeout)
     entry = registry.get("eval_task", task)
     options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                           batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          chat_template=chat_template, progress=progress, code_timeout=code_timeout)
+                          chat_template=chat_template, progress=progress, code_timeout=code_timeout,
+                          allow_code_execution=allow_code_execution, unsafe_code_execution=unsafe_code_execution)
     start = time.perf_counter()
     with recording(journal):
         run = entry.obj(model, tokenizer, options)
@@ -51,6 +56,18 @@ def evaluate(
     summary.setdefault("task", task)
     summary.setdefault("seconds", round(seconds, 3))
     return {"task": task, "summary": summary, "items": list(run["items"])}
+
+
+def check_numbers(*, limit: int | None, few_shot: int, batch_size: int, max_new_tokens: int | None,
+                  code_timeout: float) -> None:
+    """The numeric options of ``bridge eval`` in their ranges (UsageError, exit 2)."""
+    from ..steps import params
+
+    params.integer("--limit", limit, optional=True)
+    params.integer("--few-shot", few_shot, low=0, high=1000)
+    params.integer("--batch-size", batch_size)
+    params.integer("--max-new-tokens", max_new_tokens, optional=True)
+    params.real("--code-timeout", code_timeout, low=0, high=86400, low_open=True)
 
 
 def default_data(task: str) -> str | None:

@@ -1,25 +1,36 @@
-"""Run untrusted Python (model-written code plus its tests) in a separate, limited process.
+"""Run untrusted Python (model-written code plus its tests) in a sandbox built on bubblewrap.
 
-Nothing generated ever runs in the calling process. Each program gets:
+Nothing generated ever runs in the calling process, and by default nothing runs at all: the code
+tasks need a stated opt-in (``--allow-code-execution`` or ``BRIDGE_ALLOW_CODE_EXECUTION=1``, see
+:func:`code_execution_mode`). Each program then runs under ``bwrap`` (bubblewrap) with:
 
-- its own interpreter: ``sys.executable -I -B`` (isolated mode: no user site, no PYTHON* variables,
-  no script folder on ``sys.path``), stdin closed, an environment of just PATH/LANG/HOME/TMPDIR;
-- a fresh temporary folder as working directory (and HOME/TMPDIR), deleted afterwards;
-- a wall-clock timeout (default 10 s) after which its whole process group is SIGKILLed;
-- ``resource`` limits: address space (default 1 GiB), CPU seconds (timeout + 1), file size
-  (16 MiB, stdout/stderr included), no core files;
-- when ``unshare`` works here (root, or unprivileged user namespaces): new PID and network
-  namespaces, so it has no network and cannot see or signal any process outside (the runner is
-  its PID 1);
-- an in-process guard, in the spirit of OpenAI human-eval's ``reliability_guard``: destructive
-  or escaping functions (``os.kill``, ``os.fork``, ``os.system``, ``subprocess.Popen``,
-  ``shutil.rmtree``, ``os.remove``, ...) are set to None, and ``open``/``os.open`` refuse to write
-  outside the working folder.
+- a new user namespace in which it is uid/gid 65534 with no capabilities; when the evaluator is
+  root, ``bwrap`` itself is started as the host's uid/gid 65534 (nobody), so the program is
+  unprivileged on the host as well, and never root;
+- new PID, network, IPC, UTS and cgroup namespaces: a fresh ``/proc`` that shows only its own
+  processes, no network but its own loopback (no abstract Unix sockets of the host either), and
+  ``--disable-userns`` (when bwrap has it) so it cannot make further user namespaces;
+- a root file system built from nothing: ``/usr`` (with the ``/bin``, ``/lib*`` links), the Python
+  installation, ``/etc/ld.so.cache`` and ``/etc/localtime``, all read-only, then ``/`` remounted
+  read-only; a minimal ``/dev``; private size-limited tmpfs folders ``/work`` (its working folder,
+  HOME and TMPDIR, holding ``program.py``), ``/tmp`` and ``/dev/shm``; nothing of the host's ``/home``, ``/root``,
+  ``/work``, ``/tmp``, ``/run`` or ``/sys``;
+- ``--die-with-parent`` and ``--new-session``; an environment of only PATH, LANG, HOME, TMPDIR and
+  PYTHONHASHSEED (the evaluator's own value when it is a number, else 0; honoured, as the
+  interpreter runs without ``-I``/``-E`` in that clean environment);
+- limits set inside the box, after the user namespace is made: address space per process, CPU
+  seconds, file size, open files, no core files, and ``RLIMIT_NPROC``, which the kernel counts per
+  user namespace and uid, so it caps the number of processes and threads of this program's whole
+  tree (a fork bomb stops there); plus a monitor in the evaluator that sums the resident memory of
+  every process in the sandbox's PID namespace and kills the sandbox when the total passes the
+  memory limit;
+- a wall-clock timeout after which the sandbox is SIGKILLed (its PID 1 goes, and the kernel kills
+  every process of the namespace with it).
 
-This is damage control for buggy or confused model output, not a security boundary: the guard is
-Python-level and a determined program can undo it (ctypes, reloading modules), and without
-namespaces a program runs with the evaluator's user and file permissions (root, on a root shell).
-For code you do not trust at all, run the evaluation in a container or VM.
+Where bwrap is missing or cannot make namespaces here, :func:`run_program` refuses unless the
+caller passes ``unsafe=True`` (``--unsafe-code-execution``); then the old damage-control runner is
+used: a separate ``python`` process with rlimits, ``unshare`` PID/network namespaces where that
+works, and a Python-level guard, which is not a security boundary. See docs/security.md.
 """
 
 from __future__ import annotations
@@ -37,13 +48,65 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..errors import BridgeError, UsageError
+
 # Statuses of an execution
 PASSED, FAILED, TIMEOUT, MEMORY, KILLED = "passed", "failed", "timeout", "memory", "killed"
 
-# The runner: PID 1 of the namespace when there is one. It forks; the child sets the limits,
+ALLOW_ENV = "BRIDGE_ALLOW_CODE_EXECUTION"
+SANDBOX_UID = 65534  # nobody
+BWRAP = "bwrap"
+UNSAFE_PREFIX = "unsafe: "
+
+
+class SandboxError(BridgeError):
+    """The sandbox itself failed (not the program in it)."""
+
+    exit_code = 1
+
+
+# The runner inside the box: it sets the limits on itself (inside the new user namespace, so that
+# RLIMIT_NPROC counts only this box's processes), then executes the program and reports through its
+# exit status: 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 70 the limits could not
+# be set (the program did not run).
+_BOX_RUNNER = r'''
+import os, resource, sys, traceback
+mem, cpu, fsize, nproc, nofile = (int(v) for v in sys.argv[1:6])
+try:
+    for limit, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, fsize),
+                         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_NOFILE, nofile)):
+        if value >= 0:
+            resource.setrlimit(limit, (value, value))
+    with open("/work/program.py", encoding="utf-8") as fh:
+        source = fh.read()
+except BaseException as exc:
+    sys.stderr.write(f"bridge sandbox setup failed: {exc!r}\n")
+    sys.stderr.flush()
+    os._exit(70)
+sys.argv = ["program.py"]
+_exit = os._exit
+try:
+    exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+except SystemExit:
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(3)
+except BaseException:
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(1)
+sys.stdout.flush()
+sys.stderr.flush()
+_exit(0)
+'''
+
+# The unsafe runner (no bwrap, --unsafe-code-execution): PID 1 of the namespace when there is one.
+# It forks; the child sets the limits,
 # installs the guard and executes the program; the runner waits and reports through its exit code:
 # 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 128+N killed by signal N.
-_RUNNER = r'''
+_UNSAFE_RUNNER = r'''
 import os, sys
 program, work, mem, cpu, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 pid = os.fork()
@@ -130,8 +193,11 @@ _exit(0)
 @dataclass(frozen=True)
 class Limits:
     timeout: float = 10.0  # wall-clock seconds
-    memory_mb: int = 1024  # address space
+    memory_mb: int = 1024  # address space of each process, and resident memory of all of them together
     file_size_mb: int = 16  # largest file it may write (stdout/stderr included)
+    processes: int = 64  # processes and threads of the program's whole tree
+    disk_mb: int = 64  # size of each private tmpfs folder (/work, /tmp, /dev/shm)
+    open_files: int = 256  # per process
 
 
 @dataclass(frozen=True)
@@ -141,7 +207,8 @@ class Outcome:
     seconds: float
     error: str  # last line of the traceback (or what happened), "" when passed
     stderr: str  # its tail
-    isolation: str  # "pid+net namespaces" or "process"
+    isolation: str  # "bwrap", or "unsafe: pid+net namespaces" / "unsafe: process"
+    stdout: str = ""  # its tail
 
     @property
     def passed(self) -> bool:
@@ -149,6 +216,389 @@ class Outcome:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# -- opt-in and the probe -----------------------------------------------------------------------
+
+
+def _env_allows() -> bool:
+    return os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def code_execution_mode(allow: bool = False, unsafe: bool = False) -> str:
+    """``"bwrap"`` or ``"unsafe"``: how generated code will run; :class:`UsageError` (exit 2) when
+    running it was not asked for, or when no sandbox works here and ``unsafe`` is not given.
+
+    Asking is ``allow`` (``--allow-code-execution``), the environment variable
+    ``BRIDGE_ALLOW_CODE_EXECUTION=1``, or ``unsafe`` (``--unsafe-code-execution``, a stronger
+    statement of the same)."""
+    if not (allow or unsafe or _env_allows()):
+        raise UsageError("this task runs model-written code on this machine; pass --allow-code-execution "
+                         f"(or set {ALLOW_ENV}=1) to allow it (it runs in a bubblewrap sandbox, see docs/security.md)")
+    problem = bwrap_problem()
+    if problem is None:
+        return "bwrap"
+    if unsafe:
+        return "unsafe"
+    raise UsageError(f"no sandbox for model-written code here: {problem}",
+                     hint="install bubblewrap where user namespaces are allowed (apt-get install bubblewrap), "
+                          "or pass --unsafe-code-execution to run it with process limits only")
+
+
+def _hash_seed() -> str:
+    """The evaluator's PYTHONHASHSEED when it is a number the interpreter accepts, else 0."""
+    value = os.environ.get("PYTHONHASHSEED", "").strip()
+    return value if value.isdigit() and int(value) <= 4294967295 else "0"
+
+
+@dataclass(frozen=True)
+class _Box:
+    bwrap: str
+    python: str  # interpreter inside the box
+    binds: tuple[str, ...]  # extra read-only folders (the interpreter's installation)
+    options: frozenset[str]  # optional bwrap options this version has
+    version: str  # the interpreter's version
+    monitor: bool = False  # whether the evaluator can see the box's processes (the tree-wide memory limit)
+
+
+def _python_candidates() -> list[str]:
+    """Interpreters to try in the box: $BRIDGE_SANDBOX_PYTHON, this one's base installation, then
+    the system's python3 (this one may live where the box's user cannot reach, like /root)."""
+    found = []
+    explicit = os.environ.get("BRIDGE_SANDBOX_PYTHON")
+    if explicit:
+        return [os.path.realpath(explicit)]
+    for exe in (getattr(sys, "_base_executable", None), sys.executable):
+        if exe:
+            found.append(os.path.realpath(exe))
+    for folder in ("/usr/bin", "/usr/local/bin"):
+        for name in (f"python{sys.version_info.major}.{sys.version_info.minor}", "python3"):
+            path = os.path.join(folder, name)
+            if os.path.exists(path):
+                found.append(os.path.realpath(path))
+    return list(dict.fromkeys(found))
+
+
+def _installation(python: str) -> tuple[str, ...]:
+    """The folder to bind for an interpreter outside /usr: its prefix (``bin/..``)."""
+    if python.startswith("/usr/"):
+        return ()
+    return (os.path.dirname(os.path.dirname(python)),)
+
+
+def _drop_privileges() -> dict:
+    """Popen arguments that start bwrap as nobody when the evaluator is root."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+
+
+_WANTED = ("--disable-userns", "--size", "--perms", "--remount-ro")  # optional bwrap features we use
+
+
+def sandbox_warnings() -> list[str]:
+    """What of the sandbox does not work here (one line each), for the user to know."""
+    box, _ = _probe()
+    if box is None:
+        return []
+    out = [f"bwrap {box.bwrap} lacks {option} (older version): "
+           + {"--disable-userns": "a program may create user namespaces of its own",
+              "--size": "its tmpfs folders are not size-limited",
+              "--perms": "program.py is writable inside",
+              "--remount-ro": "the sandbox's root and /dev stay writable (in memory)"}[option]
+           for option in _WANTED if option not in box.options]
+    if not box.monitor:
+        out.append("the evaluator cannot see the sandbox's processes here: memory is limited per process only")
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _probe() -> tuple[_Box | None, str]:
+    """Find bwrap and an interpreter that runs in the box here: ``(box, "")`` or ``(None, why not)``."""
+    exe = shutil.which(BWRAP)
+    if exe is None:
+        return None, "bubblewrap (bwrap) is not installed"
+    try:
+        help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"bwrap does not run: {exc}"
+    options = frozenset(o for o in _WANTED if o in help_text)
+    problem = "no Python interpreter found for the sandbox"
+    for python in _python_candidates():
+        box = _Box(exe, python, _installation(python), options, "")
+        probe = "import sys, os; print(sys.version.split()[0], os.getuid(), hash('bridge'))"
+        try:
+            with tempfile.TemporaryFile() as program:
+                program.write(b"")
+                program.flush()
+                program.seek(0)
+                argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code=probe)
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=(program.fileno(),),
+                                      stdin=subprocess.DEVNULL, **_drop_privileges())
+        except (OSError, subprocess.SubprocessError) as exc:
+            problem = f"bwrap does not run: {exc}"
+            continue
+        if done.returncode == 0:
+            version, uid, _ = done.stdout.split()
+            if int(uid) != SANDBOX_UID:
+                return None, f"bwrap ran the probe as uid {uid}, not {SANDBOX_UID}"
+            found = _Box(exe, python, box.binds, options, version)
+            return _Box(exe, python, box.binds, options, version, _monitor_works(found)), ""
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        problem = (f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
+                   f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)")
+    return None, problem
+
+
+def _monitor_works(box: _Box) -> bool:
+    """Whether the evaluator sees the resident memory of a process inside the box (it needs to read
+    /proc/PID/ns/pid of the box's processes); without it only the per-process limits hold."""
+    with tempfile.TemporaryFile() as program:
+        argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code="import time; time.sleep(5)")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, pass_fds=(program.fileno(),), start_new_session=True,
+                                    **_drop_privileges())
+        except OSError:
+            return False
+        try:
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline and proc.poll() is None:
+                outer = _namespace(proc.pid)
+                for child in _children(proc.pid):
+                    ns = _namespace(child)
+                    if ns is not None and ns != outer and _resident_bytes(ns) > 0:
+                        return True
+                time.sleep(0.02)
+            return False
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+
+
+def bwrap_problem() -> str | None:
+    """None when bubblewrap sandboxes work here, else why not (one line)."""
+    return _probe()[1] or None
+
+
+def sandbox_info() -> dict:
+    """What results record about the sandbox."""
+    box, problem = _probe()
+    if box is None:
+        return {"isolation": UNSAFE_PREFIX + _unsafe_isolation(), "bwrap_problem": problem}
+    return {"isolation": BWRAP, "python": box.python, "python_version": box.version,
+            "hash_seed": _hash_seed(), "bwrap_options": sorted(box.options),
+            "missing": sorted(set(_WANTED) - box.options) + ([] if box.monitor else ["tree memory monitor"])}
+
+
+def _bwrap_argv(box: _Box, limits: Limits, program_fd: int, *, runner: str | None = _BOX_RUNNER,
+                code: str | None = None) -> list[str]:
+    disk = str(max(1, limits.disk_mb) * 2**20)
+    argv = [box.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
+            "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    for path in ("/etc/ld.so.cache", "/etc/localtime"):
+        argv += ["--ro-bind-try", path, path]
+    for folder in box.binds:
+        argv += ["--ro-bind", folder, folder]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for folder in ("/work", "/tmp", "/dev/shm"):
+        argv += (["--size", disk] if "--size" in box.options else []) + ["--tmpfs", folder]
+    argv += (["--perms", "0444"] if "--perms" in box.options else []) + ["--file", str(program_fd), "/work/program.py"]
+    if "--remount-ro" in box.options:
+        argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    if "--disable-userns" in box.options:
+        argv += ["--disable-userns"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work", "TMPDIR": "/work",
+           "PYTHONHASHSEED": _hash_seed()}
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", "/work", "--", box.python, "-s", "-B"]
+    if box.version and tuple(map(int, box.version.split(".")[:2])) >= (3, 11):
+        argv += ["-P"]
+    if code is not None:
+        return argv + ["-c", code]
+    mem = limits.memory_mb * 2**20 if limits.memory_mb > 0 else -1
+    cpu = int(limits.timeout) + 1
+    fsize = limits.file_size_mb * 2**20 if limits.file_size_mb > 0 else -1
+    return argv + ["-c", runner or _BOX_RUNNER, str(mem), str(cpu), str(fsize), str(limits.processes),
+                   str(limits.open_files)]
+
+
+# -- the memory monitor -------------------------------------------------------------------------
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()
+            if len(fields) > 1 and int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _resident_bytes(namespace: str) -> int:
+    """Resident memory of every process in the PID namespace ``namespace`` (as the host sees it)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/ns/pid") != namespace:
+                continue
+            with open(f"/proc/{entry.name}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+# -- running --------------------------------------------------------------------------------------
+
+
+def _tail(path_or_file, limit: int = 2000) -> str:
+    try:
+        if isinstance(path_or_file, (str, Path)):
+            with open(path_or_file, "rb") as fh:
+                return _tail(fh, limit)
+        fh = path_or_file
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - limit))
+        return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _last_error(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:300] if lines else ""
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _classify(rc: int | None, stderr: str, seconds: float, limits: Limits, timed_out: bool, over_memory: bool,
+              isolation: str, stdout: str) -> Outcome:
+    error = _last_error(stderr)
+    cpu = int(limits.timeout) + 1
+    if over_memory:
+        status, error = MEMORY, f"memory limit ({limits.memory_mb} MiB for all its processes) exceeded"
+    elif timed_out:
+        status, error = TIMEOUT, f"timed out after {limits.timeout:g} s"
+    elif rc == 0:
+        status, error = PASSED, ""
+    elif "MemoryError" in error:
+        status = MEMORY
+    elif rc in (1, 3):
+        status = FAILED
+    else:
+        signum = rc - 128 if rc is not None and rc > 128 else -rc if rc is not None and rc < 0 else None
+        name = signal.Signals(signum).name if signum and signum in signal.Signals._value2member_map_ else None
+        if name == "SIGXCPU" or (name == "SIGKILL" and seconds >= cpu - 0.5):
+            status, error = TIMEOUT, f"CPU time limit ({cpu} s) exceeded"
+        elif name == "SIGXFSZ":
+            status, error = KILLED, f"file size limit ({limits.file_size_mb} MiB) exceeded"
+        elif name is not None:
+            status, error = (MEMORY if name in ("SIGSEGV", "SIGBUS") and not error else KILLED), f"killed by {name}"
+        else:
+            status, error = FAILED, error or f"exit status {rc}"
+    return Outcome(status, rc, round(seconds, 3), error, stderr, isolation, stdout)
+
+
+def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False) -> Outcome:
+    """Execute ``source`` as a script in the sandbox under ``limits``; never raises for what the
+    program does. Without a working bwrap this raises :class:`UsageError` unless ``unsafe``."""
+    box, problem = _probe()
+    if box is None:
+        if not unsafe:
+            raise UsageError(f"no sandbox for model-written code here: {problem}",
+                             hint="install bubblewrap, or pass --unsafe-code-execution")
+        return _run_unsafe(source, limits)
+    with tempfile.TemporaryFile() as program, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        program.write(source.encode("utf-8", "surrogatepass"))
+        program.flush()
+        program.seek(0)
+        argv = _bwrap_argv(box, limits, program.fileno())
+        timed_out = over_memory = False
+        budget = limits.memory_mb * 2**20 if limits.memory_mb > 0 else None
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env={},
+                                pass_fds=(program.fileno(),), start_new_session=True, close_fds=True,
+                                **_drop_privileges())
+        namespace = None
+        try:
+            deadline = start + limits.timeout
+            interval = 0.01
+            while True:
+                try:
+                    rc = proc.wait(timeout=max(0.0, min(interval, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                if budget is not None and box.monitor:
+                    if namespace is None:
+                        for child in _children(proc.pid):
+                            ns = _namespace(child)
+                            if ns is not None and ns != _namespace(proc.pid):
+                                namespace = ns
+                    if namespace is not None and _resident_bytes(namespace) > budget:
+                        over_memory = True
+                        break
+                interval = min(0.05, interval * 1.5)
+        finally:
+            _kill_group(proc.pid)  # the sandbox's PID 1 dies with it (--die-with-parent), and its namespace
+            rc = proc.wait()
+        seconds = time.monotonic() - start
+        stderr, stdout = _tail(err), _tail(out)
+    if rc == 70 and "bridge sandbox setup failed" in stderr:
+        raise SandboxError(_last_error(stderr))
+    return _classify(rc, stderr, seconds, limits, timed_out, over_memory, BWRAP, stdout)
+
+
+def run_programs(sources: Sequence[str], limits: Limits = Limits(), workers: int | None = None, *,
+                 unsafe: bool = False) -> list[Outcome]:
+    """:func:`run_program` for each source, ``workers`` at a time (default: the CPU count); in order."""
+    if not sources:
+        return []
+    workers = max(1, min(workers or os.cpu_count() or 1, len(sources)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda s: run_program(s, limits, unsafe=unsafe), sources))
+
+
+def isolation() -> str:
+    """``bwrap`` when the sandbox works here, else what the unsafe runner would have."""
+    return BWRAP if _probe()[0] is not None else UNSAFE_PREFIX + _unsafe_isolation()
+
+
+# -- the unsafe runner (--unsafe-code-execution where bwrap is not available) --------------------
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,35 +624,13 @@ def namespace_prefix() -> tuple[str, ...]:
     return ()
 
 
-def isolation() -> str:
+def _unsafe_isolation() -> str:
     return "pid+net namespaces" if namespace_prefix() else "process"
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _last_error(stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return lines[-1].strip()[:300] if lines else ""
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def run_program(source: str, limits: Limits = Limits()) -> Outcome:
-    """Execute ``source`` as a script under the limits above; never raises for what the program does."""
+def _run_unsafe(source: str, limits: Limits) -> Outcome:
+    """The damage-control runner: a separate interpreter with rlimits, unshare namespaces where they
+    work and a Python-level guard. Not a security boundary (see docs/security.md)."""
     mem = limits.memory_mb * 2**20 if limits.memory_mb > 0 else -1
     cpu = int(limits.timeout) + 1
     fsize = limits.file_size_mb * 2**20 if limits.file_size_mb > 0 else -1
@@ -214,9 +642,10 @@ def run_program(source: str, limits: Limits = Limits()) -> Outcome:
         work = root / "work"
         work.mkdir()
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work),
-               "PYTHONHASHSEED": "0"}
-        cmd = [*prefix, sys.executable, "-I", "-B", "-c", _RUNNER, str(program), str(work), str(mem), str(cpu),
-               str(fsize)]
+               "PYTHONHASHSEED": _hash_seed()}
+        # no -I/-E: the environment is ours alone, and PYTHONHASHSEED must take effect
+        cmd = [*prefix, sys.executable, "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []),
+               "-c", _UNSAFE_RUNNER, str(program), str(work), str(mem), str(cpu), str(fsize)]
         timed_out = False
         start = time.monotonic()
         with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
@@ -231,34 +660,5 @@ def run_program(source: str, limits: Limits = Limits()) -> Outcome:
             finally:
                 _kill_group(proc.pid)  # anything it left behind in its group
         seconds = time.monotonic() - start
-        stderr = _tail(root / "stderr")
-    error = _last_error(stderr)
-    if timed_out:
-        status, error = TIMEOUT, f"timed out after {limits.timeout:g} s"
-    elif rc == 0:
-        status, error = PASSED, ""
-    elif "MemoryError" in error:
-        status = MEMORY
-    elif rc in (1, 3):
-        status = FAILED
-    else:
-        signum = rc - 128 if rc > 128 else -rc if rc < 0 else None
-        name = signal.Signals(signum).name if signum and signum in signal.Signals._value2member_map_ else None
-        if name == "SIGXCPU" or (name == "SIGKILL" and seconds >= cpu - 0.5):
-            status, error = TIMEOUT, f"CPU time limit ({cpu} s) exceeded"
-        elif name == "SIGXFSZ":
-            status, error = KILLED, f"file size limit ({limits.file_size_mb} MiB) exceeded"
-        elif name is not None:
-            status, error = (MEMORY if name in ("SIGSEGV", "SIGBUS") and not error else KILLED), f"killed by {name}"
-        else:
-            status, error = FAILED, error or f"exit status {rc}"
-    return Outcome(status, rc, round(seconds, 3), error, stderr, isolation())
-
-
-def run_programs(sources: Sequence[str], limits: Limits = Limits(), workers: int | None = None) -> list[Outcome]:
-    """:func:`run_program` for each source, ``workers`` at a time (default: the CPU count); in order."""
-    if not sources:
-        return []
-    workers = max(1, min(workers or os.cpu_count() or 1, len(sources)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: run_program(s, limits), sources))
+        stderr, stdout = _tail(root / "stderr"), _tail(root / "stdout")
+    return _classify(rc, stderr, seconds, limits, timed_out, False, UNSAFE_PREFIX + _unsafe_isolation(), stdout)

@@ -28,6 +28,10 @@ class EvalOptions:
     chat_template: bool | None = None
     progress: bool = True  # progress bar on stderr
     code_timeout: float = 10.0  # seconds per program, for tasks that execute generated code
+    # tasks that execute generated code refuse to without this (or BRIDGE_ALLOW_CODE_EXECUTION=1)
+    allow_code_execution: bool = False
+    # where no bubblewrap sandbox works: run it anyway, with process limits only
+    unsafe_code_execution: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,6 +14,7 @@ from ..errors import FormatError
 from ..io import describe, open_binary_input
 from .records import End, Example, Header, Record
 from .spec import MAJOR, MAGIC, MAX_RECORD_BYTES, PREAMBLE, RECORD_PREFIX
+from .validate import Validator
 
 _decoder = msgspec.msgpack.Decoder(Record)
 
@@ -41,7 +42,7 @@ class StreamReader:
     """Iterate the Example records of a stream. ``header`` is read on construction; iteration
     raises :class:`FormatError` on truncation or corruption, after yielding every good record."""
 
-    def __init__(self, fh: BinaryIO, name: str = "<stream>"):
+    def __init__(self, fh: BinaryIO, name: str = "<stream>", *, validate: bool = True):
         self.name = name
         head = fh.read(PREAMBLE.size)
         if len(head) < PREAMBLE.size:
@@ -56,6 +57,9 @@ class StreamReader:
                 f"written with stream format {major}.{minor}; this bridgecli reads format {MAJOR}.x",
                 file=name, hint="upgrade bridgecli to read it",
             )
+        if major < MAJOR:
+            raise FormatError(f"stream format {major}.{minor} does not exist (this bridgecli reads format {MAJOR}.x)",
+                              file=name, hint="the file is damaged or was not written by bridgecli")
         self.version = (major, minor)
         self._z = zstandard.ZstdDecompressor().stream_reader(_Available(fh), read_across_frames=True, closefd=False)
         self._index = 0
@@ -63,6 +67,8 @@ class StreamReader:
         if not isinstance(first, Header):
             raise FormatError("the first record is not a header", file=name, record="header record")
         self.header: Header = first
+        # every example's internal consistency (format/validate.py); off only to test the wire format
+        self._validate = Validator(name, first) if validate else (lambda ex, position: None)
         self.count: int | None = None
 
     def _read_exact(self, n: int, what: str) -> bytes:
@@ -130,6 +136,7 @@ class StreamReader:
                 return
             if isinstance(rec, Header):
                 raise FormatError("a second header inside the stream", file=self.name, record=self._index)
+            self._validate(rec, self._index)
             yield rec
             self._index += 1
 

@@ -210,9 +210,13 @@ def load_model(spec: str | ModelRef | None, *, dtype=None, device: str = "cpu", 
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; :class:`UsageError` for a device
+    that is not one, or is not present here."""
     import torch
 
+    from ..steps.params import check_device
+
+    check_device(device)
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device

@@ -45,7 +45,8 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     units = units_from_spans(token_spans, spans, text)
     # units holding a response token the selection protected (select --protect-response) are always chosen
     protected = np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
-    proj = project(units, sel.response_scores.numpy(), sel.b_r, alpha, protected)
+    # a budget past the response changes nothing, and must not size the knapsack's table
+    proj = project(units, sel.response_scores.numpy(), min(sel.b_r, len(resp)), alpha, protected)
     flat_units = []
     for u in units:
         flat_units += [int(resp[u[0]]), int(resp[u[-1]]) + 1]
@@ -56,8 +57,9 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
 
 
 def run_close(opts: CloseOptions) -> int:
-    if not 0.0 <= opts.alpha <= 1.0:
-        raise UsageError(f"--alpha must lie in [0, 1], got {opts.alpha}")
+    from .params import real
+
+    real("--alpha", opts.alpha, low=0, high=1)
     entry = get("segmenter", opts.segmenter)
     params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
 

@@ -86,6 +86,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         header = reader.header
         if header.stage == "selection":
             note("no closure step in this stream: supervising the token-level selection")
+        # every row names its tokenizer: train checks it even when the side file is gone (TRL and
+        # other trainers select the columns they use)
+        fp = header.model.tokenizer_fingerprint
+        fingerprint = {"tokenizer_fingerprint": fp} if fp else {}
         with open_text_output(opts.out) as fh:
             for ex in reader:
                 supervise = supervision_of(ex)
@@ -99,7 +103,8 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 stats.tokens_after += len(row.input_ids)
                 stats.supervised += len(supervise)
                 if opts.format == "jsonl":
-                    fh.write(json.dumps({"id": row.id, "input_ids": row.input_ids, "labels": row.labels}) + "\n")
+                    fh.write(json.dumps({"id": row.id, "input_ids": row.input_ids, "labels": row.labels,
+                                         **fingerprint}) + "\n")
                 else:
                     fh.write(render_text(ex, row, supervise) + "\n")
     if stats.dropped:

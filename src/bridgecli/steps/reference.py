@@ -89,8 +89,10 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 def run_reference(opts: ReferenceOptions) -> int:
     refuse_terminal(opts.out)
-    if opts.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {opts.batch_size}")
+    from .params import check_device, integer
+
+    integer("--batch-size", opts.batch_size)
+    check_device(opts.device)
     if opts.dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
     if opts.tokenizer_check not in TOKENIZER_CHECKS:

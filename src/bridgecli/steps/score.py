@@ -23,13 +23,13 @@ import torch
 
 from .. import PRODUCER
 from ..core.buckets import bucket
-from ..data.examples import DataOptions, Report, file_digest, iter_examples
+from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records
 from ..errors import ModelError, UsageError
 from ..format.merge import merge_streams
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
-from ..io import is_stdio, open_binary_output, refuse_terminal
+from ..io import check_output_file, is_stdio, open_binary_output, refuse_terminal
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.scoring import ScoringContext
@@ -125,7 +125,21 @@ def _load(opts: ScoreOptions, device: str):
     return run, meta, tokenizer, tok_fp, dtype, model, direction
 
 
+def check_score_options(opts: ScoreOptions) -> None:
+    """Every parameter in its range (see :mod:`.params`), before anything is read."""
+    from . import params
+
+    params.integer("--batch-size", opts.batch_size)
+    params.integer("--max-tokens", opts.max_tokens, optional=True)
+    params.integer("--window", opts.window)
+    params.integer("--attention-layers", opts.attention_layers, high=params.MAX_LAYERS)
+    params.check_data_options(opts.data_opts)
+    params.check_device(opts.device)
+
+
 def run_score(opts: ScoreOptions) -> int:
+    check_score_options(opts)
+    check_output_file(opts.out)
     refuse_terminal(opts.out)
     dist = Dist.from_env()
     if dist.world > 1 and is_stdio(opts.out):
@@ -164,7 +178,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
     max_tokens = opts.max_tokens or (32768 if device.startswith("cuda") else 4096)
 
-    data_opts = opts.data_opts
+    data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
     if meta.get("data_digest") == digest:
         leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])

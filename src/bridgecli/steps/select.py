@@ -97,12 +97,12 @@ def _finders(opts: "SelectOptions") -> tuple[list, list]:
 
 
 def run_select(opts: SelectOptions) -> int:
-    for name, rho in (("--rho-p", opts.rho_p), ("--rho-r", opts.rho_r)):
-        if not 0.0 <= rho <= 1.0:
-            raise UsageError(f"{name} must lie in [0, 1], got {rho}")
-    if opts.rounds < 1:
-        raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    from . import params as checks
     from .global_budget import MODES
+
+    checks.real("--rho-p", opts.rho_p, low=0, high=1)
+    checks.real("--rho-r", opts.rho_r, low=0, high=1)
+    checks.integer("-T/--rounds", opts.rounds, high=checks.MAX_ROUNDS)
 
     if opts.budget != "example" and opts.budget not in MODES:
         raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")

@@ -54,9 +54,21 @@ class TrainOptions:
     live: bool | None = None  # None: when stderr is a terminal
 
 
-def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
+def read_rows(path: str | Path, vocab_size: int, tokenizer_fp: str | None = None,
+              model_name: str = "the model") -> list[Row]:
+    """The JSONL rows of ``bridge compact``. A row's ``tokenizer_fingerprint`` (written by compact)
+    must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
     rows = []
     p = Path(path)
+    if p.is_dir():
+        raise InputError("a folder, not a JSONL file of training rows", file=str(p))
+    if p.is_file():
+        from ..format.spec import MAGIC
+
+        with open(p, "rb") as fh:
+            if fh.read(len(MAGIC)) == MAGIC:
+                raise InputError("a bridge stream, not a JSONL file of training rows", file=str(p),
+                                 hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows")
     for where, rec in read_jsonl(p):
         ids, labels = rec.get("input_ids"), rec.get("labels")
         for name, val in (("input_ids", ids), ("labels", labels)):
@@ -72,6 +84,13 @@ def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
         if any(y != IGNORE and y != x for x, y in zip(ids, labels)):
             raise InputError("labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where,
                              field="labels")
+        row_fp = rec.get("tokenizer_fingerprint")
+        if row_fp is not None and not isinstance(row_fp, str):
+            raise InputError("expected a string", file=str(p), record=where, field="tokenizer_fingerprint")
+        if row_fp and tokenizer_fp and row_fp != tokenizer_fp:
+            raise ModelError(f"this row was tokenised with another tokenizer than {model_name}'s", file=str(p),
+                             record=where, field="tokenizer_fingerprint",
+                             hint="train the model the data was scored for, or re-run the pipeline")
         rows.append(Row(str(rec.get("id", where)), ids, labels))
     return rows
 
@@ -134,6 +153,20 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
 
 
 def run_train(opts: TrainOptions) -> dict:
+    """Train into the run folder ``opts.out``, locked while this runs (by the first process of a
+    multi-process launch): a second train into the same folder stops at once."""
+    from ..io import folder_lock
+    from . import params
+
+    params.check_sft(opts.sft)
+    params.check_device(opts.device)
+    if os.environ.get("RANK", "0") != "0":
+        return _run_train(opts)
+    with folder_lock(opts.out, "training run folder"):
+        return _run_train(opts)
+
+
+def _run_train(opts: TrainOptions) -> dict:
     cfg = opts.sft
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
@@ -165,7 +198,8 @@ def run_train(opts: TrainOptions) -> dict:
         raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
                          hint="train the model the data was scored for, or re-run the pipeline")
     model = load_model(ref, device=device)
-    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0])
+    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer),
+                     ref.spec)
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
-from ..data.examples import DataOptions, file_digest, iter_examples, iter_pairs
+from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import atomic_dir
 from ..modeling import direction as direction_mod
@@ -47,7 +47,30 @@ def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
     return set(random.Random(seed).sample(sorted(ids), k))
 
 
+def check_warmup_options(opts: WarmupOptions) -> None:
+    """Every parameter in its range (see :mod:`.params`), before anything is read."""
+    from . import params
+
+    params.check_sft(opts.sft)
+    params.check_data_options(opts.data_opts)
+    params.real("--lambda", opts.lam, low=0, high=1e6)
+    params.real("--warm-fraction", opts.warm_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
+    params.real("--val-fraction", opts.val_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
+    params.integer("--direction-layers", opts.direction_layers, high=params.MAX_LAYERS)
+    params.check_device(opts.device)
+
+
 def run_warmup(opts: WarmupOptions) -> dict:
+    """Warm up and write the run folder ``opts.out`` (locked while this runs: a second warmup into the
+    same folder stops at once)."""
+    from ..io import folder_lock
+
+    check_warmup_options(opts)
+    with folder_lock(opts.out, "warmup run folder"):
+        return _run_warmup(opts)
+
+
+def _run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
     device = resolve_device(opts.device)
@@ -67,7 +90,9 @@ def run_warmup(opts: WarmupOptions) -> dict:
         if opts.warm_fraction is not None:
             warm_ids = split_ids(rest, opts.warm_fraction, opts.sft.seed)
 
-    examples = list(iter_examples(opts.data, tokenizer, opts.data_opts))
+    data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
+    report = Report()
+    examples = list(iter_examples(opts.data, tokenizer, data_opts, report))
     if warm_ids is not None:
         warm = [e for e in examples if e.id in warm_ids]
     else:
@@ -75,9 +100,11 @@ def run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is not None:
         val = list(iter_examples(opts.val, tokenizer, DataOptions(
             prompt_field=opts.data_opts.prompt_field, response_field=opts.data_opts.response_field,
-            chat_template=opts.data_opts.chat_template, max_length=opts.data_opts.max_length)))
+            chat_template=opts.data_opts.chat_template, max_length=data_opts.max_length), report))
     else:
         val = [e for e in examples if e.id in val_ids]
+    for line in report.lines():
+        note(line)
     if not warm:
         raise UsageError("the warm split is empty")
     if not val:

@@ -1,0 +1,232 @@
+"""Internal consistency of stream records, checked as they are read.
+
+A record can pass every checksum and still make no sense: an unknown stage, an array whose bytes
+do not fill its shape, kinds shorter than the tokens, a selection keeping positions that are not
+on its side, a closure whose supervision is not its chosen units, a budget of 2^60. The reader
+calls :func:`check_header` and :func:`check_example` on every record, so no step computes on such
+a record: each raises :class:`FormatError` (exit 3) naming the file, the record and the field.
+
+What holds for every example (n_p prompt, n_r response positions, ``T = len(input_ids)``):
+
+- ``id`` non-empty and unique in the stream; ``index`` >= 0;
+- ``tokens``: ``kinds`` has T bytes, each 0-3 (template, prompt, response, EOS), exactly one EOS
+  after the last response token, at least one response token; ``offsets`` has 2T entries,
+  ``0 <= start <= end <= len(text)``; token ids in [0, 2^31);
+- the parts the header's stage promises are present (scores from ``scores`` on, selection from
+  ``selection`` on, closure at ``closure``);
+- ``scores``: ``a``, ``c`` (and ``loss``) float arrays of shape [n_r], ``A`` of shape [n_r, n_p],
+  the bytes filling the shape exactly, values finite (``loss`` may not be NaN);
+- ``selection``: ``0 <= b_p, b_r <= T``; ``prompt_keep`` distinct prompt positions, ``min(b_p, n_p)``
+  of them; ``response_keep`` distinct response positions, ``min(b_r, n_r)`` of them;
+  ``response_scores`` a float array of shape [n_r] without NaN; ``achieved_rho_*`` in [0, 1];
+- ``closure``: ``alpha`` in [0, 1]; ``units`` an even-length list of ``[start, end)`` pairs,
+  ascending, disjoint, within the tokens; ``chosen`` distinct indices of units; ``supervise``
+  exactly the response positions inside the chosen units, ascending;
+- ``references``: arrays of a float dtype whose first dimension is n_p (``prompt_*``) or n_r
+  (``response_*``), the bytes filling the shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from .records import ALLOWED_DTYPES, Array, Example, Header
+from .spec import EOS, PROMPT, RESPONSE, STAGES
+
+MAX_TOKEN_ID = 2**31 - 1
+FLOAT_DTYPES = ("float16", "float32", "float64")
+
+
+class _Bad(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def check_header(header: Header, name: str) -> None:
+    if header.stage not in STAGES:
+        raise FormatError(f"unknown stage {header.stage!r} (one of {', '.join(STAGES)})", file=name,
+                          record="header record", field="stage")
+
+
+def _array(field: str, arr: Any, shape: tuple[int, ...] | None, *, dtypes=FLOAT_DTYPES, first_dim: int | None = None,
+           finite: bool = False, no_nan: bool = False) -> np.ndarray:
+    if not isinstance(arr, Array):
+        raise _Bad(field, "not an array")
+    if arr.dtype not in ALLOWED_DTYPES or arr.dtype not in dtypes:
+        raise _Bad(field, f"dtype {arr.dtype!r} (expected {' or '.join(dtypes)})")
+    if any(not isinstance(d, int) or d < 0 for d in arr.shape):
+        raise _Bad(field, f"shape {arr.shape} has a negative dimension")
+    if shape is not None and tuple(arr.shape) != shape:
+        raise _Bad(field, f"shape {arr.shape}, expected {list(shape)}")
+    if first_dim is not None and (not arr.shape or arr.shape[0] != first_dim):
+        raise _Bad(field, f"shape {arr.shape}, expected a first dimension of {first_dim}")
+    size = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize  # Python ints: no overflow
+    if len(arr.data) != size:
+        raise _Bad(field, f"{len(arr.data)} bytes of data for shape {arr.shape} and dtype {arr.dtype} "
+                          f"(needs {size})")
+    values = np.frombuffer(arr.data, dtype=np.dtype(arr.dtype).newbyteorder("<")).reshape(arr.shape)
+    if finite and not np.isfinite(values).all():
+        raise _Bad(field, "holds NaN or infinite values")
+    if no_nan and np.isnan(values).any():
+        raise _Bad(field, "holds NaN values")
+    return values
+
+
+def _ints(field: str, values: list[int]) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.int64).reshape(-1)
+    except (OverflowError, TypeError, ValueError):
+        raise _Bad(field, "holds a value that is not a 64-bit integer") from None
+
+
+def _positions(field: str, values: list[int], allowed: np.ndarray, side: str) -> None:
+    """``values`` distinct members of the sorted array ``allowed``."""
+    if not values:
+        return
+    arr = _ints(field, values)
+    where = np.searchsorted(allowed, arr)
+    inside = (where < len(allowed)) & (allowed[np.minimum(where, max(len(allowed) - 1, 0))] == arr) \
+        if len(allowed) else np.zeros(len(arr), dtype=bool)
+    if not inside.all():
+        bad = int(arr[np.flatnonzero(~inside)[0]])
+        raise _Bad(field, f"position {bad} is not a {side} token")
+    if len(np.unique(arr)) != len(arr):
+        raise _Bad(field, "holds a position twice")
+
+
+def _check(ex: Example, stage: str) -> None:
+    if not ex.id:
+        raise _Bad("id", "empty")
+    if ex.index < 0:
+        raise _Bad("index", f"{ex.index} is negative")
+    tok = ex.tokens
+    t = len(tok.input_ids)
+    if t == 0:
+        raise _Bad("tokens.input_ids", "empty")
+    ids = _ints("tokens.input_ids", tok.input_ids)
+    if ids.min() < 0 or ids.max() > MAX_TOKEN_ID:
+        raise _Bad("tokens.input_ids", "holds a token id outside [0, 2^31)")
+    if len(tok.kinds) != t:
+        raise _Bad("tokens.kinds", f"{len(tok.kinds)} kinds for {t} tokens")
+    kinds = np.frombuffer(tok.kinds, dtype=np.uint8)
+    if (kinds > EOS).any():
+        raise _Bad("tokens.kinds", f"unknown kind {int(kinds[kinds > EOS][0])} (0-3)")
+    resp = np.flatnonzero(kinds == RESPONSE)
+    prompt = np.flatnonzero(kinds == PROMPT)
+    eos = np.flatnonzero(kinds == EOS)
+    if len(eos) != 1:
+        raise _Bad("tokens.kinds", f"{len(eos)} EOS tokens (exactly one ends the response)")
+    if len(resp) and eos[0] < resp[-1]:
+        raise _Bad("tokens.kinds", "the EOS token comes before a response token")
+    if len(tok.offsets) != 2 * t:
+        raise _Bad("tokens.offsets", f"{len(tok.offsets)} offsets for {t} tokens (needs {2 * t})")
+    spans = _ints("tokens.offsets", tok.offsets).reshape(-1, 2)
+    if (spans[:, 0] < 0).any() or (spans[:, 0] > spans[:, 1]).any() or (spans[:, 1] > len(ex.text)).any():
+        raise _Bad("tokens.offsets", f"a span outside [0, {len(ex.text)}] or ending before it starts")
+    n_p, n_r = len(prompt), len(resp)
+
+    need = STAGES.index(stage) if stage in STAGES else 0
+    for level, part in ((1, "scores"), (2, "selection"), (3, "closure")):
+        if need >= level and getattr(ex, part) is None:
+            raise _Bad(part, f"missing in a stream at stage '{stage}'")
+
+    s = ex.scores
+    if s is not None:
+        _array("scores.a", s.a, (n_r,), finite=True)
+        _array("scores.c", s.c, (n_r,), finite=True)
+        _array("scores.A", s.A, (n_r, n_p), finite=True)
+        if s.loss is not None:
+            _array("scores.loss", s.loss, (n_r,), no_nan=True)
+        if s.B is not None:
+            _array("scores.B", s.B, (n_r, n_p), finite=True)
+
+    sel = ex.selection
+    if sel is not None:
+        for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
+            if not 0 <= b <= t:
+                raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
+        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt")
+        if len(sel.prompt_keep) != min(sel.b_p, n_p):
+            raise _Bad("selection.prompt_keep", f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} "
+                                                f"of {n_p} prompt tokens")
+        _positions("selection.response_keep", sel.response_keep, resp, "response")
+        if len(sel.response_keep) != min(sel.b_r, n_r):
+            raise _Bad("selection.response_keep", f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} "
+                                                  f"of {n_r} response tokens")
+        _array("selection.response_scores", sel.response_scores, (n_r,), no_nan=True)
+        _positions("selection.protected_prompt", sel.protected_prompt, np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)),
+                   "kept prompt")
+        _positions("selection.protected_response", sel.protected_response,
+                   np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
+        for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
+            if rho is not None and not 0.0 <= rho <= 1.0:
+                raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
+
+    clo = ex.closure
+    if clo is not None:
+        if not 0.0 <= clo.alpha <= 1.0:
+            raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
+        if len(clo.units) % 2:
+            raise _Bad("closure.units", f"odd length {len(clo.units)} (flattened [start, end) pairs)")
+        pairs = [(clo.units[i], clo.units[i + 1]) for i in range(0, len(clo.units), 2)]
+        last = 0
+        for k, (a, b) in enumerate(pairs):
+            if not (isinstance(a, int) and isinstance(b, int) and last <= a < b <= t):
+                raise _Bad("closure.units", f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies "
+                                            f"outside the {t} tokens")
+            last = b
+        if any(not isinstance(c, int) or not 0 <= c < len(pairs) for c in clo.chosen):
+            raise _Bad("closure.chosen", f"an index outside the {len(pairs)} units")
+        if len(set(clo.chosen)) != len(clo.chosen):
+            raise _Bad("closure.chosen", "holds a unit twice")
+        if any(c not in set(clo.chosen) for c in clo.protected_units):
+            raise _Bad("closure.protected_units", "an index that is not a chosen unit")
+        mask = np.zeros(t, dtype=bool)
+        for c in clo.chosen:
+            a, b = pairs[c]
+            mask[a:b] = True
+        expected = np.flatnonzero(mask & (kinds == RESPONSE))
+        if not np.array_equal(_ints("closure.supervise", clo.supervise), expected):
+            raise _Bad("closure.supervise", "is not the response positions of the chosen units, in order")
+
+    for model, ref in ex.references.items():
+        for name in ("prompt_loss", "response_loss", "response_attention", "prompt_received", "response_received",
+                     "prompt_grad", "response_grad"):
+            arr = getattr(ref, name)
+            if arr is not None:
+                _array(f"references.{model}.{name}", arr, None, first_dim=n_p if name.startswith("prompt") else n_r)
+
+
+class Validator:
+    """Checks each example of one stream (duplicate ids across examples included)."""
+
+    def __init__(self, name: str, header: Header):
+        check_header(header, name)
+        self.name = name
+        self.stage = header.stage
+        self._ids: set[int] = set()
+
+    def __call__(self, ex: Example, position: int) -> None:
+        record = ex.index if isinstance(ex.index, int) and ex.index >= 0 else position
+        try:
+            _check(ex, self.stage)
+        except _Bad as bad:
+            raise FormatError(bad.message, file=self.name, record=record, field=bad.field) from None
+        key = hash(ex.id)  # a set of hashes keeps memory flat; a collision needs ~2^32 examples
+        if key in self._ids:
+            raise FormatError(f"duplicate id {ex.id!r}", file=self.name, record=record, field="id")
+        self._ids.add(key)
+
+
+def check_example(ex: Example, stage: str, *, name: str = "<stream>") -> None:
+    """Check one example on its own (no duplicate-id check); :class:`FormatError` when inconsistent."""
+    try:
+        _check(ex, stage)
+    except _Bad as bad:
+        raise FormatError(bad.message, file=name, record=ex.index, field=bad.field) from None
