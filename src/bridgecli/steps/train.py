@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
-from ..data.sources import read_jsonl
+from ..data.sources import read_records
 from ..errors import InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..progress import note
@@ -57,7 +57,7 @@ class TrainOptions:
 def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
     rows = []
     p = Path(path)
-    for where, rec in read_jsonl(p):
+    for where, rec in read_records(p):
         ids, labels = rec.get("input_ids"), rec.get("labels")
         for name, val in (("input_ids", ids), ("labels", labels)):
             if not isinstance(val, list) or not all(isinstance(x, int) for x in val):
