@@ -91,7 +91,7 @@ def test_limit_too_long_and_bad_input(tiny, data_file, tmp_path):
     assert heldout_loss_task(model, tok, EvalOptions(data=data_file, limit=2, progress=False))["summary"]["n"] == 2
     short = tiny_model(tiny_llama_config(len(tok), layers=1, hidden=16))
     short.config.max_position_embeddings = 60  # the chat-template rows of this file are longer than 60 tokens
-    lengths = [n + 0 for n in (len(tokenize_pair(tok, p).tokens.input_ids) for _, _, p in iter_pairs(data_file, DataOptions()))]
+    lengths = [len(tokenize_pair(tok, p).tokens.input_ids) for _, _, p in iter_pairs(data_file, DataOptions())]
     fits = sum(n <= 60 for n in lengths)
     assert 0 < fits < len(lengths)
     s = heldout_loss_task(short, tok, EvalOptions(data=data_file, progress=False))["summary"]

@@ -35,7 +35,7 @@ heldout_loss_task = _task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
 @hookimpl
 def register_eval_tasks(register):
     register("gsm8k", gsm8k_task, "GSM8K: greedy generation, exact match on the final number")
-    register("math", math_task, "MATH / MATH-500: greedy generation, \\boxed{} answer, normalised + sympy equivalence")
+    register("math", math_task, "MATH / MATH-500: greedy generation, \\boxed{} answer graded by math-verify")
     register("humaneval", humaneval_task, "HumanEval: greedy generation, tests run in a sandboxed subprocess, pass@1")
     register("mbpp", mbpp_task, "MBPP (test split): greedy generation, tests run in a sandboxed subprocess, pass@1")
     register("arc_challenge", arc_challenge_task, "ARC-Challenge: multiple choice by log-likelihood (acc, acc_norm)")

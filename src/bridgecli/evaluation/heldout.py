@@ -42,7 +42,8 @@ from .readers import check_limit
 from .tasks import EvalOptions, EvalRun, model_name
 
 
-def load_rows(path: str, tokenizer: Any, *, chat_template: bool = True, limit: int | None = None) -> list[tuple[int, str, Row]]:
+def load_rows(path: str, tokenizer: Any, *, chat_template: bool = True,
+              limit: int | None = None) -> list[tuple[int, str, Row]]:
     """``(index, where, row)`` for the first ``limit`` records of ``path``: the row as full SFT
     trains on it (labels on the response tokens and the EOS)."""
     rows = []

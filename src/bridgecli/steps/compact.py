@@ -231,7 +231,8 @@ def run_compact(opts: CompactOptions) -> CompactStats:
              f"{stats.response_tokens} response tokens")
     if not is_stdio(opts.out) and opts.format != "text":
         meta = {
-            "created": now(), "format": opts.format, "columns": list(PRESETS[opts.columns]), "model": header.model.source, "model_fingerprint": header.model.fingerprint,
+            "created": now(), "format": opts.format, "columns": list(PRESETS[opts.columns]),
+            "model": header.model.source, "model_fingerprint": header.model.fingerprint,
             "tokenizer_fingerprint": header.model.tokenizer_fingerprint,
             "steps": [{"step": s.step, "params": s.params} for s in header.steps],
             "rows": stats.rows, "dropped": stats.dropped, "tokens_executed": stats.tokens_after,
