@@ -202,6 +202,7 @@ def test_cli_writes_resumes_and_compares(tiny_model_dir, data_file, tmp_path):
     assert table.exit_code == 0, table.output
     assert f"{s['loss']:.4f} [{s['ci_low']:.4f}, {s['ci_high']:.4f}]" in table.stdout
     assert f"{s['loss'] + 1:.4f}" in table.stdout and "loss [95% CI]" in table.stdout
+    assert "GSM8K (target)" in table.stdout and "50.00" in table.stdout and "Overall" not in table.stdout
     only_losses = CliRunner().invoke(app, ["eval", "--compare", str(out)])
     assert only_losses.exit_code == 0 and "Overall" not in only_losses.stdout, only_losses.output
 

@@ -141,14 +141,15 @@ def compare(runs: Sequence[Run], *, general: Sequence[str] | None = None, target
 def render(comparison: Comparison, *, title: str = "bridge eval --compare") -> Table:
     table = Table(title=title)
     table.add_column("run")
-    accuracy = bool(comparison.general or comparison.target or not comparison.losses)
+    # the averages need general columns; a table of losses (and at most a target) leaves them out
+    averages = bool(comparison.general or not comparison.losses)
     for task in comparison.general:
         table.add_column(LABELS.get(task, task), justify="right")
-    if accuracy:
+    if averages:
         table.add_column("General Avg.", justify="right")
     if comparison.target:
         table.add_column(f"{LABELS.get(comparison.target, comparison.target)} (target)", justify="right")
-    if accuracy:
+    if averages:
         table.add_column("Overall", justify="right")
     for label in comparison.losses:
         table.add_column(f"{label} loss [95% CI]", justify="right")
@@ -158,11 +159,11 @@ def render(comparison: Comparison, *, title: str = "bridge eval --compare") -> T
 
     for row in comparison.rows:
         cells = [row["name"]] + [fmt(row[t]) for t in comparison.general]
-        if accuracy:
+        if averages:
             cells.append(fmt(row["general_avg"]))
         if comparison.target:
             cells.append(fmt(row[comparison.target]))
-        if accuracy:
+        if averages:
             cells.append(fmt(row["overall"]))
         for label in comparison.losses:
             found = row["losses"].get(label)
