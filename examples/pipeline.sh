@@ -26,3 +26,10 @@ bridge train "$out/train.jsonl" -o "$out/final" --epochs 1 --batch-size 8 --grad
 
 # 7. evaluate on the sample's held-out GSM8K-style test split
 bridge eval "$out/final" --task gsm8k --data "$data/test.jsonl" --max-new-tokens 160 --batch-size 12
+
+# 8. held-out loss of the reference answers of that split (24 examples no step trained on), for the
+#    base model and the trained one, each with a 95% bootstrap interval: lower is better, and
+#    intervals that do not overlap show an effect where accuracy at this size shows none
+bridge eval smollm2 --task heldout-loss --data "$data/test.jsonl" -o "$out/base"
+bridge eval "$out/final" --task heldout-loss --data "$data/test.jsonl"
+bridge eval --compare "$out/base" "$out/final"

@@ -1,4 +1,4 @@
-"""bridge eval --task math: \\boxed{} extraction, normalisation, sympy equivalence, loading, the task."""
+"""bridge eval --task math: \\boxed{} extraction and equivalence through math-verify, loading, the task."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from bridgecli.errors import InputError, UsageError
 from bridgecli.evaluation import math_task
-from bridgecli.evaluation.math_grader import (ParseError, extract_answer, is_equiv, last_boxed, normalize,
-                                              parse_latex, reference_answer)
+from bridgecli.evaluation.math_verify_grader import (extracted_text, is_correct, last_boxed, parse_prediction,
+                                                     reference_answer, verify)
 from bridgecli.evaluation.tasks import EvalOptions
 
 MATH500 = next((p for p in (Path(__file__).resolve().parents[2] / "shared" / "data" / "math" / "math500_test.jsonl",
@@ -32,13 +32,16 @@ def test_last_boxed(text, expected):
     assert last_boxed(text) == expected
 
 
-def test_extract_answer_fallbacks():
-    assert extract_answer("work... \\boxed{ 12 }") == "12"
-    assert extract_answer("Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.") == "\\frac{3}{4}"
-    assert extract_answer("The final answer is 42.") == "42"
-    assert extract_answer("The final answer is: $7$") == "7"
-    assert extract_answer("The final answer is:\n") is None
-    assert extract_answer("I think it is 42") is None
+def test_extracted_answer():
+    assert extracted_text(parse_prediction("work... \\boxed{ 12 }")) == "12"
+    two = "\\boxed{1} and then \\boxed{2}"  # several boxes are one answer: all of them, as a set
+    assert extracted_text(parse_prediction(two)) == "1,2"
+    assert is_correct(two, "1,2") and not is_correct(two, "2")
+    assert extracted_text(parse_prediction(
+        "Final Answer: The final answer is $\\frac{3}{4}$. I hope it is correct.")) == "\\frac{3}{4}"
+    assert extracted_text(parse_prediction("The final answer is: $7$")) == "7"
+    assert extracted_text(parse_prediction("The final answer is:\n")) is None
+    assert extracted_text(parse_prediction("I think it is 42")) is None  # no anchor, no answer
 
 
 def test_reference_answer():
@@ -47,34 +50,15 @@ def test_reference_answer():
     assert reference_answer("no box") is None
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
-    ("\\frac12", "\\frac{1}{2}"),
-    ("\\frac1{2}", "\\frac{1}{2}"),
-    ("\\left( 1, 2 \\right)", "(1,2)"),
-    ("90^\\circ", "90"),
-    ("\\$5", "5"),
-    ("50\\%", "50"),
-    ("x = 3", "3"),
-    ("0.5", "\\frac{1}{2}"),
-    ("3/4", "\\frac{3}{4}"),
-    ("\\sqrt2", "\\sqrt{2}"),
-    ("10\\text{ cm}", "10"),
-    ("5.", "5"),
-])
-def test_normalize(raw, expected):
-    assert normalize(raw) == expected
-
-
 @pytest.mark.parametrize("prediction, reference, equal", [
     ("\\frac12", "\\frac{1}{2}", True),
     ("0.5", "\\frac{1}{2}", True),
     ("-0.5", "-\\frac{1}{2}", True),
     ("\\dfrac{1}{2}", "\\frac{1}{2}", True),
-    ("\\frac{2}{4}", "\\frac{1}{2}", False),  # unreduced fractions are wrong (PRM800K rule)
+    ("\\frac{2}{4}", "\\frac{1}{2}", True),  # equal values (the PRM800K grader required reduced fractions)
     ("14.0", "14", True),
-    ("\\frac{8}{2}", "4", False),  # an integer reference needs an integer answer
     ("1,000", "1000", True),
+    ("1{,}000", "1000", True),
     ("10\\%", "10", True),
     ("30^\\circ", "30", True),
     ("\\$18.90", "18.90", True),
@@ -85,35 +69,33 @@ def test_normalize(raw, expected):
     ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}", True),
     ("3\\sqrt{2}", "\\sqrt{18}", True),
     ("2(x+1)", "2x+2", True),
-    ("(x+1)^2", "x^2+2x+1", True),
     ("(3,\\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
-    ("[3,\\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", False),  # brackets must match
+    ("\\{1,2\\}", "1, 2", True),  # a set of solutions
+    ("2,1", "1,2", True),  # solutions in another order
+    ("[2, 5)", "[2,5)", True),
+    ("[3,\\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", False),  # an interval is not a point
     ("(1,2,3)", "(1,2)", False),
     ("0.333", "\\frac{1}{3}", False),
     ("3.14", "\\pi", False),
     ("2\\pi", "\\pi \\cdot 2", True),
-    ("10^{10^{10}}", "7", False),  # too large to evaluate: refused, not hung
-    (None, "1", False),
+    ("5", "4", False),
     ("", "1", False),
 ])
-def test_is_equiv(prediction, reference, equal):
-    assert is_equiv(prediction, reference) is equal
+def test_is_correct(prediction, reference, equal):
+    assert is_correct(f"so the answer is $\\boxed{{{prediction}}}$.", reference) is equal
 
 
-def test_parse_latex_is_safe():
-    x = parse_latex("\\frac{1}{2}x^2 + \\sqrt[3]{8}")
-    assert str(x) == "x**2/2 + 2"
-    for bad in ("__import__('os').system('true')", "x" * 300, "2^{99999}", "(1"):
-        with pytest.raises(ParseError):
-            parse_latex(bad)
+def test_is_correct_without_an_answer():
+    assert is_correct("I do not know.", "1") is False
+    assert verify([], parse_prediction("\\boxed{1}")) is False  # a reference that does not parse
 
 
 @pytest.mark.skipif(not MATH500.exists(), reason="MATH-500 not available")
 def test_math500_answer_fields_match_boxed_solutions():
-    lines = MATH500.read_text(encoding="utf-8").splitlines()[:150]
+    lines = MATH500.read_text(encoding="utf-8").splitlines()[:60]
     for line in lines:
         record = json.loads(line)
-        assert is_equiv(reference_answer(record["solution"]), record["answer"]), record["unique_id"]
+        assert is_correct(record["solution"], record["answer"]), record["unique_id"]
 
 
 # -- loading and the task ---------------------------------------------------------------------
@@ -180,7 +162,7 @@ def test_task_grades_with_fake_generation(tmp_path, monkeypatch):
     run = math_task.math_task(object(), Tok(), EvalOptions(data=_write(tmp_path / "m.jsonl", ROWS), progress=False))
     s = run["summary"]
     assert [i["correct"] for i in run["items"]] == [True, True, False]
-    assert [i["extracted"] for i in run["items"]] == ["2", "0.5", "[1,2]"]
+    assert [i["extracted"] for i in run["items"]] == ["2", "\\frac{1}{2}", "[1,2]"]  # as math-verify reads them
     assert s["task"] == "math" and s["n"] == 3 and s["correct"] == 2 and s["accuracy"] == pytest.approx(2 / 3)
     assert s["by_level"]["Level 1"] == {"n": 1, "accuracy": 1.0, "correct": 1}
     assert s["by_subject"]["Geometry"]["correct"] == 0

@@ -32,7 +32,8 @@ BUILTINS = {
                                     {"random", "rho1", "tokencleaning", "sstoken", "llmlingua1", "llmlingua2",
                                      "llm+tc", "tokenseek-approx"}),
     "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task",
-                                     {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu"}),
+                                     {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu",
+                                      "heldout-loss"}),
 }
 
 
@@ -116,7 +117,7 @@ def test_unknown_name_lists_available(manager):
     with pytest.raises(PluginError, match=r"no segmenter named 'nope' " + available):
         registry.get("segmenter", "nope")
     with pytest.raises(PluginError, match=r"no eval task named 'nope' \(available: arc_challenge, arc_easy, gsm8k, "
-                                          r"hellaswag, humaneval, math, mbpp, mmlu\)"):
+                                          r"heldout-loss, hellaswag, humaneval, math, mbpp, mmlu\)"):
         registry.get("eval_task", "nope")
 
 

@@ -29,15 +29,18 @@ arc_challenge_task = _task("multiple_choice", "arc_challenge_task", "arc/ARC-Cha
 arc_easy_task = _task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl")
 hellaswag_task = _task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
 mmlu_task = _task("multiple_choice", "mmlu_task", "mmlu")
+heldout_loss_task = _task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
 
 
 @hookimpl
 def register_eval_tasks(register):
     register("gsm8k", gsm8k_task, "GSM8K: greedy generation, exact match on the final number")
-    register("math", math_task, "MATH / MATH-500: greedy generation, \\boxed{} answer, normalised + sympy equivalence")
+    register("math", math_task, "MATH / MATH-500: greedy generation, \\boxed{} answer graded by math-verify")
     register("humaneval", humaneval_task, "HumanEval: greedy generation, tests run in a sandboxed subprocess, pass@1")
     register("mbpp", mbpp_task, "MBPP (test split): greedy generation, tests run in a sandboxed subprocess, pass@1")
     register("arc_challenge", arc_challenge_task, "ARC-Challenge: multiple choice by log-likelihood (acc, acc_norm)")
     register("arc_easy", arc_easy_task, "ARC-Easy: multiple choice by log-likelihood (acc, acc_norm)")
     register("hellaswag", hellaswag_task, "HellaSwag: multiple choice by log-likelihood (acc, acc_norm)")
     register("mmlu", mmlu_task, "MMLU (57 subjects): multiple choice by log-likelihood of the letter (acc)")
+    register("heldout-loss", heldout_loss_task, "Held-out loss: token-mean loss of the reference responses given "
+             "their prompts (any input shape score reads), 95% bootstrap interval")

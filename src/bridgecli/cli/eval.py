@@ -86,7 +86,8 @@ def eval(
         help="Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512).")] = None,
     chat_template: Annotated[Optional[bool], typer.Option(
         "--chat-template/--no-chat-template",
-        help="Use the tokenizer's chat template (default: yes for generation tasks, no for multiple choice).")] = None,
+        help="Use the tokenizer's chat template (default: yes for generation tasks and heldout-loss, no for "
+             "multiple choice).")] = None,
     code_timeout: Annotated[float, typer.Option(help="Seconds per generated program (humaneval, mbpp).")] = 10.0,
     allow_code_execution: Annotated[bool, typer.Option(
         "--allow-code-execution", help="Let humaneval/mbpp run model-written code (in a bubblewrap sandbox; "
@@ -100,7 +101,8 @@ def eval(
         "--resume", help="Continue an interrupted run: keep each task's result already written by the same request "
                          "(model, data, settings), and what an interrupted task had generated or scored.")] = False,
     compare: Annotated[bool, typer.Option(
-        "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders.")] = False,
+        "--compare", help="Don't evaluate: print the paper's Table 1 for the given run folders (and their "
+                          "held-out losses with intervals).")] = False,
     target: Annotated[Optional[str], typer.Option(
         help="--compare: the target task column (default: gsm8k if present, else math).")] = None,
     general: Annotated[Optional[str], typer.Option(

@@ -1,4 +1,4 @@
-r"""MATH / MATH-500: greedy generation, the final ``\boxed{}`` answer graded by :mod:`.math_grader`.
+r"""MATH / MATH-500: greedy generation, the ``\boxed{}`` answer graded by math-verify (:mod:`.math_verify_grader`).
 
 Data is a local JSONL (or .jsonl.gz) file of ``{"problem", "solution"[, "answer"]}`` records
 (hendrycks_math_test.jsonl, math500_test.jsonl); the reference is ``answer`` when present, else
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
-from .math_grader import extract_answer, is_equiv, reference_answer
+from .math_verify_grader import extracted_text, parse_prediction, parse_reference, reference_answer, verify
 from .readers import check_limit, field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
@@ -80,7 +80,8 @@ def build_prompt(problem: str, shots: list[Item], *, chat: bool) -> str | list[d
 def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
     records = []
     for item, prediction in zip(items, predictions, strict=True):
-        extracted = extract_answer(prediction)
+        parsed = parse_prediction(prediction)
+        extracted = extracted_text(parsed)
         records.append({
             "index": item.index,
             "unique_id": item.unique_id,
@@ -90,7 +91,7 @@ def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
             "reference": item.reference,
             "prediction": prediction,
             "extracted": extracted,
-            "correct": is_equiv(extracted, item.reference),
+            "correct": verify(parse_reference(item.reference), parsed),
         })
     return records
 

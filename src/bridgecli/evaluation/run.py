@@ -107,19 +107,41 @@ def reusable(path: str | os.PathLike, request: dict[str, Any]) -> dict[str, Any]
     return old
 
 
+def is_loss(summary: dict[str, Any]) -> bool:
+    """A loss task's summary (``heldout-loss``): ``loss`` with its interval instead of ``accuracy``."""
+    return summary.get("metric") == "loss" and isinstance(summary.get("loss"), (int, float))
+
+
+def loss_text(summary: dict[str, Any]) -> str:
+    """``1.234 [1.201, 1.270]``: the loss and its interval."""
+    return f"{summary['loss']:.4f} [{summary['ci_low']:.4f}, {summary['ci_high']:.4f}]"
+
+
 def render_table(results: list[dict[str, Any]]) -> Table:
-    """One row per task: task, n, metric, accuracy (%), correct, acc_norm (%) where the task has it."""
+    """One row per task: task, n, metric, accuracy (%), correct, acc_norm (%) where the task has it;
+    a loss task shows its loss with the 95% interval and its token count instead."""
+    losses = any(is_loss(r["summary"]) for r in results)
+    scores = not all(is_loss(r["summary"]) for r in results)
     table = Table(title="bridge eval")
     table.add_column("task")
     table.add_column("n", justify="right")
     table.add_column("metric")
-    table.add_column("accuracy", justify="right")
-    table.add_column("correct", justify="right")
-    table.add_column("acc_norm", justify="right")
+    if scores:
+        table.add_column("accuracy", justify="right")
+        table.add_column("correct", justify="right")
+        table.add_column("acc_norm", justify="right")
+    if losses:
+        table.add_column("loss [95% CI]", justify="right")
+        table.add_column("tokens", justify="right")
     for result in results:
         s = result["summary"]
+        name = str(result.get("task", s.get("task", "?")))
+        if is_loss(s):
+            table.add_row(name, str(s["n"]), "loss", *(["", "", ""] if scores else []), loss_text(s),
+                          str(s.get("tokens", "")))
+            continue
         norm = s.get("acc_norm")
-        table.add_row(str(result.get("task", s.get("task", "?"))), str(s["n"]), str(s.get("metric", "accuracy")),
+        table.add_row(name, str(s["n"]), str(s.get("metric", "accuracy")),
                       f"{100 * s['accuracy']:.1f}%", str(s["correct"]),
-                      f"{100 * norm:.1f}%" if isinstance(norm, (int, float)) else "")
+                      f"{100 * norm:.1f}%" if isinstance(norm, (int, float)) else "", *(["", ""] if losses else []))
     return table

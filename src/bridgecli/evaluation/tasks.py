@@ -45,7 +45,9 @@ def model_name(model: Any) -> str | None:
 
 class EvalRun(TypedDict):
     """What a task returns. ``summary`` holds at least ``task``, ``n``, ``accuracy`` (a fraction),
-    ``correct`` and ``settings``; each item holds at least ``index`` and ``correct``."""
+    ``correct`` and ``settings``; each item holds at least ``index`` and ``correct``. A loss task
+    (``metric: "loss"``, e.g. ``heldout-loss``) gives ``loss``, ``ci_low`` and ``ci_high`` in place
+    of ``accuracy`` and ``correct``."""
 
     summary: dict[str, Any]
     items: list[dict[str, Any]]

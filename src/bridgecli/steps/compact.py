@@ -1,10 +1,25 @@
-"""``bridge compact``: the training rows BRIDGE executes (compacted prompt + full response)."""
+"""``bridge compact``: the training rows BRIDGE executes (compacted prompt + full response).
+
+Rows go out as JSONL (stdout or a file), Parquet, or a ``datasets`` ``save_to_disk`` folder
+(``hf``), with the columns a trainer expects (``--columns``; token-aligned, unshifted: entry ``i``
+belongs to token ``i``, and the trainer shifts):
+
+- ``trl`` (default): ``id``, ``input_ids``, ``labels`` (-100 where no loss is taken).
+- ``axolotl``: ``input_ids``, ``attention_mask`` (all 1), ``labels``, exactly (its pre-tokenised format).
+- ``torchtune``: ``tokens``, ``mask`` (a boolean per token, True = masked out, no loss; torchtune's
+  ``SFTTransform`` sets ``labels = where(mask, -100, tokens)``).
+- ``loss-mask``: ``input_ids``, ``loss_mask`` (1 = the token is a target, 0 = not).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -12,12 +27,18 @@ from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
-from ..io import atomic_path, is_stdio, open_text_output
+from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
-from ..training.rows import Row, compact_row
+from ..training.rows import IGNORE, Row, compact_row
 from .common import now, require_stage
 
-FORMATS = ("jsonl", "text")
+FORMATS = ("jsonl", "parquet", "hf", "text")
+PRESETS = {  # column -> arrow type name
+    "trl": {"id": "string", "input_ids": "int64", "labels": "int64", "tokenizer_fingerprint": "string"},
+    "axolotl": {"input_ids": "int64", "attention_mask": "int8", "labels": "int64"},
+    "torchtune": {"tokens": "int64", "mask": "bool"},
+    "loss-mask": {"input_ids": "int64", "loss_mask": "int8"},
+}
 META_SUFFIX = ".bridge.json"
 
 
@@ -26,6 +47,7 @@ class CompactOptions:
     inp: str | None = None
     out: str | None = None
     format: str = "jsonl"
+    columns: str = "trl"
 
 
 @dataclass
@@ -43,6 +65,97 @@ def supervision_of(example: Example) -> list[int]:
     if example.closure is not None:
         return example.closure.supervise
     return example.selection.response_keep
+
+
+def columns_of(row: Row, preset: str, tokenizer_fingerprint: str = "") -> dict:
+    """One output record of ``row`` with the columns of ``preset`` (see the module docstring). The
+    ``trl`` rows name their tokenizer, so that ``bridge train`` checks it even without the side file
+    (TRL and the other trainers select the columns they use)."""
+    if preset == "trl":
+        return {"id": row.id, "input_ids": row.input_ids, "labels": row.labels,
+                "tokenizer_fingerprint": tokenizer_fingerprint}
+    if preset == "axolotl":
+        return {"input_ids": row.input_ids, "attention_mask": [1] * len(row.input_ids), "labels": row.labels}
+    if preset == "torchtune":
+        return {"tokens": row.input_ids, "mask": [y == IGNORE for y in row.labels]}
+    if preset == "loss-mask":
+        return {"input_ids": row.input_ids, "loss_mask": [int(y != IGNORE) for y in row.labels]}
+    raise UsageError(f"--columns must be one of {', '.join(PRESETS)}, got {preset!r}")
+
+
+class _TableWriter:
+    """Rows to a Parquet file in batches (bounded memory), with the preset's column types."""
+
+    BATCH = 1024
+
+    def __init__(self, path: Path, preset: str):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._pa = pa
+        types = {"string": pa.string(), "int64": pa.list_(pa.int64()), "int8": pa.list_(pa.int8()),
+                 "bool": pa.list_(pa.bool_())}
+        self.schema = pa.schema([(name, types[kind]) for name, kind in PRESETS[preset].items()])
+        self._writer = pq.ParquetWriter(str(path), self.schema)
+        self._rows: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self._rows.append(record)
+        if len(self._rows) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._rows:
+            self._writer.write_table(self._pa.Table.from_pylist(self._rows, schema=self.schema))
+            self._rows = []
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
+
+
+@contextmanager
+def _row_sink(out: str | None, fmt: str, preset: str) -> Iterator[Callable[[dict], None]]:
+    """A function taking one record, writing it in ``fmt`` to ``out``; the file (or folder) appears
+    whole when the block ends and not at all when it fails."""
+    if fmt == "jsonl":
+        with open_text_output(out) as fh:
+            yield lambda record: fh.write(json.dumps(record) + "\n")
+        return
+    if is_stdio(out):
+        raise UsageError(f"--format {fmt} needs a path: pass -o FILE (stdout takes jsonl or text)")
+    if fmt == "parquet":
+        with atomic_path(out) as tmp:
+            writer = _TableWriter(tmp, preset)
+            try:
+                yield writer.write
+            finally:
+                writer.close()
+        return
+    import datasets
+
+    with atomic_dir(out) as folder, tempfile.TemporaryDirectory(prefix=".bridge-compact.", dir=folder.parent) as work:
+        rows = Path(work) / "rows.parquet"
+        writer = _TableWriter(rows, preset)
+        try:
+            yield writer.write
+        finally:
+            writer.close()
+        with _quiet_datasets(datasets):
+            table = datasets.Dataset.from_parquet(str(rows), cache_dir=str(Path(work) / "cache"))
+            table.save_to_disk(str(folder))
+
+
+@contextmanager
+def _quiet_datasets(datasets):
+    """No progress bars from ``datasets`` while it converts and saves (stderr stays ours)."""
+    was = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            datasets.utils.logging.enable_progress_bar()
 
 
 def render_text(example: Example, row: Row, supervise: list[int]) -> str:
@@ -80,17 +193,24 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
 def run_compact(opts: CompactOptions) -> CompactStats:
     if opts.format not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {opts.format!r}")
+    if opts.columns not in PRESETS:
+        raise UsageError(f"--columns must be one of {', '.join(PRESETS)}, got {opts.columns!r}")
+    if opts.format == "text" and opts.columns != "trl":
+        raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
+    if opts.format in ("parquet", "hf") and is_stdio(opts.out):
+        raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
     stats = CompactStats()
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")
         header = reader.header
         if header.stage == "selection":
             note("no closure step in this stream: supervising the token-level selection")
-        # every row names its tokenizer: train checks it even when the side file is gone (TRL and
-        # other trainers select the columns they use)
-        fp = header.model.tokenizer_fingerprint
-        fingerprint = {"tokenizer_fingerprint": fp} if fp else {}
-        with open_text_output(opts.out) as fh:
+        fingerprint = header.model.tokenizer_fingerprint or ""
+        with contextlib.ExitStack() as stack:
+            if opts.format == "text":
+                fh = stack.enter_context(open_text_output(opts.out))
+            else:
+                sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns))
             for ex in reader:
                 supervise = supervision_of(ex)
                 row = compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, supervise)
@@ -102,11 +222,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 stats.response_tokens += len(ex.tokens.response_positions())
                 stats.tokens_after += len(row.input_ids)
                 stats.supervised += len(supervise)
-                if opts.format == "jsonl":
-                    fh.write(json.dumps({"id": row.id, "input_ids": row.input_ids, "labels": row.labels,
-                                         **fingerprint}) + "\n")
-                else:
+                if opts.format == "text":
                     fh.write(render_text(ex, row, supervise) + "\n")
+                else:
+                    sink(columns_of(row, opts.columns, fingerprint))
     if stats.dropped:
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
         note(f"dropped {len(stats.dropped)} rows with no supervised response token ({shown})")
@@ -114,9 +233,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         note(f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
              f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
              f"{stats.response_tokens} response tokens")
-    if not is_stdio(opts.out) and opts.format == "jsonl":
+    if not is_stdio(opts.out) and opts.format != "text":
         meta = {
-            "created": now(), "model": header.model.source, "model_fingerprint": header.model.fingerprint,
+            "created": now(), "format": opts.format, "columns": list(PRESETS[opts.columns]),
+            "model": header.model.source, "model_fingerprint": header.model.fingerprint,
             "tokenizer_fingerprint": header.model.tokenizer_fingerprint,
             "steps": [{"step": s.step, "params": s.params} for s in header.steps],
             "rows": stats.rows, "dropped": stats.dropped, "tokens_executed": stats.tokens_after,

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
-from ..data.sources import read_jsonl
+from ..data.sources import read_records
 from ..errors import InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..progress import note
@@ -60,16 +60,14 @@ def read_rows(path: str | Path, vocab_size: int, tokenizer_fp: str | None = None
     must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
     rows = []
     p = Path(path)
-    if p.is_dir():
-        raise InputError("a folder, not a JSONL file of training rows", file=str(p))
     if p.is_file():
         from ..format.spec import MAGIC
 
         with open(p, "rb") as fh:
             if fh.read(len(MAGIC)) == MAGIC:
-                raise InputError("a bridge stream, not a JSONL file of training rows", file=str(p),
+                raise InputError("a bridge stream, not a file of training rows", file=str(p),
                                  hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows")
-    for where, rec in read_jsonl(p):
+    for where, rec in read_records(p):
         ids, labels = rec.get("input_ids"), rec.get("labels")
         for name, val in (("input_ids", ids), ("labels", labels)):
             if not isinstance(val, list) or not all(isinstance(x, int) for x in val):

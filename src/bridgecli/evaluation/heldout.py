@@ -1,0 +1,147 @@
+"""``heldout-loss``: the token-mean loss of the reference responses of a held-out file.
+
+Every record of the file (any shape ``bridge score`` reads: chat messages, prompt/response,
+Alpaca, GSM8K, MATH; JSONL, JSON, Parquet or a ``save_to_disk`` folder) is tokenised exactly as
+``bridge score`` tokenises it (:func:`bridgecli.data.tokenize.tokenize_pair`, the chat template by
+default), and the model is scored on what full SFT supervises: every response token and the EOS
+that ends it, each given the whole prompt and the response before it. The result is
+
+    loss = sum over examples of summed token losses / sum over examples of response tokens
+
+(natural log, the training loss's normalisation) with a 95% percentile bootstrap interval over
+examples (:mod:`bridgecli.evaluation.bootstrap`, seed 0, 1000 resamples), the token count and the
+example count. Examples longer than the model's positions are left out and counted.
+
+Scoring is batched (rows sorted by length, right-padded) and the output head runs only on the
+positions that predict a supervised token. While ``bridge eval`` runs, each example's
+``[loss sum, tokens]`` is recorded in the task's journal, keyed by a digest of its token ids and
+labels, so an interrupted run resumed with ``--resume`` scores only the examples it lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..data.examples import DataOptions, iter_pairs
+from ..data.tokenize import tokenize_pair
+from ..errors import InputError, UsageError
+from ..progress import note
+from ..training.batching import MicroBatch
+from ..training.rows import IGNORE, Row, full_response_row
+from . import journal
+from .bootstrap import ratio_bootstrap
+from .generate import _eval_mode, progress_bar
+from .loglik import _max_length
+from .readers import check_limit
+from .tasks import EvalOptions, EvalRun, model_name
+
+
+def load_rows(path: str, tokenizer: Any, *, chat_template: bool = True,
+              limit: int | None = None) -> list[tuple[int, str, Row]]:
+    """``(index, where, row)`` for the first ``limit`` records of ``path``: the row as full SFT
+    trains on it (labels on the response tokens and the EOS)."""
+    rows = []
+    for index, where, pair in iter_pairs(path, DataOptions(limit=limit)):
+        tok = tokenize_pair(tokenizer, pair, chat_template=chat_template, file=str(path), where=where)
+        rows.append((index, where, full_response_row(pair.id, tok.tokens)))
+    if not rows:
+        raise InputError("no records", file=str(path))
+    return rows
+
+
+def row_key(row: Row) -> str:
+    """What decides an example's loss besides the model: its token ids and labels."""
+    payload = json.dumps(["heldout", row.input_ids, row.labels])
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _token_losses(model: Any, mb: MicroBatch) -> torch.Tensor:
+    """Next-token cross-entropy (float32) of every supervised position, in row-major order."""
+    kwargs = {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "use_cache": False}
+    try:
+        logits = model(**kwargs, logits_to_keep=mb.keep).logits
+        if logits.dim() == 2 and logits.shape[0] == mb.target.shape[0]:
+            return F.cross_entropy(logits.float(), mb.target, reduction="none")
+    except (TypeError, IndexError, ValueError):
+        pass  # a model whose forward takes no boolean logits_to_keep: full logits
+    logits = model(**kwargs).logits
+    return F.cross_entropy(logits[mb.keep].float(), mb.target, reduction="none")
+
+
+def row_losses(model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int = 8,
+               progress: bool = True) -> list[tuple[float, int]]:
+    """``(summed token loss, supervised tokens)`` per row, in input order. Rows already in the
+    active journal are taken from it; the others are scored and recorded batch by batch."""
+    if batch_size < 1:
+        raise UsageError(f"batch size must be at least 1 (got {batch_size})")
+    results: list[tuple[float, int] | None] = [None] * len(rows)
+    book = journal.active()
+    keys = [row_key(r) for r in rows] if book is not None else []
+    todo, kept = journal.pending(book, keys, len(rows))
+    for i, (total, n) in kept.items():
+        results[i] = (float(total), int(n))
+    todo.sort(key=lambda i: -len(rows[i].input_ids))
+    device = getattr(model, "device", None) or next(model.parameters()).device
+    with _eval_mode(model), torch.inference_mode(), progress_bar(progress, "held-out loss") as bar:
+        task = bar.add_task("held-out loss", total=len(rows), completed=len(rows) - len(todo))
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            width = max(len(rows[i].input_ids) for i in batch)
+            ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for b, i in enumerate(batch):
+                n = len(rows[i].input_ids)
+                ids[b, :n] = torch.tensor(rows[i].input_ids)
+                labels[b, :n] = torch.tensor(rows[i].labels)
+                mask[b, :n] = 1
+            mb = MicroBatch(ids, labels, mask, None, len(batch), int(mask.sum()), ids.numel())
+            losses = _token_losses(model, mb.to(device)).double().cpu()
+            owner = mb.keep.nonzero()[:, 0]
+            sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, owner, losses)
+            counts = torch.bincount(owner, minlength=len(batch))
+            for b, i in enumerate(batch):
+                results[i] = (float(sums[b]), int(counts[b]))
+            if book is not None:
+                book.add([(keys[i], list(results[i])) for i in batch])
+            bar.advance(task, len(batch))
+    return results  # type: ignore[return-value]
+
+
+def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
+    check_limit(options.limit, options.few_shot)
+    if options.few_shot:
+        raise UsageError("heldout-loss takes no --few-shot: it scores each reference given its own prompt")
+    chat = True if options.chat_template is None else options.chat_template
+    loaded = load_rows(options.data, tokenizer, chat_template=chat, limit=options.limit)
+    max_len = _max_length(model)
+    fits = [max_len is None or len(r[2].input_ids) <= max_len for r in loaded]
+    rows = [r for r, ok in zip(loaded, fits) if ok]
+    skipped = [r[2].id for r, ok in zip(loaded, fits) if not ok]
+    if skipped:
+        note(f"left out {len(skipped)} examples longer than the model's {max_len} positions "
+             f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})")
+    if not rows:
+        raise InputError(f"every example is longer than the model's {max_len} positions", file=options.data)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    scored = row_losses(model, [r[2] for r in rows], pad_id=pad, batch_size=options.batch_size,
+                        progress=options.progress)
+    ci = ratio_bootstrap([s for s, _ in scored], [n for _, n in scored])
+    tokens = sum(n for _, n in scored)
+    items = [{"index": index, "id": row.id, "source": f"{options.data}:{where}", "tokens": n, "loss_sum": total,
+              "loss": total / n} for (index, where, row), (total, n) in zip(rows, scored)]
+    summary = {
+        "task": "heldout-loss", "metric": "loss", "n": len(rows), "tokens": tokens,
+        "loss": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "ci_level": ci.level,
+        "perplexity": math.exp(ci.mean), "skipped_too_long": skipped,
+        "bootstrap": {"resamples": ci.resamples, "seed": ci.seed, "over": "examples"},
+        "model": model_name(model), "data": str(options.data), "chat_template": chat,
+        "settings": options.to_dict(),
+    }
+    return {"summary": summary, "items": items}

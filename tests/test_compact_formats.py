@@ -1,0 +1,147 @@
+"""bridge compact --format jsonl|parquet|hf with --columns trl|axolotl|torchtune|loss-mask: each
+output loads the way its trainer loads it and carries exactly the rows of the default JSONL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bridgecli.cli.app import app
+from bridgecli.errors import UsageError
+from bridgecli.steps import compact as compact_mod
+from bridgecli.steps.compact import CompactOptions, run_compact
+from bridgecli.steps.train import read_rows
+
+datasets = pytest.importorskip("datasets")
+
+STREAM = Path(__file__).parent / "golden" / "v1.1-closure.bridge"
+IGNORE = -100
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The rows of the default output (JSONL, trl columns)."""
+    out = tmp_path_factory.mktemp("ref") / "train.jsonl"
+    run_compact(CompactOptions(inp=str(STREAM), out=str(out)))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 3 and all(set(r) == {"id", "input_ids", "labels", "tokenizer_fingerprint"} for r in rows)
+    return rows
+
+
+def write(tmp_path, fmt, columns):
+    out = tmp_path / {"jsonl": "rows.jsonl", "parquet": "rows.parquet", "hf": "rows"}[fmt]
+    run_compact(CompactOptions(inp=str(STREAM), out=str(out), format=fmt, columns=columns))
+    return out
+
+
+def load(out: Path, fmt: str):
+    """As the trainers load them: datasets' json/parquet builders, or load_from_disk (LLaMA-Factory's
+    tokenized_path, TRL with a saved dataset)."""
+    if fmt == "hf":
+        return datasets.load_from_disk(str(out))
+    return datasets.load_dataset("json" if fmt == "jsonl" else "parquet", data_files=str(out), split="train",
+                                 cache_dir=str(out.parent / "cache"))
+
+
+COLUMNS = {"trl": ["id", "input_ids", "labels", "tokenizer_fingerprint"], "axolotl": ["input_ids", "attention_mask", "labels"],
+           "torchtune": ["tokens", "mask"], "loss-mask": ["input_ids", "loss_mask"]}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])
+@pytest.mark.parametrize("columns", list(COLUMNS))
+def test_every_preset_and_format_carries_the_same_rows(tmp_path, reference, fmt, columns):
+    ds = load(write(tmp_path, fmt, columns), fmt)
+    assert sorted(ds.column_names) == sorted(COLUMNS[columns]) and len(ds) == len(reference)
+    for got, ref in zip(ds, reference):
+        ids, labels = ref["input_ids"], ref["labels"]
+        if columns == "trl":
+            assert got == ref
+        elif columns == "axolotl":
+            assert got == {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels}
+        elif columns == "torchtune":
+            assert got["tokens"] == ids and all(isinstance(m, bool) for m in got["mask"])
+            # torchtune's SFTTransform: labels = np.where(mask, CROSS_ENTROPY_IGNORE_IDX, tokens)
+            assert list(np.where(got["mask"], IGNORE, got["tokens"])) == labels
+        else:
+            assert got["input_ids"] == ids and set(got["loss_mask"]) <= {0, 1}
+            assert [t if m else IGNORE for t, m in zip(got["input_ids"], got["loss_mask"])] == labels
+    meta = json.loads(Path(str(tmp_path / {"jsonl": "rows.jsonl", "parquet": "rows.parquet", "hf": "rows"}[fmt])
+                           + ".bridge.json").read_text())
+    assert meta["format"] == fmt and meta["columns"] == COLUMNS[columns] and meta["rows"] == 3
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file or folder left
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])
+def test_bridge_train_reads_the_trl_rows_in_every_format(tmp_path, reference, fmt):
+    rows = read_rows(write(tmp_path, fmt, "trl"), vocab_size=49152)
+    assert [(r.id, r.input_ids, r.labels) for r in rows] == [(r["id"], r["input_ids"], r["labels"]) for r in reference]
+
+
+def test_trl_sft_trainer_takes_the_labels_as_given(tmp_path, reference, tokenizer):
+    pytest.importorskip("trl")
+    from trl import SFTConfig, SFTTrainer
+
+    from tiny import tiny_llama_config, tiny_model
+
+    for fmt in ("jsonl", "hf"):
+        ds = load(write(tmp_path / fmt, fmt, "trl"), fmt)
+        args = SFTConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=3, report_to=[], use_cpu=True,
+                         max_length=None, save_strategy="no", max_steps=1)
+        model = tiny_model(tiny_llama_config(len(tokenizer), layers=1, hidden=16, heads=2, kv_heads=1))
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
+        ours = {tuple(r["input_ids"]): r["labels"][1:] for r in reference}
+        seen = 0
+        for batch in trainer.get_train_dataloader():
+            keep = batch["attention_mask"].bool()
+            for i in range(batch["input_ids"].shape[0]):
+                ids = batch["input_ids"][i][keep[i]].tolist()
+                assert batch["labels"][i][keep[i]].tolist()[1:] == ours[tuple(ids)]
+                seen += 1
+        assert seen == 3
+
+
+def test_axolotl_rows_collate_as_seq2seq_rows(tmp_path, reference, tokenizer):
+    """axolotl (and LLaMA-Factory) pad pre-tokenised rows with transformers' DataCollatorForSeq2Seq:
+    labels padded with -100, the attention mask with 0."""
+    from transformers import DataCollatorForSeq2Seq
+
+    ds = load(write(tmp_path, "hf", "axolotl"), "hf")
+    batch = DataCollatorForSeq2Seq(tokenizer, padding=True)([ds[i] for i in range(len(ds))])
+    for i, ref in enumerate(reference):
+        n = len(ref["input_ids"])
+        assert batch["labels"][i].tolist()[:n] == ref["labels"]
+        assert set(batch["labels"][i].tolist()[n:]) <= {IGNORE}
+        assert batch["attention_mask"][i].sum() == n
+
+
+def test_stdout_errors_and_atomic_output(tmp_path, reference, monkeypatch):
+    piped = CliRunner().invoke(app, ["compact", str(STREAM)])
+    assert piped.exit_code == 0
+    assert [json.loads(line) for line in piped.stdout.splitlines()] == reference
+    piped = CliRunner().invoke(app, ["compact", str(STREAM), "--columns", "loss-mask"])
+    assert piped.exit_code == 0 and "loss_mask" in piped.stdout
+    for args, message in ((["--format", "parquet"], "needs a path"), (["--format", "hf"], "needs a path"),
+                          (["--columns", "nope"], "--columns must be one of trl, axolotl, torchtune, loss-mask"),
+                          (["--format", "text", "--columns", "axolotl"], "--columns applies to")):
+        bad = CliRunner().invoke(app, ["compact", str(STREAM), *args])
+        assert bad.exit_code == UsageError.exit_code and message in bad.output, bad.output
+
+    real = compact_mod.columns_of
+    calls = []
+
+    def flaky(row, preset, fingerprint=""):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(row, preset, fingerprint)
+
+    monkeypatch.setattr(compact_mod, "columns_of", flaky)
+    for fmt, name in (("hf", "rows"), ("parquet", "rows.parquet")):
+        calls.clear()
+        with pytest.raises(KeyboardInterrupt):
+            run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / name), format=fmt))
+    assert list(tmp_path.iterdir()) == []  # nothing half-written, no temporary left
