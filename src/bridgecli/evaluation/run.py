@@ -54,7 +54,7 @@ def evaluate(
 
 
 def default_data(task: str) -> str | None:
-    """Where the task's data lies under a data folder such as ../shared/data (None: not known)."""
+    """Where the task's data lies under a data folder such as data/ (None: not known)."""
     entry = registry.get("eval_task", task)
     value = getattr(entry.obj, "default_data", None)
     return value if isinstance(value, str) else None

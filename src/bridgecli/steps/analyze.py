@@ -74,6 +74,9 @@ def load(src: Source) -> Loaded:
     from ..runfolder import WarmupRun
     from .score import load_checkpoint
 
+    from ..io import check_input
+
+    check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
     device = resolve_device(src.device)
     src.device = device

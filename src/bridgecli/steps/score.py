@@ -29,7 +29,7 @@ from ..errors import ModelError, UsageError
 from ..format.merge import merge_streams
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
-from ..io import is_stdio, open_binary_output, refuse_terminal
+from ..io import check_input, is_stdio, open_binary_output, refuse_terminal
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.scoring import ScoringContext
@@ -126,6 +126,8 @@ def _load(opts: ScoreOptions, device: str):
 
 def run_score(opts: ScoreOptions) -> int:
     refuse_terminal(opts.out)
+    check_input(opts.data)  # missing data or warmup run: one line before any model loads
+    WarmupRun.open(opts.run)
     dist = Dist.from_env()
     if dist.world > 1 and is_stdio(opts.out):
         raise UsageError("several ranks need an output file: pass -o FILE")

@@ -27,6 +27,7 @@ from .. import PRODUCER
 from ..data.sources import read_jsonl
 from ..errors import InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
+from ..io import check_input
 from ..progress import note
 from ..training import checkpoint
 from ..training import lora as lora_mod
@@ -54,7 +55,18 @@ class TrainOptions:
     live: bool | None = None  # None: when stderr is a terminal
 
 
-def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
+def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str | None = None) -> None:
+    """Every token id of ``rows`` (read from ``path``) inside the model's vocabulary."""
+    for row in rows:
+        bad = next((x for x in row.input_ids if not 0 <= x < vocab_size), None)
+        if bad is not None:
+            raise InputError(f"token id {bad} is outside the model's vocabulary ({vocab_size})", file=str(path),
+                             record=where or f"id {row.id}", field="input_ids", hint="was it made with another tokenizer?")
+
+
+def read_rows(path: str | Path, vocab_size: int | None) -> list[Row]:
+    """The rows of an input_ids/labels JSONL; ``vocab_size`` given: token ids checked against it
+    (else call :func:`check_vocab` once the model is known)."""
     rows = []
     p = Path(path)
     for where, rec in read_jsonl(p):
@@ -65,10 +77,8 @@ def read_rows(path: str | Path, vocab_size: int) -> list[Row]:
         if len(ids) != len(labels):
             raise InputError(f"labels has {len(labels)} entries, input_ids {len(ids)}", file=str(p), record=where,
                              field="labels")
-        bad = next((x for x in ids if not 0 <= x < vocab_size), None)
-        if bad is not None:
-            raise InputError(f"token id {bad} is outside the model's vocabulary ({vocab_size})", file=str(p),
-                             record=where, field="input_ids", hint="was it made with another tokenizer?")
+        if vocab_size is not None:
+            check_vocab(p, [Row(where, ids, labels)], vocab_size, where)
         if any(y != IGNORE and y != x for x, y in zip(ids, labels)):
             raise InputError("labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where,
                              field="labels")
@@ -134,6 +144,7 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
 
 
 def run_train(opts: TrainOptions) -> dict:
+    check_input(opts.data)  # before anything loads
     cfg = opts.sft
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
@@ -157,6 +168,7 @@ def run_train(opts: TrainOptions) -> dict:
         side = json.loads(mp.read_text())
     model_spec = opts.model or side.get("model")
     ref = resolve(model_spec)
+    rows = read_rows(opts.data, None)  # read (and checked) before the model loads
     if main:
         note(f"training {ref.spec} (theta_old) on {opts.data} on {device}"
              + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else ""))
@@ -165,7 +177,7 @@ def run_train(opts: TrainOptions) -> dict:
         raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
                          hint="train the model the data was scored for, or re-run the pipeline")
     model = load_model(ref, device=device)
-    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0])
+    check_vocab(opts.data, rows, model.get_input_embeddings().weight.shape[0])
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")

@@ -12,7 +12,7 @@ import torch
 from .. import PRODUCER
 from ..data.examples import DataOptions, file_digest, iter_examples, iter_pairs
 from ..errors import UsageError
-from ..io import atomic_dir
+from ..io import atomic_dir, check_input
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
@@ -50,8 +50,10 @@ def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
 def run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
-    device = resolve_device(opts.device)
+    check_input(opts.data)
+    check_input(opts.val)
     ref = resolve(opts.model)
+    device = resolve_device(opts.device)
     note(f"loading {ref.spec}")
     tokenizer = load_tokenizer(ref)
     model = load_model(ref, device=device)
