@@ -67,11 +67,13 @@ def test_missing_input_is_one_line_before_any_model(args, tmp_path, data, no_mod
     assert not list(tmp_path.glob("e.json*")) and not (tmp_path / "x.bridge").exists()
 
 
-@pytest.mark.parametrize("cmd", [["train", "{data}", "-o", "{tmp}/t"],
+@pytest.mark.parametrize("cmd", [["train", "{rows}", "-o", "{tmp}/t"],
                                  ["warmup", "{data}", "--val", "{data}", "-o", "{tmp}/w"],
                                  ["eval", "/nonexistent/model", "--data", "{data}", "-o", "{tmp}/e.json"]])
 def test_missing_model_folder_says_so(cmd, tmp_path, data, no_model_loads):
-    args = [a.format(data=data, tmp=tmp_path) for a in cmd]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}) + "\n")
+    args = [a.format(data=data, tmp=tmp_path, rows=rows) for a in cmd]
     if cmd[0] != "eval":
         args += ["--model", "/nonexistent/model"]
     result = invoke(*args)
@@ -138,3 +140,88 @@ def test_eval_with_bad_data_leaves_no_partial_file(tmp_path, tiny_model_dir):
     assert result.exit_code == 4
     one_error_line(result)
     assert not list(tmp_path.glob("e.json*"))
+
+
+# --- 2. empty results are errors ------------------------------------------------------------------
+
+def _stream(tmp_path, tokenizer, rho=0.5, edit=None):
+    from test_show import synthetic, write_stream
+
+    exs = synthetic(tokenizer, rho=rho)
+    if edit is not None:
+        exs = edit(exs)
+    return write_stream(tmp_path / "closed.bridge", exs, "closure")
+
+
+def test_score_and_warmup_on_an_empty_file(tmp_path, no_model_loads):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    result = invoke("score", empty, "-o", tmp_path / "x.bridge")
+    assert result.exit_code == 4 and "empty.jsonl: holds no records (pass --allow-empty" in one_error_line(result)
+    result = invoke("warmup", empty, "--val", empty, "-o", tmp_path / "w")
+    assert result.exit_code == 4 and "holds no records" in one_error_line(result)
+    assert not (tmp_path / "x.bridge").exists() and not (tmp_path / "w").exists()
+
+
+def test_rho_r_zero_keeps_no_row_and_compact_fails(tmp_path, tokenizer):
+    stream = _stream(tmp_path, tokenizer, rho=0.0)
+    out = tmp_path / "train.jsonl"
+    result = invoke("compact", stream, "-o", out)
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "no training row to write" in line and "all 3 rows" in line and "b_r = 0" in line
+    assert not out.exists() and not list(tmp_path.glob(".train.jsonl*"))
+    result = invoke("compact", stream, "-o", out, "--allow-empty")
+    assert result.exit_code == 0 and out.read_text() == ""
+
+
+def test_compact_dropping_most_rows_says_why(tmp_path, tokenizer):
+    import msgspec
+
+    def edit(exs):
+        a, b, c = exs
+        resp = a.tokens.response_positions()
+        one_unit = msgspec.structs.replace(a.closure, units=[int(resp[0]), int(resp[-1]) + 1], chosen=[], supervise=[])
+        nothing = msgspec.structs.replace(b.closure, chosen=[], supervise=[])
+        return [msgspec.structs.replace(a, closure=one_unit), msgspec.structs.replace(b, closure=nothing), c]
+
+    stream = _stream(tmp_path, tokenizer, edit=edit)
+    result = invoke("compact", stream, "-o", tmp_path / "train.jsonl")
+    assert result.exit_code == 0
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning: dropped 2 of 3 rows")]
+    assert len(warning) == 1, result.stderr
+    assert "longer than the budget b_r" in warning[0] and "q(u) <= 0" in warning[0]
+    assert len((tmp_path / "train.jsonl").read_text().splitlines()) == 1
+
+
+def test_train_on_nothing_is_an_error_and_writes_no_model(tmp_path, no_model_loads):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = invoke("train", empty, "-o", tmp_path / "run")
+    assert result.exit_code == 1 and "nothing to train on: it holds no rows" in one_error_line(result)
+    unsupervised = tmp_path / "unsup.jsonl"
+    unsupervised.write_text(json.dumps({"input_ids": [1, 2, 3], "labels": [-100, -100, -100]}) + "\n")
+    result = invoke("train", unsupervised, "-o", tmp_path / "run")
+    assert result.exit_code == 1 and "none of its 1 rows has a supervised token" in one_error_line(result)
+    result = invoke("train", empty, "-o", tmp_path / "run", "--allow-empty")
+    assert result.exit_code == 0 and "no model written" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_never_writes_a_model_after_zero_steps(tmp_path, tiny_model_dir, monkeypatch):
+    from bridgecli.steps import train as train_step
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}) + "\n")
+    real_fit = train_step.fit
+
+    def no_steps(*args, **kwargs):
+        result = real_fit(*args, **kwargs)
+        result.history.clear()
+        return result
+
+    monkeypatch.setattr(train_step, "fit", no_steps)
+    result = invoke("train", rows, "-o", tmp_path / "run", "--model", tiny_model_dir, "--max-steps", "1",
+                    "--device", "cpu")
+    assert result.exit_code == 1 and "0 optimizer steps: no model written" in one_error_line(result)
+    assert not (tmp_path / "run" / "config.json").exists() and not (tmp_path / "run" / "bridge_train.json").exists()

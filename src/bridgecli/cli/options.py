@@ -21,6 +21,8 @@ ChatTemplate = Annotated[bool, typer.Option(
     "--chat-template/--no-chat-template", help="Render with the tokenizer's chat template when it has one.")]
 MaxLength = Annotated[Optional[int], typer.Option(help="Skip (and report) examples longer than this many tokens.")]
 Split = Annotated[Optional[str], typer.Option(help="Split of a save_to_disk DatasetDict.")]
+AllowEmpty = Annotated[bool, typer.Option(
+    "--allow-empty", help="Accept an empty input or result (0 examples or rows) instead of failing.")]
 Limit = Annotated[Optional[int], typer.Option(help="Use only the first N records.")]
 
 

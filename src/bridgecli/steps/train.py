@@ -25,7 +25,7 @@ import torch
 
 from .. import PRODUCER
 from ..data.sources import read_jsonl
-from ..errors import InputError, ModelError, UsageError
+from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..io import check_input
 from ..progress import note
@@ -53,6 +53,7 @@ class TrainOptions:
     resume: bool = False
     overwrite: bool = False
     live: bool | None = None  # None: when stderr is a terminal
+    allow_empty: bool = False  # no row to train on: exit 0 without writing a model, instead of an error
 
 
 def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str | None = None) -> None:
@@ -145,6 +146,15 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
 
 def run_train(opts: TrainOptions) -> dict:
     check_input(opts.data)  # before anything loads
+    rows = read_rows(opts.data, None)  # read (and checked) before the model loads
+    if not any(r.supervised for r in rows):
+        what = (f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows
+                else "it holds no rows")
+        if not opts.allow_empty:
+            raise EmptyResultError(f"nothing to train on: {what}", file=str(opts.data),
+                                   hint="pass --allow-empty to accept this (no model is written)")
+        note(f"nothing to train on: {what}; no model written")
+        return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
     cfg = opts.sft
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
@@ -168,7 +178,6 @@ def run_train(opts: TrainOptions) -> dict:
         side = json.loads(mp.read_text())
     model_spec = opts.model or side.get("model")
     ref = resolve(model_spec)
-    rows = read_rows(opts.data, None)  # read (and checked) before the model loads
     if main:
         note(f"training {ref.spec} (theta_old) on {opts.data} on {device}"
              + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else ""))
@@ -193,6 +202,9 @@ def run_train(opts: TrainOptions) -> dict:
     if main:
         note(result.packing_note)
     history = result.history
+    if not history:  # never write a model that no step changed
+        raise EmptyResultError("training ran 0 optimizer steps: no model written", file=str(opts.data),
+                               hint="check --max-steps and --epochs")
     used = [r for r in rows if r.supervised > 0]
     summary = {
         "producer": PRODUCER, "created": now(), "base_model": ref.spec, "base_fingerprint": fingerprint(ref),

@@ -52,6 +52,11 @@ def run_warmup(opts: WarmupOptions) -> dict:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
     check_input(opts.data)
     check_input(opts.val)
+    from ..data.sources import require_records
+
+    require_records(opts.data, opts.data_opts.split)  # an empty file: one line before the model loads
+    if opts.val is not None:
+        require_records(opts.val)
     ref = resolve(opts.model)
     device = resolve_device(opts.device)
     note(f"loading {ref.spec}")
