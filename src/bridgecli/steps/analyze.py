@@ -278,7 +278,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     results: list[fid.ExampleFidelity] = []
     started = time.perf_counter()
     with progress_bar() as bar:
-        task = bar.add_task("exact scores", total=len(examples))
+        task = bar.add_task("exact scores", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
             chunk = _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size)
             extra_scores = {name: s.score(chunk) for name, s in extra.items()}
@@ -363,7 +363,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     per_example = []
     started = time.perf_counter()
     with progress_bar() as bar:
-        task = bar.add_task("ranking shift", total=len(examples))
+        task = bar.add_task("ranking shift", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
             for ex in _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size):
                 sc = ex.scores

@@ -246,7 +246,8 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
             metrics.write(line + "\n")
         metrics.flush()
 
-    task = progress.add_task("training", total=len(steps), completed=start) if progress is not None else None
+    task = (progress.add_task("training", total=len(steps), completed=start, unit="steps")
+            if progress is not None else None)
     from .live import LiveView
 
     # the caller's bar when it passes one, else our live view (rank 0, stderr a terminal)
