@@ -4,6 +4,7 @@ empty results are errors, progress that moves, output that keeps its meaning wit
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -413,3 +414,48 @@ def test_select_help_explains_closure_and_rho_r():
     result = invoke("select", "--help", env={"COLUMNS": "200"})
     text = " ".join(result.stdout.split())
     assert "q(u) <= 0 is never chosen" in text and "below rho_r" in text
+
+
+# --- 5. small things ------------------------------------------------------------------------------
+
+def test_epoch_counts_rows_seen_and_lr_moves_on_a_two_step_run():
+    from bridgecli.training.rows import Row
+    from bridgecli.training.sft import SFTConfig, cosine_lr, train
+
+    from tiny import tiny_llama_config, tiny_model
+
+    rows = [Row(str(i), [1, 2 + i, 3, 4], [-100, 2 + i, 3, 4]) for i in range(5)]
+    model = tiny_model(tiny_llama_config(16, layers=1, hidden=16))
+    hist = train(model, rows, SFTConfig(epochs=3, lr=2e-5, batch_size=4, grad_accum=1), pad_id=0)
+    assert [h["rows"] for h in hist] == [4, 4, 4, 3]
+    assert [h["epoch"] for h in hist] == [0.8, 1.6, 2.4, 3.0]  # was 3.2 on the last, shorter step
+    two = train(tiny_model(tiny_llama_config(16, layers=1, hidden=16)), rows[:2],
+                SFTConfig(epochs=1, lr=2e-5, batch_size=1, grad_accum=1), pad_id=0)
+    assert [h["lr"] for h in two] == pytest.approx([2e-5, 1e-5])  # was 2e-5 on both steps
+    assert cosine_lr(0, 2, 2e-5, 0.0) == pytest.approx(2e-5) and cosine_lr(1, 2, 2e-5, 0.0) == pytest.approx(1e-5)
+    lrs = [cosine_lr(s, 10, 1.0, 0.03) for s in range(10)]
+    assert lrs[0] == 1.0 and all(b < a for a, b in zip(lrs, lrs[1:])) and lrs[-1] > 0
+
+
+def test_help_shows_plain_type_labels():
+    from bridgecli.cli.commands import COMMANDS
+
+    for name, _ in COMMANDS:
+        text = invoke(name, "--help", env={"COLUMNS": "200"}).stdout
+        assert not re.search(r"<(list\[|str>|int>|float>|bool>|path>)", text), name
+        assert "{" not in text.splitlines()[1], name  # usage line: MODEL..., not {model}...
+    text = invoke("eval", "--help", env={"COLUMNS": "200"}).stdout
+    assert "MODEL..." in text and re.search(r"--task\s+TEXT", text) and re.search(r"--limit\s+INTEGER", text)
+    assert not re.search(r"--resume\s+BOOLEAN", text)
+
+
+def test_shell_completion_is_offered():
+    result = CliRunner().invoke(app, ["--help"], prog_name="bridge", env={"COLUMNS": "200"})
+    assert "--install-completion" in result.stdout
+    script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="bridge")
+    assert script.exit_code == 0, (script.output, script.exception)
+    assert "complete -o default -F _bridge_completion bridge" in script.stdout
+    words = CliRunner().invoke(app, [], prog_name="bridge",
+                               env={"_BRIDGE_COMPLETE": "complete_bash", "COMP_WORDS": "bridge sel", "COMP_CWORD": "1"})
+    assert words.stdout.split() == ["select"]
+
