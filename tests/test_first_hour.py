@@ -164,6 +164,20 @@ def test_score_and_warmup_on_an_empty_file(tmp_path, no_model_loads):
     assert not (tmp_path / "x.bridge").exists() and not (tmp_path / "w").exists()
 
 
+def test_score_that_scores_nothing_is_an_error(tmp_path, data, tiny_model_dir):
+    run = tmp_path / "warm"
+    made = invoke("warmup", data, "--val", data, "--model", tiny_model_dir, "--max-steps", "1", "--batch-size", "3",
+                  "-o", run, "--device", "cpu")
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "x.bridge"
+    result = invoke("score", data, "--from", run, "-o", out, "--max-length", "2", "--device", "cpu")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "scored 0 examples (skipped 3 examples longer than --max-length" in line and "--allow-empty" in line
+    assert not out.exists() and not list(tmp_path.glob("x.bridge*"))
+    result = invoke("score", data, "--from", run, "-o", out, "--max-length", "2", "--device", "cpu", "--allow-empty")
+    assert result.exit_code == 0 and out.exists()
+
 def test_rho_r_zero_keeps_no_row_and_compact_fails(tmp_path, tokenizer):
     stream = _stream(tmp_path, tokenizer, rho=0.0)
     out = tmp_path / "train.jsonl"
