@@ -259,12 +259,12 @@ def test_rate_and_eta_from_the_first_slow_step():
 
     clock = _Clock()
     bar = BridgeProgress(RateColumn(), EtaColumn(), disable=True, get_time=clock)
-    task = bar.add_task("warmup", total=3, unit="steps")
+    task = bar.add_task("warmup", total=3, unit="step")
     clock.t += 60  # one step took a minute: a windowed estimate (rich's) has no speed yet
     bar.update(task, advance=1)
     t = bar.tasks[0]
-    assert eta(t) == pytest.approx(120.0) and format_rate(t) == "60.0 s/steps"
-    assert "ETA 0:02:00" in str(EtaColumn().render(t)) and "s/steps" in str(RateColumn().render(t))
+    assert eta(t) == pytest.approx(120.0) and format_rate(t) == "60.0 s/step"
+    assert "ETA 0:02:00" in str(EtaColumn().render(t)) and "s/step" in str(RateColumn().render(t))
     rich_only = Progress(disable=True, get_time=clock)
     rt = rich_only.add_task("x", total=3)
     clock.t += 60

@@ -79,14 +79,20 @@ def eta(task: Task) -> float | None:
     return max(0.0, (task.total - task.completed) / r)
 
 
+def plural(unit: str) -> str:
+    """``step`` -> ``steps``; abbreviations (``ex``, ``it``) stay as they are."""
+    return unit if unit in ("ex", "it") or unit.endswith("s") else unit + "s"
+
+
 def format_rate(task: Task) -> str:
+    """``12.3 steps/s``, or ``4.5 s/step`` below one unit per second."""
     r = rate(task)
     unit = task.fields.get("unit", "it")
     if r is None:
-        return f"-- {unit}/s"
+        return f"-- {plural(unit)}/s"
     if r < 1:
         return f"{1 / r:,.1f} s/{unit}"
-    return f"{r:,.1f} {unit}/s"
+    return f"{r:,.1f} {plural(unit)}/s"
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -138,7 +144,7 @@ def _fields_text(task: Task) -> str:
 def progress_line(task: Task, *, final: bool = False) -> str:
     """One line of ``lines`` mode."""
     count = f"{int(task.completed)}" + (f"/{int(task.total)}" if task.total is not None else "")
-    unit = task.fields.get("unit", "it")
+    unit = plural(task.fields.get("unit", "it"))
     if final:
         return (f"{task.description}: {count} {unit} in {task.elapsed or 0.0:.1f} s ({format_rate(task)})"
                 + _fields_text(task))

@@ -203,7 +203,7 @@ def generate(
         eos_list = _eos_ids(model, tokenizer)
         config = _greedy_config(model, max_new_tokens=max_new_tokens,
                                 pad_token_id=tokenizer.pad_token_id, eos_ids=eos_list)
-        task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo), unit="items")
+        task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo), unit="item")
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")

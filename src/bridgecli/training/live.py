@@ -16,7 +16,7 @@ class LiveView:
         self.bar = make_progress(show, TextColumn("loss [cyan]{task.fields[loss]}"),
                                  TextColumn("lr {task.fields[lr]}"), TextColumn("{task.fields[tps]} tok/s"),
                                  console=console)
-        self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-", unit="steps")
+        self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-", unit="step")
 
     def __enter__(self) -> "LiveView":
         self.bar.__enter__()

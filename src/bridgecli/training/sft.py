@@ -253,7 +253,7 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
             metrics.write(line + "\n")
         metrics.flush()
 
-    task = (progress.add_task("training", total=len(steps), completed=start, unit="steps")
+    task = (progress.add_task("training", total=len(steps), completed=start, unit="step")
             if progress is not None else None)
     from .live import LiveView
 
