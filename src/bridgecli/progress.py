@@ -188,12 +188,14 @@ class LineProgress(BridgeProgress):
         super().stop()
 
 
-def make_progress(show: bool | None = None, *extra: ProgressColumn, console: Console | None = None) -> Progress:
+def make_progress(show: bool | None = None, *extra: ProgressColumn, console: Console | None = None,
+                  rate_column: bool = True) -> Progress:
     """A Progress (use it as a context manager) in the mode this process should use: ``show=None``
-    decides by :func:`mode`, False turns it off, True asks for a bar (when stderr is a terminal)."""
+    decides by :func:`mode`, False turns it off, True asks for a bar (when stderr is a terminal).
+    ``rate_column=False`` for a caller whose ``extra`` columns already show a rate (tokens/s)."""
     chosen = mode() if show is None else ("bar" if show else "off")
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), CountColumn(), *extra, RateColumn(),
-               TimeElapsedColumn(), EtaColumn())
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), CountColumn(), *extra,
+               *((RateColumn(),) if rate_column else ()), TimeElapsedColumn(), EtaColumn())
     if chosen == "lines":
         return LineProgress(*columns, console=console)
     return BridgeProgress(*columns, console=console or stderr, disable=chosen == "off", transient=False)

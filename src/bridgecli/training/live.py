@@ -15,7 +15,7 @@ class LiveView:
     def __init__(self, total: int, done: int = 0, *, show: bool | None = None, title: str = "train", console=None):
         self.bar = make_progress(show, TextColumn("loss [cyan]{task.fields[loss]}"),
                                  TextColumn("lr {task.fields[lr]}"), TextColumn("{task.fields[tps]} tok/s"),
-                                 console=console)
+                                 console=console, rate_column=False)  # tok/s is the rate here
         self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-", unit="step")
 
     def __enter__(self) -> "LiveView":
