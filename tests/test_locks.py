@@ -22,11 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("run, opts, what", [
-    (run_train, lambda out: TrainOptions(data="rows.jsonl", out=out), "training run folder"),
+    (run_train, lambda out: TrainOptions(data=str(out.parent / "rows.jsonl"), out=out), "training run folder"),
     (run_warmup, lambda out: WarmupOptions(data="x.jsonl", val="v.jsonl", out=out), "warmup run folder"),
 ])
 def test_second_run_into_a_locked_folder_stops_at_once(tmp_path, run, opts, what):
     out = tmp_path / "run"
+    (tmp_path / "rows.jsonl").write_text('{"input_ids": [1, 2], "labels": [-100, 2]}\n')  # an input that exists
     with bio.folder_lock(out, what):  # what the first run holds while it works
         start = time.monotonic()
         with pytest.raises(UsageError, match=f"another process is writing this {what}"):

@@ -128,7 +128,7 @@ def test_non_utf8_jsonl_names_file_and_line(tmp_path):
 
 
 def test_bridge_stream_or_folder_given_to_train(tmp_path):
-    with pytest.raises(InputError, match="a bridge stream, not a JSONL file"):
+    with pytest.raises(InputError, match="a bridge stream, not a file of training rows"):
         read_rows(GOLDEN / "v1.1-closure.bridge", 50000)
     with pytest.raises(InputError, match="a folder"):
         read_rows(tmp_path, 50000)

@@ -33,6 +33,13 @@ class BridgeError(Exception):
         return " ".join(text.split("\n"))
 
 
+class EmptyResultError(BridgeError):
+    """A step that would keep no example or row (an empty input, a selection that supervises
+    nothing): an error unless the user passed ``--allow-empty``."""
+
+    exit_code = 1
+
+
 class UsageError(BridgeError):
     """Bad flags or combinations of flags."""
 

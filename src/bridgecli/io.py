@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 
 STDIO = "-"
 
@@ -31,6 +31,15 @@ def describe(path: str | os.PathLike | None) -> str:
     return "<stdin>" if is_stdio(path) else str(path)
 
 
+def check_input(path: str | os.PathLike | None, *, hint: str | None = None) -> None:
+    """Fail at once (InputError, exit 4, one line naming it) when an input file or folder is missing:
+    called by every step before it loads a model. ``-``/None (stdin) passes."""
+    if is_stdio(path):
+        return
+    if not Path(path).exists():
+        raise InputError("no such file or folder", file=str(path), hint=hint)
+
+
 @contextlib.contextmanager
 def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
     """Open ``path`` for binary reading; ``-``/None is stdin, refused when it is a terminal."""
@@ -40,8 +49,7 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
         yield sys.stdin.buffer
         return
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{p}: no such file")
+    check_input(p)
     if p.is_dir():
         raise UsageError(f"{p}: a folder, not a file")
     with open(p, "rb") as fh:

@@ -1,32 +1,215 @@
-"""Rich progress on stderr (stdout stays clean for piping)."""
+"""Progress on stderr (stdout stays clean for piping).
+
+Three modes, chosen once per process (:func:`mode`):
+
+- ``bar``: a rich bar that redraws in place, when stderr is a terminal and the process is not part
+  of a pipe;
+- ``lines``: inside a pipe (stdin or stdout a pipe) several bridge processes share one terminal, and
+  bars redrawing in place would overwrite each other; each process instead prints whole lines of
+  its own: one every :data:`LINE_EVERY` seconds while a long step runs, and one summary line when it
+  ends (a step that ends sooner prints only the summary);
+- ``off``: stderr is not a terminal, or ``BRIDGE_NO_PROGRESS`` is set.
+
+Every bar and line shows the rate and, when the total is known, the ETA, both averaged since the
+task started (a windowed estimate shows nothing while single steps take minutes).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 stderr = Console(stderr=True)
+#: seconds between two progress lines of one task in ``lines`` mode
+LINE_EVERY = 10.0
 
 
 def enabled() -> bool:
     return stderr.is_terminal and os.environ.get("BRIDGE_NO_PROGRESS") is None
 
 
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode_ = os.fstat(fd).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode_) or stat.S_ISSOCK(mode_)
+
+
+def in_pipe() -> bool:
+    """Whether this process reads from or writes to a pipe (another process shares the terminal)."""
+    return _is_pipe(0) or _is_pipe(1)
+
+
+def mode() -> str:
+    """``bar``, ``lines`` or ``off`` (see the module docstring)."""
+    if not enabled():
+        return "off"
+    return "lines" if in_pipe() else "bar"
+
+
+# ---------------------------------------------------------------------------------------------
+# rate and ETA, averaged since the task started
+
+
+def _done(task: Task) -> float:
+    return task.completed - task.fields.get("_start", 0)
+
+
+def rate(task: Task) -> float | None:
+    """Units per second since the task started (None before the first unit)."""
+    elapsed = task.elapsed
+    done = _done(task)
+    if not elapsed or done <= 0:
+        return None
+    return done / elapsed
+
+
+def eta(task: Task) -> float | None:
+    """Seconds left at the average rate (None: unknown total or no rate yet)."""
+    r = rate(task)
+    if task.total is None or r is None:
+        return None
+    return max(0.0, (task.total - task.completed) / r)
+
+
+def plural(unit: str) -> str:
+    """``step`` -> ``steps``; abbreviations (``ex``, ``it``) stay as they are."""
+    return unit if unit in ("ex", "it") or unit.endswith("s") else unit + "s"
+
+
+def format_rate(task: Task) -> str:
+    """``12.3 steps/s``, or ``4.5 s/step`` below one unit per second."""
+    r = rate(task)
+    unit = task.fields.get("unit", "it")
+    if r is None:
+        return f"-- {plural(unit)}/s"
+    if r < 1:
+        return f"{1 / r:,.1f} s/{unit}"
+    return f"{r:,.1f} {plural(unit)}/s"
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(format_rate(task), style="progress.data.speed")
+
+
+class EtaColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        if task.finished:
+            return Text("")
+        return Text("ETA " + format_seconds(eta(task)), style="progress.remaining")
+
+
+class CountColumn(ProgressColumn):
+    """``done/total``, or ``done`` when the total is unknown."""
+
+    def __init__(self):
+        super().__init__()
+        self._mofn = MofNCompleteColumn()
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text(f"{int(task.completed)}", style="progress.download")
+        return self._mofn.render(task)
+
+
+class BridgeProgress(Progress):
+    """A rich Progress whose tasks remember where they started (for the average rate)."""
+
+    def add_task(self, description, start=True, total=100.0, completed=0, visible=True, **fields):
+        fields.setdefault("_start", completed)
+        return super().add_task(description, start=start, total=total, completed=completed, visible=visible,
+                                **fields)
+
+
+def _fields_text(task: Task) -> str:
+    shown = [f"{k} {v}" for k, v in task.fields.items() if not k.startswith("_") and k != "unit" and v != "-"]
+    return (", " + ", ".join(shown)) if shown else ""
+
+
+def progress_line(task: Task, *, final: bool = False) -> str:
+    """One line of ``lines`` mode."""
+    count = f"{int(task.completed)}" + (f"/{int(task.total)}" if task.total is not None else "")
+    unit = plural(task.fields.get("unit", "it"))
+    if final:
+        return (f"{task.description}: {count} {unit} in {task.elapsed or 0.0:.1f} s ({format_rate(task)})"
+                + _fields_text(task))
+    left = f", ETA {format_seconds(eta(task))}" if task.total is not None else ""
+    return f"{task.description}: {count} {unit} ({format_rate(task)}{left})" + _fields_text(task)
+
+
+class LineProgress(BridgeProgress):
+    """``lines`` mode: no live display; a whole line per task every LINE_EVERY seconds, and a
+    summary line per task at the end."""
+
+    def __init__(self, *columns, console=None, every: float = LINE_EVERY, **kwargs):
+        kwargs["disable"] = True
+        super().__init__(*columns, console=console, **kwargs)
+        self._out = console or stderr
+        self._every = every
+        self._last: dict = {}
+
+    def _maybe_print(self, task_id) -> None:
+        task = self._tasks.get(task_id)
+        if task is None or task.finished:  # the summary line says the rest
+            return
+        now = self.get_time()
+        last = self._last.setdefault(task_id, task.start_time or now)
+        if now - last >= self._every:
+            self._last[task_id] = now
+            self._out.print(progress_line(task), highlight=False, soft_wrap=True)
+
+    def update(self, task_id, **kwargs):
+        super().update(task_id, **kwargs)
+        self._maybe_print(task_id)
+
+    def advance(self, task_id, advance: float = 1):
+        super().advance(task_id, advance)
+        self._maybe_print(task_id)
+
+    def stop(self) -> None:
+        for task in self.tasks:
+            if task.visible:
+                self._out.print(progress_line(task, final=True), highlight=False, soft_wrap=True)
+        super().stop()
+
+
+def make_progress(show: bool | None = None, *extra: ProgressColumn, console: Console | None = None,
+                  rate_column: bool = True) -> Progress:
+    """A Progress (use it as a context manager) in the mode this process should use: ``show=None``
+    decides by :func:`mode`, False turns it off, True asks for a bar (when stderr is a terminal).
+    ``rate_column=False`` for a caller whose ``extra`` columns already show a rate (tokens/s)."""
+    chosen = mode() if show is None else ("bar" if show else "off")
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), CountColumn(), *extra,
+               *((RateColumn(),) if rate_column else ()), TimeElapsedColumn(), EtaColumn())
+    if chosen == "lines":
+        return LineProgress(*columns, console=console)
+    return BridgeProgress(*columns, console=console or stderr, disable=chosen == "off", transient=False)
+
+
 @contextlib.contextmanager
 def progress_bar(show: bool | None = None) -> Iterator[Progress]:
-    show = enabled() if show is None else show
-    bar = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=stderr, disable=not show, transient=False,
-    )
-    with bar:
+    with make_progress(show) as bar:
         yield bar
 
 
 def note(message: str) -> None:
     """A one-line status message on stderr."""
     stderr.print(message, highlight=False, soft_wrap=True)
+
+
+__all__ = ["LINE_EVERY", "enabled", "in_pipe", "make_progress", "mode", "note", "progress_bar"]

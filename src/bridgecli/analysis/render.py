@@ -158,6 +158,56 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
 UNIT_OPEN, UNIT_CLOSE = "⟦", "⟧"
 
 
+#: marks of the plain (no colour) view: what colour and strike-through show on a terminal
+DROPPED_OPEN, DROPPED_CLOSE = "~~", "~~"
+SUPERVISED_OPEN, SUPERVISED_CLOSE = "[[", "]]"
+
+
+def render_plain(view: ExampleView) -> str:
+    """The view as plain text, for a pipe, a file, a pager or NO_COLOR: dropped prompt tokens in
+    ``~~ ~~``, supervised response tokens in ``[[ ]]`` (the notation of ``compact --format text``),
+    closure units of several tokens in ``⟦ ⟧``; everything else as it is."""
+    out: list[str] = []
+    open_: str | None = None  # the mark whose span is open
+
+    def close() -> None:
+        nonlocal open_
+        if open_ is not None:
+            out.append(DROPPED_CLOSE if open_ == "dropped" else SUPERVISED_CLOSE)
+            open_ = None
+
+    def mark(kind: str | None, text: str) -> None:
+        nonlocal open_
+        if kind != open_:
+            close()
+            if kind is not None:
+                out.append(DROPPED_OPEN if kind == "dropped" else SUPERVISED_OPEN)
+                open_ = kind
+        out.append(text)
+
+    for t in view.tokens:
+        if t.kind == "prompt":
+            mark(None if t.kept else "dropped", t.text)
+        elif t.kind == "response":
+            multi = t.unit is not None and t.unit_size > 1
+            if multi and t.unit_start:
+                close()
+                out.append(UNIT_OPEN)
+            mark("supervised" if t.kept else None, t.text)
+            if multi and t.unit_end:
+                close()
+                out.append(UNIT_CLOSE)
+        else:
+            mark(None, t.text)
+    close()
+    title = f"example {view.id} (index {view.index}, stage {view.stage})  " + "  ".join(
+        f"{k}: {v}" for k, v in view.summary.items())
+    legend = (f"legend: kept prompt as is  {DROPPED_OPEN}dropped prompt{DROPPED_CLOSE}  "
+              f"{SUPERVISED_OPEN}supervised{SUPERVISED_CLOSE}  not supervised as is  "
+              f"{UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of their own)")
+    return f"{title}\n\n{''.join(out)}\n\n{legend}\n"
+
+
 def render_terminal(view: ExampleView):
     """A rich renderable: title line, the text with styles, a legend."""
     from rich.console import Group

@@ -1,7 +1,7 @@
 """Built-in eval tasks, registered through the plugin hook exactly as a third-party plugin would.
 
 Each wrapper imports its task on use (loading plugins must stay cheap for every other command) and
-carries ``default_data``: where the task's data lies under a data folder such as ../shared/data
+carries ``default_data``: where the task's data lies under a data folder such as data/
 (``bridge eval --data-dir``). A plugin task may set the same attribute.
 """
 

@@ -11,13 +11,15 @@ import typer
 from .. import __version__
 from ..errors import BridgeError
 from . import commands
+from .labels import install as _plain_labels
 
+_plain_labels()
 app = typer.Typer(
     name="bridge",
     help="BRIDGE: coupled selection of prompt context and response supervision for instruction tuning.\n\n"
          "bridge score data.jsonl | bridge select -T 4 | bridge close | bridge compact -o train.jsonl",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from ..steps.compact import FORMATS, PRESETS, CompactOptions, run_compact
-from .options import InputArg
+from .options import AllowEmpty, InputArg
 
 
 def compact(
@@ -20,6 +20,7 @@ def compact(
         help=f"Columns for a trainer: {', '.join(PRESETS)} (trl: id, input_ids, labels; axolotl: input_ids, "
              "attention_mask, labels; torchtune: tokens, mask (True = no loss); loss-mask: input_ids, "
              "loss_mask (1 = loss)).")] = "trl",
+    allow_empty: AllowEmpty = False,
 ):
     """Write the executed rows: compacted prompt + full response, labels -100 except the supervision set and EOS."""
-    run_compact(CompactOptions(inp=input, out=output, format=format, columns=columns))
+    run_compact(CompactOptions(inp=input, out=output, format=format, columns=columns, allow_empty=allow_empty))

@@ -45,7 +45,7 @@ def _data_paths(tasks: list[str], data: list[str], data_dir: Optional[Path]) -> 
         rel = default_data(task)
         if data_dir is None:
             raise UsageError(f"no data for task '{task}' (no downloads here)",
-                             hint="pass --data PATH (or TASK=PATH), or --data-dir ../shared/data")
+                             hint="pass --data PATH (or TASK=PATH), or --data-dir DIR")
         if rel is None:
             raise UsageError(f"task '{task}' has no default file under --data-dir; pass --data {task}=PATH")
         named[task] = str(data_dir / rel)
@@ -64,6 +64,13 @@ def _output_for(task: str, output: Optional[Path], model: str, several: bool) ->
     return None
 
 
+def _keep_or_remove(book, task: str) -> None:
+    """A failed task: remove its journal when it holds nothing; otherwise keep it and say how to resume."""
+    book.close(remove=not book.entries)
+    if book.entries:
+        note(f"{task}: kept {len(book.entries)} computed results in {book.path} (pass --resume to continue)")
+
+
 def eval(
     model: Annotated[list[str], typer.Argument(
         help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run folders "
@@ -71,9 +78,10 @@ def eval(
     task: Annotated[list[str], typer.Option(
         help="Eval task(s), comma-separated or repeated (`bridge plugins` lists them).")] = ["gsm8k"],  # noqa: B006
     data: Annotated[Optional[list[str]], typer.Option(
-        help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. ../shared/data/gsm8k/test.jsonl).")] = None,
+        help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. data/gsm8k/test.jsonl).")] = None,
     data_dir: Annotated[Optional[Path], typer.Option(
-        help="Folder laid out like ../shared/data: tasks without --data read their standard file there.")] = None,
+        help="Folder holding each task's data in its standard place (gsm8k/test.jsonl, ...; see docs/eval.md): "
+             "tasks without --data read their file there.")] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", "-o", help="Result JSON (one task) or folder for eval-TASK.json files (default: MODEL/ "
                                "when MODEL is a folder).")] = None,
@@ -154,6 +162,10 @@ def eval(
         raise UsageError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
     if resume and any(out is None for out in outputs.values()):
         raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
+    from ..io import check_input
+
+    for name in tasks:  # missing data: one line before the model loads
+        check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
     dev = resolve_device(device)
     ref = resolve(spec)
     model_id = fingerprint(ref)
@@ -184,10 +196,16 @@ def eval(
             book = Journal.open(path, requests[name], resume)
             if book.entries:
                 note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
-        result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
-                          batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                          code_timeout=code_timeout, allow_code_execution=allow_code_execution,
-                          unsafe_code_execution=unsafe_code_execution, journal=book)
+        try:
+            result = evaluate(mdl, tok, name, paths[name], limit=limit, few_shot=few_shot,
+                              few_shot_data=few_shot_data, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                              chat_template=chat_template, code_timeout=code_timeout,
+                              allow_code_execution=allow_code_execution,
+                              unsafe_code_execution=unsafe_code_execution, journal=book)
+        except BaseException:
+            if book is not None:
+                _keep_or_remove(book, name)
+            raise
         result["model"] = ref.spec
         result["device"] = dev
         result["request"] = requests[name]

@@ -23,6 +23,8 @@ MaxLength = Annotated[Optional[int], typer.Option(
     help="Skip (and report) examples longer than this many tokens (score, warmup: default and upper bound "
          "the model's limit, max_position_embeddings).")]
 Split = Annotated[Optional[str], typer.Option(help="Split of a save_to_disk DatasetDict.")]
+AllowEmpty = Annotated[bool, typer.Option(
+    "--allow-empty", help="Accept an empty input or result (0 examples or rows) instead of failing.")]
 Limit = Annotated[Optional[int], typer.Option(help="Use only the first N records.")]
 
 

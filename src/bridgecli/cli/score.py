@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..modeling.loading import DTYPES
-from .options import ChatTemplate, Device, Limit, MaxLength, PromptField, ResponseField, Split, StreamOut, data_options
+from .options import AllowEmpty, ChatTemplate, Device, Limit, MaxLength, PromptField, ResponseField, Split, StreamOut, data_options
 
 
 def score(
@@ -33,6 +33,7 @@ def score(
     max_length: MaxLength = None,
     split: Split = None,
     limit: Limit = None,
+    allow_empty: AllowEmpty = False,
 ):
     """Score every example: a_j (one JVP along v), attention rows A and history mass c.
 
@@ -46,7 +47,7 @@ def score(
     run_score(ScoreOptions(
         data=data, out=output, run=from_, scorer=scorer,
         scorer_options=key_values(scorer_option, "--scorer-option"), batch_size=batch_size, max_tokens=max_tokens, window=window,
-        resume=resume, attention_layers=attention_layers,
+        resume=resume, attention_layers=attention_layers, allow_empty=allow_empty,
         device=device, dtype=dtype, tf32=tf32,
         data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),
     ))

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..training.config import SFTConfig, lora_settings
-from .options import Device, Model, Seed
+from .options import AllowEmpty, Device, Model, Seed
 
 _LORA = "LoRA (peft)"
 _EFF = "Efficiency"
@@ -48,6 +48,7 @@ def train(
     keep_checkpoints: Annotated[int, typer.Option(rich_help_panel=_RUN, help="Complete checkpoints kept (0: all).")] = 2,
     resume: Annotated[bool, typer.Option("--resume", rich_help_panel=_RUN, help="Continue from the latest complete checkpoint in OUT (start fresh when there is none).")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", rich_help_panel=_RUN, help="Start over in an OUT that holds checkpoints of another run.")] = False,
+    allow_empty: AllowEmpty = False,
 ):
     """SFT from theta_old: AdamW, cosine schedule, token-mean loss over the selected positions of each step.
 
@@ -68,7 +69,7 @@ def train(
         raise UsageError("--resume and --overwrite exclude each other")
     settings = lora_settings(lora_targets, r=lora_r, alpha=lora_alpha, dropout=lora_dropout) if lora else None
     summary = run_train(TrainOptions(
-        data=data, out=output, model=model, device=device, resume=resume, overwrite=overwrite,
+        data=data, out=output, model=model, device=device, resume=resume, overwrite=overwrite, allow_empty=allow_empty,
         sft=SFTConfig(epochs=epochs, lr=lr if lr is not None else (2e-4 if lora else 2e-5), batch_size=batch_size,
                       grad_accum=grad_accum, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
                       max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed, packing=packing,
@@ -76,7 +77,7 @@ def train(
                       gradient_checkpointing=gradient_checkpointing,
                       lora=settings, save_every=save_every, keep_checkpoints=keep_checkpoints or None),
     ))
-    if os.environ.get("RANK", "0") == "0":  # one line, not one per process
+    if os.environ.get("RANK", "0") == "0" and summary.get("written", True):  # one line, not one per process
         typer.echo(f"train: {summary['rows']} rows, {summary['steps']} steps, final loss "
                    f"{summary['final_loss'] if summary['final_loss'] is not None else float('nan'):.4f} -> {output}",
                    err=True)

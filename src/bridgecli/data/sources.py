@@ -128,6 +128,14 @@ def is_hf_disk(path: Path) -> bool:
     return path.is_dir() and any((path / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json"))
 
 
+def require_records(path: str | Path, split: str | None = None, *, allow_empty: bool = False) -> None:
+    """Fail at once (InputError, one line) when a data file holds no record, unless ``allow_empty``."""
+    if allow_empty:
+        return
+    if next(iter(read_records(path, split)), None) is None:
+        raise InputError("holds no records", file=str(path), hint="pass --allow-empty to accept an empty result")
+
+
 def read_records(path: str | Path, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``(where, record)`` from any supported file or folder."""
     p = Path(path)

@@ -76,7 +76,7 @@ class Problem:
 def load_humaneval(path: str | Path) -> list[Problem]:
     hint = "HumanEval records have task_id, prompt, entry_point and test"
     problems = []
-    for n, obj in iter_jsonl(path, hint="pass HumanEval.jsonl(.gz) with --data (e.g. ../shared/data/humaneval/HumanEval.jsonl.gz)"):
+    for n, obj in iter_jsonl(path, hint="pass HumanEval.jsonl(.gz) with --data (e.g. data/humaneval/HumanEval.jsonl.gz)"):
         where = dict(file=str(path), line=n, hint=hint)
         values = [field(obj, key, str, **where) for key in ("task_id", "prompt", "entry_point", "test")]
         if not values[2].isidentifier():
@@ -122,7 +122,7 @@ MBPP_SHOT_IDS = (2, 3, 4, 1, 5, 6, 7, 8, 9, 10)
 def load_mbpp(path: str | Path) -> list[MbppTask]:
     hint = "MBPP records have task_id, text, code, test_list (and test_setup_code)"
     tasks = []
-    for n, obj in iter_jsonl(path, hint="pass mbpp.jsonl with --data (e.g. ../shared/data/mbpp/mbpp.jsonl)"):
+    for n, obj in iter_jsonl(path, hint="pass mbpp.jsonl with --data (e.g. data/mbpp/mbpp.jsonl)"):
         where = dict(file=str(path), line=n, hint=hint)
         task_id = field(obj, "task_id", int, **where)
         text = field(obj, "text", str, **where)

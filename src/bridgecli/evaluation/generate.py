@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 from typing import Any, Iterator, Sequence, Union
 
 import torch
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..errors import UsageError
+from ..progress import make_progress
 from . import journal
 
 Message = dict[str, str]
@@ -129,19 +128,34 @@ def _greedy_config(model: Any, *, max_new_tokens: int, pad_token_id: int, eos_id
 
 
 def progress_bar(enabled: bool, description: str = "") -> Progress:
-    """A bar on stderr; off when asked, when stderr is not a terminal, or under BRIDGE_NO_PROGRESS."""
-    console = Console(stderr=True)
-    enabled = enabled and console.is_terminal and os.environ.get("BRIDGE_NO_PROGRESS") is None
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not enabled,
-        transient=False,
-    )
+    """A bar (or, inside a pipe, progress lines) on stderr; off when asked, when stderr is not a
+    terminal, or under BRIDGE_NO_PROGRESS (see :mod:`bridgecli.progress`)."""
+    return make_progress(None if enabled else False)
+
+
+class ItemProgress(StoppingCriteria):
+    """Moves the bar per item while a batch generates: a row counts as done once its continuation
+    holds an EOS token or (through the wrapped ``stop`` criteria) a stop string. Never stops a row
+    by itself; returns what ``stop`` returns."""
+
+    def __init__(self, bar: Progress, task: Any, base: int, prompt_length: int, eos_ids: Sequence[int],
+                 stop: StoppingCriteria | None = None):
+        self.bar, self.task, self.base = bar, task, base
+        self.prompt_length = prompt_length
+        self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long) if eos_ids else None
+        self.stop = stop
+        self.done: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        hit = (self.stop(input_ids, scores, **kwargs) if self.stop is not None
+               else torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device))
+        finished = hit.clone()
+        if self.eos is not None:
+            generated = input_ids[:, self.prompt_length:]
+            finished |= torch.isin(generated, self.eos.to(input_ids.device)).any(dim=1)
+        self.done = finished if self.done is None else (self.done | finished)
+        self.bar.update(self.task, completed=self.base + int(self.done.sum()))
+        return hit
 
 
 def generate(
@@ -186,16 +200,19 @@ def generate(
 
     with _left_padding(tokenizer), _eval_mode(model), torch.inference_mode(), \
             progress_bar(progress, description) as bar:
+        eos_list = _eos_ids(model, tokenizer)
         config = _greedy_config(model, max_new_tokens=max_new_tokens,
-                                pad_token_id=tokenizer.pad_token_id, eos_ids=_eos_ids(model, tokenizer))
-        task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo))
+                                pad_token_id=tokenizer.pad_token_id, eos_ids=eos_list)
+        task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo), unit="item")
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids = batch["input_ids"].to(device)
             attention_mask = batch["attention_mask"].to(device)
             prompt_length = input_ids.shape[1]
-            criteria = StoppingCriteriaList([StopOnStrings(tokenizer, stop, prompt_length)] if any(stop) else [])
+            stop_rule = StopOnStrings(tokenizer, stop, prompt_length) if any(stop) else None
+            base = len(texts) - len(todo) + start
+            criteria = StoppingCriteriaList([ItemProgress(bar, task, base, prompt_length, eos_list, stop_rule)])
             out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                  generation_config=config, stopping_criteria=criteria)
             continuations = tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
@@ -203,5 +220,5 @@ def generate(
                 outputs[i] = cut_at_stop(text, stop)
             if book is not None:
                 book.add([(keys[i], outputs[i]) for i in rows])
-            bar.advance(task, len(rows))
+            bar.update(task, completed=base + len(rows))
     return outputs

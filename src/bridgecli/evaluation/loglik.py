@@ -132,7 +132,7 @@ def loglikelihood(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     with _eval_mode(model), torch.inference_mode(), progress_bar(progress, description) as bar:
-        task = bar.add_task(description, total=len(requests), completed=len(requests) - len(todo))
+        task = bar.add_task(description, total=len(requests), completed=len(requests) - len(todo), unit="input")
         for start in range(0, len(order), batch_size):
             slots = order[start:start + batch_size]
             width = max(len(unique[s]) for s in slots)

@@ -46,7 +46,7 @@ class Item:
 def load(path: str | Path) -> list[Item]:
     """Read a MATH JSONL file. Raises :class:`InputError` naming file, line and field."""
     items: list[Item] = []
-    for n, obj in iter_jsonl(path, hint="pass a MATH JSONL file with --data (e.g. ../shared/data/math/math500_test.jsonl)"):
+    for n, obj in iter_jsonl(path, hint="pass a MATH JSONL file with --data (e.g. data/math/math500_test.jsonl)"):
         where = dict(file=str(path), line=n, hint=HINT)
         problem = field(obj, "problem", str, **where)
         solution = field(obj, "solution", str, **where)

@@ -59,7 +59,7 @@ def arc_query(stem: str) -> str:
 
 def load_arc(path: str | Path) -> list[Item]:
     """An AI2 ARC JSONL file (ARC-Challenge-Test.jsonl, ARC-Easy-Test.jsonl)."""
-    p = require_file(path, hint="pass an ARC JSONL file (e.g. ../shared/data/arc/ARC-Challenge-Test.jsonl)")
+    p = require_file(path, hint="pass an ARC JSONL file (e.g. data/arc/ARC-Challenge-Test.jsonl)")
     items: list[Item] = []
     for n, obj in iter_jsonl(p, hint=ARC_HINT):
         where = _where(p, n)
@@ -103,7 +103,7 @@ def load_hellaswag(path: str | Path) -> list[Item]:
 
     A ``.jsonl`` file in the original rowanz/hellaswag schema (ctx_a, ctx_b, activity_label,
     endings, label) is read too."""
-    p = require_file(path, hint="pass HellaSwag data (e.g. ../shared/data/hellaswag/hellaswag_val_full.txt.bz2)")
+    p = require_file(path, hint="pass HellaSwag data (e.g. data/hellaswag/hellaswag_val_full.txt.bz2)")
     if ".jsonl" in p.suffixes:
         return _load_hellaswag_jsonl(p)
     items: list[Item] = []
@@ -180,7 +180,7 @@ def mmlu_query(question: str, choices: Sequence[str]) -> str:
 
 
 def load_mmlu_csv(path: str | Path) -> list[Item]:
-    """One subject's MMLU CSV: the converted layout of ../shared/data/mmlu (header, answers 0-3)
+    """One subject's MMLU CSV: the converted layout of an MMLU data folder (header, answers 0-3)
     or the original hendrycks layout (no header, answers A-D)."""
     p = require_file(path, hint="pass an MMLU folder (with test/ and dev/) or one subject's CSV")
     subject = mmlu_subject(p)
@@ -226,7 +226,7 @@ def mmlu_files(path: str | Path) -> tuple[dict[str, Path], dict[str, Path]]:
     p = Path(path)
     if not p.exists():
         raise InputError("no such file or folder", file=str(p),
-                         hint="pass an MMLU folder with test/ and dev/ (e.g. ../shared/data/mmlu)")
+                         hint="pass an MMLU folder with test/ and dev/ (e.g. data/mmlu)")
     if p.is_file():
         tests = {mmlu_subject(p): p}
         dev_dir = p.parent.parent / "dev"

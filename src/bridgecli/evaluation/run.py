@@ -71,7 +71,7 @@ def check_numbers(*, limit: int | None, few_shot: int, batch_size: int, max_new_
 
 
 def default_data(task: str) -> str | None:
-    """Where the task's data lies under a data folder such as ../shared/data (None: not known)."""
+    """Where the task's data lies under a data folder such as data/ (None: not known)."""
     entry = registry.get("eval_task", task)
     value = getattr(entry.obj, "default_data", None)
     return value if isinstance(value, str) else None

@@ -73,7 +73,85 @@ def resolve(spec: str | None) -> ModelRef:
         if len(ggufs) == 1:
             return ModelRef(spec=spec, path=str(p), gguf_file=ggufs[0].name)
         raise ModelError(f"{p} holds no config.json and {len(ggufs)} .gguf files", hint="point at one model")
+    if _looks_like_path(spec):
+        raise ModelError("no such model folder or file", file=spec,
+                         hint="pass an HF model folder, a .gguf file or an HF id such as org/name")
     return ModelRef(spec=spec, path=spec)
+
+
+def _looks_like_path(spec: str) -> bool:
+    """A ``--model`` value that can only be a local path (an HF id is ``name`` or ``org/name``)."""
+    if spec.startswith(("/", ".", "~")) or "\\" in spec or spec.endswith(".gguf") or spec.count("/") > 1:
+        return True
+    head = spec.split("/", 1)[0]
+    if "/" in spec and Path(head).is_dir():  # runs/final when runs/ exists here: a path, not an HF id
+        return True
+    try:
+        from huggingface_hub.utils import validate_repo_id
+
+        validate_repo_id(spec)
+    except Exception:  # not a valid HF id either
+        return True
+    return False
+
+
+def _hub_host() -> tuple[str, int]:
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    return url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+
+
+def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub opens within ``timeout`` (with a proxy set: assume so)."""
+    import socket
+    import threading
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    ok: list[bool] = []
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)  # the name lookup has no timeout of its own
+    t.start()
+    t.join(timeout)
+    return bool(ok)
+
+
+def hub_kwargs(ref: ModelRef) -> dict:
+    """``from_pretrained`` keywords for ``ref``: nothing for local folders; for an HF id, fail at once
+    (one line) when it is not in the HF cache and cannot be downloaded, instead of a minute of retries,
+    and read the cache alone (``local_files_only``) when the hub cannot be reached."""
+    if ref.gguf_file or ref.is_local:
+        return {}
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = isinstance(try_to_load_from_cache(ref.path, "config.json"), str)
+    except Exception:
+        cached = False
+    if constants.HF_HUB_OFFLINE:
+        if cached:
+            return {"local_files_only": True}
+        raise ModelError("not a local folder or file, and not in the HF cache; offline mode is on (HF_HUB_OFFLINE)",
+                         file=ref.spec, hint="pass a local model folder or .gguf file, or unset HF_HUB_OFFLINE "
+                                             "on a machine with network access to download it")
+    host, port = _hub_host()
+    if _reachable(host, port):
+        return {}
+    if cached:
+        return {"local_files_only": True}
+    raise ModelError(f"not a local folder or file, not in the HF cache, and {host} cannot be reached to download it",
+                     file=ref.spec, hint="pass a local model folder or .gguf file (check the path), or connect "
+                                         "to the network")
 
 
 def _hash_file_sample(h, path: Path, chunk: int = 1 << 20) -> None:
@@ -178,7 +256,7 @@ def load_tokenizer(spec: str | ModelRef | None):
     ref = spec if isinstance(spec, ModelRef) else resolve(spec)
     _quiet()
     try:
-        tok = AutoTokenizer.from_pretrained(local_path(ref))
+        tok = AutoTokenizer.from_pretrained(local_path(ref), **hub_kwargs(ref))
     except ModelError:
         raise
     except Exception as exc:
@@ -196,7 +274,7 @@ def load_model(spec: str | ModelRef | None, *, dtype=None, device: str = "cpu", 
 
     ref = spec if isinstance(spec, ModelRef) else resolve(spec)
     _quiet()
-    kwargs = {"dtype": dtype or torch.float32}
+    kwargs = {"dtype": dtype or torch.float32, **hub_kwargs(ref)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     try:

@@ -75,6 +75,9 @@ def load(src: Source) -> Loaded:
     from ..runfolder import WarmupRun
     from .score import load_checkpoint
 
+    from ..io import check_input
+
+    check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
     device = resolve_device(src.device)
     src.device = device
@@ -283,7 +286,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     results: list[fid.ExampleFidelity] = []
     started = time.perf_counter()
     with progress_bar() as bar:
-        task = bar.add_task("exact scores", total=len(examples))
+        task = bar.add_task("exact scores", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
             chunk = _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size)
             extra_scores = {name: s.score(chunk) for name, s in extra.items()}
@@ -371,7 +374,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     per_example = []
     started = time.perf_counter()
     with progress_bar() as bar:
-        task = bar.add_task("ranking shift", total=len(examples))
+        task = bar.add_task("ranking shift", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
             for ex in _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size):
                 sc = ex.scores

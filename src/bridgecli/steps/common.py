@@ -77,8 +77,10 @@ def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
         require_stage(reader.header, needs, reader.name, hint)
         header = next_header(reader.header, stage, step)
         with open_writer(out, header) as writer, progress_bar() as bar:
-            task = bar.add_task(label, total=None)
+            # timed from the first example: in a pipe, waiting for the step upstream is not this step's time
+            task = bar.add_task(label, total=None, unit="ex", start=False)
             for ex in reader:
+                bar.start_task(task)  # no-op once started
                 with naming(display or reader.name, ex.index):
                     new = fn(ex, reader.header)
                 if new is not None:

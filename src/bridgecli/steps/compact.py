@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
@@ -48,12 +48,16 @@ class CompactOptions:
     out: str | None = None
     format: str = "jsonl"
     columns: str = "trl"
+    allow_empty: bool = False  # writing 0 rows: an error unless set
 
 
 @dataclass
 class CompactStats:
     rows: int = 0
     dropped: list[str] = field(default_factory=list)
+    #: why each dropped row has no supervised token: reason -> count (see :func:`drop_reason`)
+    reasons: dict[str, int] = field(default_factory=dict)
+    read: int = 0
     tokens_before: int = 0
     tokens_after: int = 0
     supervised: int = 0
@@ -156,6 +160,33 @@ def _quiet_datasets(datasets):
     finally:
         if was:
             datasets.utils.logging.enable_progress_bar()
+#: why a row keeps no supervised response token, worded for the warning compact prints
+REASONS = {
+    "no-response": "an empty response",
+    "selection": "the selection supervises no response token (b_r = 0: is --rho-r 0 or too small?)",
+    "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
+                "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
+    "no-gain": "no unit that fits b_r has a positive score (close never chooses a unit with q(u) <= 0)",
+}
+
+
+def drop_reason(example: Example) -> str:
+    """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`."""
+    if len(example.tokens.response_positions()) == 0:
+        return "no-response"
+    sel = example.selection
+    if not sel.response_keep or sel.b_r == 0:
+        return "selection"
+    closure = example.closure
+    if closure is not None and closure.units:
+        sizes = [e - s for s, e in zip(closure.units[::2], closure.units[1::2])]
+        if min(sizes) > sel.b_r:
+            return "too-long"
+    return "no-gain"
+
+
+def explain_drops(stats: "CompactStats") -> str:
+    return "; ".join(f"{n} with {REASONS[r]}" for r, n in sorted(stats.reasons.items(), key=lambda kv: -kv[1]))
 
 
 def render_text(example: Example, row: Row, supervise: list[int]) -> str:
@@ -212,10 +243,13 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             else:
                 sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns))
             for ex in reader:
+                stats.read += 1
                 supervise = supervision_of(ex)
                 row = compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, supervise)
                 if not supervise:
                     stats.dropped.append(ex.id)
+                    reason = drop_reason(ex)
+                    stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
                     continue
                 stats.rows += 1
                 stats.tokens_before += len(ex.tokens.input_ids)
@@ -226,9 +260,17 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                     fh.write(render_text(ex, row, supervise) + "\n")
                 else:
                     sink(columns_of(row, opts.columns, fingerprint))
+            if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
+                what = (f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
+                        if stats.read else "the stream holds no example")
+                raise EmptyResultError(f"no training row to write; {what}", file=reader.name,
+                                       hint="pass --allow-empty to write an empty file anyway")
     if stats.dropped:
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
-        note(f"dropped {len(stats.dropped)} rows with no supervised response token ({shown})")
+        most = len(stats.dropped) * 2 > stats.read
+        note(("warning: " if most else "")
+             + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
+             f"({shown}): {explain_drops(stats)}")
     if stats.tokens_before:
         note(f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
              f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "

@@ -122,7 +122,7 @@ def run_reference(opts: ReferenceOptions) -> int:
         out_header = next_header(header, header.stage, step_record("reference", params))
         replaced = 0
         with open_writer(opts.out, out_header) as writer, progress_bar() as bar:
-            task = bar.add_task(f"reference {name}", total=None)
+            task = bar.add_task(f"reference {name}", total=None, unit="ex")
             pending = []
 
             def flush():

@@ -24,12 +24,12 @@ import torch
 from .. import PRODUCER
 from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
-from ..data.sources import read_records
-from ..errors import ModelError, UsageError
+from ..data.sources import read_records, require_records
+from ..errors import EmptyResultError, ModelError, UsageError
 from ..format.merge import merge_streams
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
-from ..io import check_output_file, is_stdio, open_binary_output, refuse_terminal
+from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.scoring import ScoringContext
@@ -55,6 +55,7 @@ class ScoreOptions:
     dtype: str = "auto"  # bfloat16 on CUDA, float32 on CPU
     tf32: bool = True  # float32 on CUDA: TensorFloat-32 matmuls
     resume: bool = False
+    allow_empty: bool = False  # an input with no example, or nothing scored: an error unless set
     data_opts: DataOptions = field(default_factory=DataOptions)
 
 
@@ -87,13 +88,17 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
         yield chunk
 
 
-def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int) -> list[Example]:
-    """Score a window in length buckets; return its examples, in input order, with scores."""
+def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int,
+                 on_batch=None) -> list[Example]:
+    """Score a window in length buckets; return its examples, in input order, with scores.
+    ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
     scored: list[Example | None] = [None] * len(window)
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
         for i, sc in zip(group, scorer.score(batch)):
             scored[i] = msgspec.structs.replace(window[i], scores=sc)
+        if on_batch is not None:
+            on_batch(len(group))
     return scored
 
 
@@ -141,6 +146,10 @@ def run_score(opts: ScoreOptions) -> int:
     check_score_options(opts)
     check_output_file(opts.out)
     refuse_terminal(opts.out)
+    check_input(opts.data)  # missing or empty data, missing warmup run: one line before any model loads
+    if not is_stdio(opts.data):
+        require_records(opts.data, opts.data_opts.split, allow_empty=opts.allow_empty)
+    WarmupRun.open(opts.run)
     dist = Dist.from_env()
     if dist.world > 1 and is_stdio(opts.out):
         raise UsageError("several ranks need an output file: pass -o FILE")
@@ -239,6 +248,12 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     for line in report.lines():
         if dist.rank == 0:
             note(line)
+    if done == 0 and dist.world == 1 and not opts.allow_empty:
+        if not is_stdio(opts.out):
+            Path(opts.out).unlink(missing_ok=True)
+        why = "; ".join(report.lines()) or "no example in the data"
+        raise EmptyResultError(f"scored 0 examples ({why})", file=str(opts.data),
+                               hint="pass --allow-empty to accept an empty result")
     note(f"scored {done} examples" + (f" on rank {dist.rank}" if dist.world > 1 else ""))
     return done
 
@@ -250,13 +265,15 @@ def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: i
     t0 = time.perf_counter()
     first: tuple[float, int] | None = None  # (time, tokens) once the first scored window is written
     with progress_bar() as bar:
-        task = bar.add_task("scoring", total=total)
+        task = bar.add_task("scoring", total=total, unit="ex")
         for window in windows(examples, opts.window):
             if position + len(window) <= skip:  # already committed by the interrupted run
                 position += len(window)
-                bar.update(task, completed=position)
+                bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
                 continue
-            for ex in score_window(scorer, window, max_tokens, opts.batch_size):
+            # the bar moves per scoring pass, not only per (committed) window
+            for ex in score_window(scorer, window, max_tokens, opts.batch_size,
+                                   on_batch=lambda n: bar.update(task, advance=n)):
                 writer.write(ex)
                 tokens += len(ex.tokens.input_ids)
             position += len(window)

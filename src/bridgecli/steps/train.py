@@ -25,8 +25,9 @@ import torch
 
 from .. import PRODUCER
 from ..data.sources import read_records
-from ..errors import InputError, ModelError, UsageError
+from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
+from ..io import check_input
 from ..progress import note
 from ..training import checkpoint
 from ..training import lora as lora_mod
@@ -52,9 +53,19 @@ class TrainOptions:
     resume: bool = False
     overwrite: bool = False
     live: bool | None = None  # None: when stderr is a terminal
+    allow_empty: bool = False  # no row to train on: exit 0 without writing a model, instead of an error
 
 
-def read_rows(path: str | Path, vocab_size: int, tokenizer_fp: str | None = None,
+def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str | None = None) -> None:
+    """Every token id of ``rows`` (read from ``path``) inside the model's vocabulary."""
+    for row in rows:
+        bad = next((x for x in row.input_ids if not 0 <= x < vocab_size), None)
+        if bad is not None:
+            raise InputError(f"token id {bad} is outside the model's vocabulary ({vocab_size})", file=str(path),
+                             record=where or f"id {row.id}", field="input_ids", hint="was it made with another tokenizer?")
+
+
+def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None = None,
               model_name: str = "the model") -> list[Row]:
     """The JSONL rows of ``bridge compact``. A row's ``tokenizer_fingerprint`` (written by compact)
     must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
@@ -75,10 +86,8 @@ def read_rows(path: str | Path, vocab_size: int, tokenizer_fp: str | None = None
         if len(ids) != len(labels):
             raise InputError(f"labels has {len(labels)} entries, input_ids {len(ids)}", file=str(p), record=where,
                              field="labels")
-        bad = next((x for x in ids if not 0 <= x < vocab_size), None)
-        if bad is not None:
-            raise InputError(f"token id {bad} is outside the model's vocabulary ({vocab_size})", file=str(p),
-                             record=where, field="input_ids", hint="was it made with another tokenizer?")
+        if vocab_size is not None:
+            check_vocab(p, [Row(where, ids, labels)], vocab_size, where)
         if any(y != IGNORE and y != x for x, y in zip(ids, labels)):
             raise InputError("labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where,
                              field="labels")
@@ -158,6 +167,7 @@ def run_train(opts: TrainOptions) -> dict:
 
     params.check_sft(opts.sft)
     params.check_device(opts.device)
+    check_input(opts.data)  # before anything loads
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
     with folder_lock(opts.out, "training run folder"):
@@ -165,6 +175,15 @@ def run_train(opts: TrainOptions) -> dict:
 
 
 def _run_train(opts: TrainOptions) -> dict:
+    rows = read_rows(opts.data, None)  # read (and checked) before the model loads
+    if not any(r.supervised for r in rows):
+        what = (f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows
+                else "it holds no rows")
+        if not opts.allow_empty:
+            raise EmptyResultError(f"nothing to train on: {what}", file=str(opts.data),
+                                   hint="pass --allow-empty to accept this (no model is written)")
+        note(f"nothing to train on: {what}; no model written")
+        return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
     cfg = opts.sft
     device = resolve_device(opts.device)
     cfg.bf16 = cfg.bf16 or device.startswith("cuda")
@@ -213,6 +232,9 @@ def _run_train(opts: TrainOptions) -> dict:
     if main:
         note(result.packing_note)
     history = result.history
+    if not history:  # never write a model that no step changed
+        raise EmptyResultError("training ran 0 optimizer steps: no model written", file=str(opts.data),
+                               hint="check --max-steps and --epochs")
     used = [r for r in rows if r.supervised > 0]
     summary = {
         "producer": PRODUCER, "created": now(), "base_model": ref.spec, "base_fingerprint": fingerprint(ref),

@@ -12,7 +12,7 @@ import torch
 from .. import PRODUCER
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
-from ..io import atomic_dir
+from ..io import atomic_dir, check_input
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
@@ -73,8 +73,15 @@ def run_warmup(opts: WarmupOptions) -> dict:
 def _run_warmup(opts: WarmupOptions) -> dict:
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
-    device = resolve_device(opts.device)
+    check_input(opts.data)
+    check_input(opts.val)
+    from ..data.sources import require_records
+
+    require_records(opts.data, opts.data_opts.split)  # an empty file: one line before the model loads
+    if opts.val is not None:
+        require_records(opts.val)
     ref = resolve(opts.model)
+    device = resolve_device(opts.device)
     note(f"loading {ref.spec}")
     tokenizer = load_tokenizer(ref)
     model = load_model(ref, device=device)

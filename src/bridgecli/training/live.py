@@ -6,22 +6,17 @@ metrics.jsonl carries the same numbers for machines.
 
 from __future__ import annotations
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import TextColumn
 
-from ..progress import enabled, stderr
+from ..progress import make_progress
 
 
 class LiveView:
     def __init__(self, total: int, done: int = 0, *, show: bool | None = None, title: str = "train", console=None):
-        self.show = enabled() if show is None else show
-        self.bar = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss [cyan]{task.fields[loss]}"), TextColumn("lr {task.fields[lr]}"),
-            TextColumn("{task.fields[tps]} tok/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=console or stderr, disable=not self.show, transient=False,
-        )
-        self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-")
+        self.bar = make_progress(show, TextColumn("loss [cyan]{task.fields[loss]}"),
+                                 TextColumn("lr {task.fields[lr]}"), TextColumn("{task.fields[tps]} tok/s"),
+                                 console=console, rate_column=False)  # tok/s is the rate here
+        self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-", unit="step")
 
     def __enter__(self) -> "LiveView":
         self.bar.__enter__()

@@ -44,10 +44,17 @@ __all__ = ["FitResult", "SFTConfig", "accumulate", "cosine_lr", "fit", "make_acc
 
 
 def cosine_lr(step: int, total: int, base: float, warmup_ratio: float) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) of ``total``: a linear warmup over
+    ceil(total x warmup_ratio) steps that reaches ``base`` on its last step, then a cosine decay
+    toward 0 that starts moving on the very next step (a 2-step run: base, base/2) and never
+    reaches 0 on a step that still trains. Without warmup the decay starts at ``base`` on step 0."""
     warm = max(1, int(math.ceil(total * warmup_ratio))) if warmup_ratio > 0 else 0
     if step < warm:
         return base * (step + 1) / warm
-    progress = (step - warm) / max(1, total - warm)
+    if warm:  # the peak was the warmup's last step
+        progress = (step - warm + 1) / max(1, total - warm + 1)
+    else:
+        progress = step / max(1, total)
     return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
@@ -246,11 +253,15 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
             metrics.write(line + "\n")
         metrics.flush()
 
-    task = progress.add_task("training", total=len(steps), completed=start) if progress is not None else None
+    task = (progress.add_task("training", total=len(steps), completed=start, unit="step")
+            if progress is not None else None)
     from .live import LiveView
 
     # the caller's bar when it passes one, else our live view (rank 0, stderr a terminal)
     view = LiveView(len(steps), start, show=live if main and progress is None else False)
+    rows_done = [0]
+    for step_idx in steps:
+        rows_done.append(rows_done[-1] + len(step_idx))
     t0 = time.perf_counter()
     elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
     try:
@@ -259,6 +270,7 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
                 rec = _one_step(prepared, opt, acc, rows, steps[s], s, len(steps), cfg, pad_id=pad_id,
                                 device=device, packing=packing, pack_length=pack_length, world=world, rank=rank)
                 rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
+                rec["epoch"] = round(rows_done[s + 1] / len(rows), 4)  # rows seen so far (the last step may be short)
                 history.append(rec)
                 if metrics is not None:
                     metrics.write(json.dumps(rec) + "\n")
@@ -321,7 +333,8 @@ def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, pack
     loss = float(local) / z
     dt = time.perf_counter() - t
     executed = sum(len(rows[i].input_ids) for i in idx)
-    return {"step": s + 1, "epoch": round((s + 1) * cfg.rows_per_step / max(1, len(rows)), 4), "loss": loss,
+    return {"step": s + 1, "epoch": 0.0,  # fit sets it: rows seen so far / rows
+            "loss": loss,
             "lr": lr, "grad_norm": float(grad_norm), "tokens": z, "executed_tokens": executed,
             "computed_tokens": computed, "rows": len(idx), "micro_batches": n_micro, "step_time": round(dt, 5),
             "tokens_per_s": executed / dt if dt > 0 else 0.0}
