@@ -76,8 +76,8 @@ SMOKE = [
     # task, data, extra options
     ("gsm8k", DATA / "gsm8k" / "test.jsonl", {"limit": 2, "max_new_tokens": 8}),
     ("math", DATA / "math" / "math500_test.jsonl", {"limit": 2, "max_new_tokens": 8}),
-    ("humaneval", DATA / "humaneval" / "HumanEval.jsonl.gz", {"limit": 2, "max_new_tokens": 12}),
-    ("mbpp", DATA / "mbpp" / "mbpp.jsonl", {"limit": 1, "max_new_tokens": 12}),
+    ("humaneval", DATA / "humaneval" / "HumanEval.jsonl.gz", {"limit": 2, "max_new_tokens": 12, "allow_code_execution": True}),
+    ("mbpp", DATA / "mbpp" / "mbpp.jsonl", {"limit": 1, "max_new_tokens": 12, "allow_code_execution": True}),
     ("arc_challenge", ARC, {"limit": 2}),
     ("arc_easy", DATA / "arc" / "ARC-Easy-Test.jsonl", {"limit": 2}),
     ("hellaswag", DATA / "hellaswag" / "hellaswag_val_full.txt.bz2", {"limit": 2}),
