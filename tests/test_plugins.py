@@ -26,7 +26,7 @@ PLUGIN_DIR = REPO / "plugins" / "bridge-segmenter-clause"
 BUILTINS = {
     "bridgecli.builtin.segmenters": ("register_segmenters", "segmenter",
                                      {"sentence", "math", "step", "list", "code"}),
-    "bridgecli.builtin.scorers": ("register_scorers", "scorer", {"bridge", "exact"}),
+    "bridgecli.builtin.scorers": ("register_scorers", "scorer", {"bridge", "atp", "exact"}),
     "bridgecli.builtin.selectors": ("register_selectors", "selector", {"bridge", "one-pass", "independent"}),
     "bridgecli.builtin.baselines": ("register_selectors", "selector",
                                     {"random", "rho1", "tokencleaning", "sstoken", "llmlingua1", "llmlingua2",

@@ -147,7 +147,7 @@ def _stream(path, indices, params=None):
                     steps=[Step("score", "t", "", params or {})])
     with open_writer(path, header) as w:
         for i in indices:
-            w.write(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=[1], kinds=bytes([2]), offsets=[0, 0])))
+            w.write(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=[1, 2], kinds=bytes([2, 3]), offsets=[0, 0, 0, 0])))
 
 
 def test_merge_interleaves_and_checks(tmp_path):
@@ -213,7 +213,7 @@ def test_a_second_writer_of_the_same_partial_output_is_refused(tmp_path):
     out = tmp_path / "x.bridge"
     first = ResumableOutput(out)
     writer, _ = first.open(header, resume=False)
-    writer.write(Example(id="0", index=0, text="", tokens=Tokens(input_ids=[1], kinds=bytes([2]), offsets=[0, 0])))
+    writer.write(Example(id="0", index=0, text="", tokens=Tokens(input_ids=[1, 2], kinds=bytes([2, 3]), offsets=[0, 0, 0, 0])))
     first.commit(writer, 1)
     size = first.partial.stat().st_size
     for resume in (False, True):
