@@ -31,6 +31,11 @@
 #   ACC_LIMIT [0: skip]   GSM8K test items for accuracy (greedy generation; slow)
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [bfloat16 on a GPU, else float32]
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
+#   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
+#   DEADLINE_S [empty]  start no step after this many seconds; exit 75 ("rerun to continue"). For
+#                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
+#                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
+#   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
 # CPU smoke test (all steps, tiny; about 8 minutes on 2 busy cores):
@@ -57,6 +62,9 @@ WARMUP_MAX_STEPS=${WARMUP_MAX_STEPS:-}
 GSM8K_LIMIT=${GSM8K_LIMIT:-1319}
 MATH_LIMIT=${MATH_LIMIT:-500}
 ACC_LIMIT=${ACC_LIMIT:-0}
+SAVE_EVERY=${SAVE_EVERY:-20}
+DEADLINE_S=${DEADLINE_S:-}
+ATP_OPTIONS=${ATP_OPTIONS:-}
 PYTHON=${PYTHON:-python3}
 BRIDGE=${BRIDGE:-bridge}
 read -r -a bridge_cmd <<< "$BRIDGE"
@@ -82,12 +90,17 @@ step() {
   local name=$1; shift
   local mark="$out/done/${name//\//_}"
   [ -f "$mark" ] && return 0
+  if [ -n "$DEADLINE_S" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE_S" ]; then
+    echo "grid.sh: DEADLINE_S=$DEADLINE_S reached before $name: rerun the same command to continue" >&2
+    exit 75
+  fi
   echo "== $name" >&2
   local t0=$SECONDS
   "$@"
   echo $(( SECONDS - t0 )) > "$mark.tmp" && mv "$mark.tmp" "$mark"
 }
-secs() { cat "$out/done/${1//\//_}" 2>/dev/null || echo 0; }
+# score continues only from a committed partial output (and refuses --resume without one)
+resumable() { if [ -f "$1.partial" ] && [ -f "$1.partial.idx" ]; then echo --resume; fi; }
 
 # 0. the data: one prompt/response JSONL mix, shuffled with DATA_SEED, disjoint slices
 make_data() {
@@ -131,14 +144,15 @@ warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps
 step warmup bridge warmup "$out/data/warm.jsonl" --val "$out/data/val.jsonl" -o "$out/warmup" \
   "${warm_steps[@]}" --batch-size 8
 step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" \
-  -o "$out/scores.bridge" --resume
+  -o "$out/scores.bridge" $(resumable "$out/scores.bridge")
 step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
   -o "$out/refs-base.bridge"
 step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
   --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
+atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
 case " $METHODS " in *" bridge-atp "*)
-  step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp \
-    --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" --resume ;;
+  step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
+    --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
 esac
 if [ -n "$MAX_STEPS" ]; then schedule=(--max-steps "$MAX_STEPS"); else schedule=(--epochs "$EPOCHS"); fi
 
@@ -195,9 +209,12 @@ for seed in $SEEDS; do
       step "$sel/inspect" sh -c '"$@" > "$0.tmp" && mv "$0.tmp" "$0"' "$out/$sel/inspect.json" \
         "${bridge_cmd[@]}" inspect --json "$final"
       step "$sel/compact" bridge compact "$final" -o "$out/$sel/train.jsonl"
+      if [ "$method" = full ]; then  # rho 1 keeps everything: check the rows are standard SFT
+        step "$sel/check" "$PYTHON" "$here/grid_check_full.py" "$final" "$out/$sel/train.jsonl"
+      fi
       step "$run/train" bridge train "$out/$sel/train.jsonl" -o "$out/$run/model" "${schedule[@]}" \
         --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --lr "$LR" --seed "$seed" \
-        --save-every 50 --resume
+        --save-every "$SAVE_EVERY" --resume
       evaluate "$out/$run/model" "$run"
       record "$method" "$rho" "$seed" "$run" "$sel"
       touch "$out/done/${run//\//_}_recorded"
