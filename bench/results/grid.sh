@@ -32,13 +32,18 @@
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [bfloat16 on a GPU, else float32]
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
 #   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
+#   KEEP_CHECKPOINTS [0]  1: keep each run's training checkpoints once it is recorded (1.5 GB a run)
 #   DEADLINE_S [empty]  start no step after this many seconds; exit 75 ("rerun to continue"). For
 #                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
 #                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
 #   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
-# CPU smoke test (all steps, tiny; about 8 minutes on 2 busy cores):
+# Parallel: once the shared steps are done (a first run, or METHODS=base), runs with disjoint
+# METHODS may share OUT_DIR (results.json is merged under a lock), e.g. two on one GPU.
+#
+# CPU smoke test (every step but score-atp, tiny; about 9 minutes on 2 busy cores; adding
+# bridge-atp to METHODS adds about 5 minutes of atp scoring):
 #   W=16 VAL=8 N=24 RHOS=0.5 METHODS="full bridge" MAX_STEPS=1 WARMUP_MAX_STEPS=1 BATCH_SIZE=4 \
 #   GRAD_ACCUM=1 GSM8K_LIMIT=8 MATH_LIMIT=4 bench/results/grid.sh ../shared/data runs/grid-smoke
 set -euo pipefail
@@ -63,6 +68,7 @@ GSM8K_LIMIT=${GSM8K_LIMIT:-1319}
 MATH_LIMIT=${MATH_LIMIT:-500}
 ACC_LIMIT=${ACC_LIMIT:-0}
 SAVE_EVERY=${SAVE_EVERY:-20}
+KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
 DEADLINE_S=${DEADLINE_S:-}
 ATP_OPTIONS=${ATP_OPTIONS:-}
 PYTHON=${PYTHON:-python3}
@@ -217,6 +223,7 @@ for seed in $SEEDS; do
         --save-every "$SAVE_EVERY" --resume
       evaluate "$out/$run/model" "$run"
       record "$method" "$rho" "$seed" "$run" "$sel"
+      [ "$KEEP_CHECKPOINTS" = 1 ] || rm -rf "$out/$run/model/checkpoints"  # the final model stays
       touch "$out/done/${run//\//_}_recorded"
     done
   done

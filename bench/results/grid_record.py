@@ -6,7 +6,9 @@ The entry, keyed ``METHOD/RHO/SEED``, holds the held-out losses of both files (m
 tokens, examples, and per-example ``[loss sum, tokens]`` so that grid_table.py can bootstrap paired
 differences), GSM8K accuracy when it was evaluated, the executed and supervised tokens of the
 compacted rows, the achieved retention, the training summary, and the wall time of each step
-(select, close, inspect, compact, train, eval; from grid.sh's done marks).
+(select, close, inspect, compact, train, eval; from grid.sh's done marks; a selection shared by
+the seeds of a row counts in each seed's entry; a step resumed after an interruption counts only
+its last attempt).
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         if "closure" in info:
             e["selection"]["closure_supervised"] = info["closure"].get("supervised")
         trained = _load(out / run / "model" / "bridge_train.json") or {}
-        e["train"] = {k: trained.get(k) for k in ("steps", "optimizer_steps", "final_loss", "seconds")
+        e["train"] = {k: trained.get(k) for k in ("steps", "final_loss", "executed_tokens", "supervised_tokens",
+                                                  "train_seconds", "resumed_from_step")
                       if k in trained}
         for name in ("select", "close", "inspect", "compact"):
             seconds[name] = _secs(out, f"{sel}/{name}")
