@@ -29,7 +29,7 @@
 #   WARMUP_EPOCHS [1], WARMUP_MAX_STEPS [empty]
 #   GSM8K_LIMIT [1319], MATH_LIMIT [500]   held-out examples (the first N of each file)
 #   ACC_LIMIT [0: skip]   GSM8K test items for accuracy (greedy generation; slow)
-#   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [bfloat16 on a GPU, else float32]
+#   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
 #   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
 #   KEEP_CHECKPOINTS [0]  1: keep each run's training checkpoints once it is recorded (1.5 GB a run)
@@ -78,10 +78,11 @@ bridge() { "${bridge_cmd[@]}" "$@"; }
 export BRIDGE_NO_PROGRESS=${BRIDGE_NO_PROGRESS:-1}
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then gpu=1; else gpu=0; fi
 if [ "$gpu" = 1 ]; then
-  EVAL_BATCH=${EVAL_BATCH:-32}; EVAL_DTYPE=${EVAL_DTYPE:-bfloat16}; REF_BATCH=${REF_BATCH:-32}
+  EVAL_BATCH=${EVAL_BATCH:-32}; REF_BATCH=${REF_BATCH:-32}
 else
-  EVAL_BATCH=${EVAL_BATCH:-4}; EVAL_DTYPE=${EVAL_DTYPE:-float32}; REF_BATCH=${REF_BATCH:-8}
+  EVAL_BATCH=${EVAL_BATCH:-4}; REF_BATCH=${REF_BATCH:-8}
 fi
+EVAL_DTYPE=${EVAL_DTYPE:-float32}  # float32 even on a GPU: the 135M forward is cheap, bf16 rounds the losses
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
