@@ -182,7 +182,7 @@ def plot(groups: dict, path: Path, resamples: int) -> bool:
         if xs:
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.invert_xaxis()  # retention falls to the right
+    ax.set_xlim(max(rhos) + 0.05, min(rhos) - 0.05)  # retention falls to the right
     ax.set_xticks(rhos)
     ax.set_xlabel("retention rho_p = rho_r")
     ax.set_ylabel("held-out loss: BRIDGE - Independent")
