@@ -32,7 +32,7 @@
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
 #   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
-#   KEEP_CHECKPOINTS [0]  1: keep each run's training checkpoints once it is recorded (1.5 GB a run)
+#   KEEP_CHECKPOINTS [0]  1: keep each run's training checkpoints once it is recorded (model + optimizer state, GBs a run)
 #   DEADLINE_S [empty]  start no step after this many seconds; exit 75 ("rerun to continue"). For
 #                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
 #                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
@@ -45,7 +45,7 @@
 # CPU smoke test (every step but score-atp, tiny; about 9 minutes on 2 busy cores; adding
 # bridge-atp to METHODS adds about 5 minutes of atp scoring):
 #   W=16 VAL=8 N=24 RHOS=0.5 METHODS="full bridge" MAX_STEPS=1 WARMUP_MAX_STEPS=1 BATCH_SIZE=4 \
-#   GRAD_ACCUM=1 GSM8K_LIMIT=8 MATH_LIMIT=4 bench/results/grid.sh ../shared/data runs/grid-smoke
+#   GRAD_ACCUM=1 GSM8K_LIMIT=8 MATH_LIMIT=4 bench/results/grid.sh data runs/grid-smoke
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 data_dir=${1:?usage: grid.sh DATA_DIR OUT_DIR}
