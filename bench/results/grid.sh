@@ -39,8 +39,11 @@
 #   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
-# Parallel: once the shared steps are done (a first run, or METHODS=base), runs with disjoint
-# METHODS may share OUT_DIR (results.json is merged under a lock), e.g. two on one GPU.
+#   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
+#              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json
+#
+# Parallel by hand: once the shared steps are done, runs with disjoint METHODS may share OUT_DIR
+# (results.json is merged under a lock), e.g. two processes on one GPU.
 #
 # CPU smoke test (every step but score-atp, tiny; about 9 minutes on 2 busy cores; adding
 # bridge-atp to METHODS adds about 5 minutes of atp scoring):
@@ -71,6 +74,7 @@ SAVE_EVERY=${SAVE_EVERY:-20}
 KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
 DEADLINE_S=${DEADLINE_S:-}
 ATP_OPTIONS=${ATP_OPTIONS:-}
+GPUS=${GPUS:-1}
 PYTHON=${PYTHON:-python3}
 BRIDGE=${BRIDGE:-bridge}
 read -r -a bridge_cmd <<< "$BRIDGE"
@@ -180,11 +184,39 @@ record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR: merge one entry into resul
     "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR"
 }
 
-# 2. every row
-for seed in $SEEDS; do
-  for method in $METHODS; do
-    case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
-    for rho in $rhos; do
+# 2. every row: the jobs SEED:METHOD:RHO (GRID_JOBS: the share of one GPU, set by the GPUS split)
+if [ -z "${GRID_JOBS:-}" ]; then
+  GRID_JOBS=""
+  for seed in $SEEDS; do
+    for method in $METHODS; do
+      case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
+      for rho in $rhos; do
+        [ "$method" = base ] && [ "$seed" != "${SEEDS%% *}" ] && continue  # base: once
+        GRID_JOBS+="$seed:$method:$rho "
+      done
+    done
+  done
+  if [ "$GPUS" -gt 1 ]; then  # deal the jobs round-robin to the GPUs, one grid.sh each
+    read -r -a all <<< "$GRID_JOBS"
+    pids=()
+    for ((g = 0; g < GPUS; g++)); do
+      mine=""
+      for ((i = g; i < ${#all[@]}; i += GPUS)); do mine+="${all[i]} "; done
+      [ -n "$mine" ] || continue
+      CUDA_VISIBLE_DEVICES=$g GRID_JOBS="$mine" GPUS=1 "$0" "$data_dir" "$out" > "$out/gpu$g.log" 2>&1 &
+      pids+=($!)
+    done
+    status=0
+    for p in "${pids[@]}"; do wait "$p" || status=$?; done
+    [ "$status" = 0 ] || { tail -n 5 "$out"/gpu*.log >&2; echo "grid.sh: a GPU's share failed (exit $status): see $out/gpu*.log; rerun to continue" >&2; exit "$status"; }
+    "$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true
+    echo "grid.sh: $(( $(date +%s) - start )) s on $GPUS GPUs; results in $out/results.json" >&2
+    exit 0
+  fi
+fi
+for job in $GRID_JOBS; do
+  IFS=: read -r seed method rho <<< "$job"
+  {
       run="runs/$method/rho$rho/seed$seed"
       [ "$method" = base ] && run="runs/base"
       [ -f "$out/done/${run//\//_}_recorded" ] && { echo "== $method rho=$rho seed=$seed: recorded" >&2; continue; }
@@ -226,8 +258,7 @@ for seed in $SEEDS; do
       record "$method" "$rho" "$seed" "$run" "$sel"
       [ "$KEEP_CHECKPOINTS" = 1 ] || rm -rf "$out/$run/model/checkpoints"  # the final model stays
       touch "$out/done/${run//\//_}_recorded"
-    done
-  done
+  } < /dev/null
 done
 echo "grid.sh: $(( $(date +%s) - start )) s; results in $out/results.json" >&2
 "$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true
