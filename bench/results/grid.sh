@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# The held-out-loss grid of issue 11: every method x retention x seed, trained on one GSM8K + MATH
+# train mix, scored by the held-out loss of GSM8K test and MATH-500. Results accumulate in ONE file.
+#   bench/results/grid.sh DATA_DIR OUT_DIR
+# DATA_DIR holds gsm8k/{train,test}.jsonl and math/{hendrycks_math_train,math500_test}.jsonl.
+# Then: python3 bench/results/grid_table.py OUT_DIR/results.json   (markdown table + Finding-3 plot)
+#
+# Data: GSM8K train (question/answer) and MATH train (problem/solution) are converted to one
+# prompt/response JSONL, shuffled together with DATA_SEED, and cut into disjoint slices: W warm-up
+# examples, VAL for D_val, N scored/selected/trained. Held-out: GSM8K test and MATH-500.
+# Shared work runs once: warmup, score (attention scorer), score --scorer atp (only when bridge-atp
+# is in METHODS), the reference passes of the base model and of the warmup checkpoint.
+# Then for every RHO (rho_p = rho_r), SEED and METHOD: select -> close (BRIDGE's schedules) ->
+# compact -> train --seed SEED -> eval heldout-loss on both files (-> gsm8k accuracy if ACC_LIMIT>0),
+# and one entry "METHOD/RHO/SEED" is merged (atomically, under a lock) into OUT_DIR/results.json.
+# Every step skips finished work (train and eval continue with --resume), so a run that stops is
+# rerun with the same command; runs that add SEEDS or METHODS may reuse OUT_DIR.
+#
+# Rows (METHODS): base (the untrained model, evaluated once), full (full SFT: `select --method random
+# --rho-p 1 --rho-r 1`, every prompt token kept and every response token supervised; checked on the
+# compacted rows), random, independent, one-pass, bridge (attention scorer), bridge-atp (the atp
+# scorer's B), bridge-global (bridge --budget global), rho1, tokencleaning, llm+tc (LLMLingua-1
+# prompt side + Token Cleaning). base and full do not depend on RHO (recorded with rho 1).
+#
+# Environment (defaults in brackets):
+#   W [1000], VAL [200], N [8000], DATA_SEED [0]     slices of the shuffled train mix
+#   RHOS ["0.5 0.75"], SEEDS ["42"] (later "42 3407 2027"), METHODS [all rows above]
+#   EPOCHS [1], MAX_STEPS [empty: EPOCHS], BATCH_SIZE [16], GRAD_ACCUM [4] (64 rows a step), LR [2e-5]
+#   WARMUP_EPOCHS [1], WARMUP_MAX_STEPS [empty]
+#   GSM8K_LIMIT [1319], MATH_LIMIT [500]   held-out examples (the first N of each file)
+#   ACC_LIMIT [0: skip]   GSM8K test items for accuracy (greedy generation; slow)
+#   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
+#   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
+#   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
+#   KEEP_CHECKPOINTS [0]  1: keep each run's training checkpoints once it is recorded (model + optimizer state, GBs a run)
+#   DEADLINE_S [empty]  start no step after this many seconds; exit 75 ("rerun to continue"). For
+#                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
+#                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
+#   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
+#   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
+#
+#   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
+#              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json
+#
+# Parallel by hand: once the shared steps are done, runs with disjoint METHODS may share OUT_DIR
+# (results.json is merged under a lock), e.g. two processes on one GPU.
+#
+# CPU smoke test (every step but score-atp, tiny; about 9 minutes on 2 busy cores; adding
+# bridge-atp to METHODS adds about 5 minutes of atp scoring):
+#   W=16 VAL=8 N=24 RHOS=0.5 METHODS="full bridge" MAX_STEPS=1 WARMUP_MAX_STEPS=1 BATCH_SIZE=4 \
+#   GRAD_ACCUM=1 GSM8K_LIMIT=8 MATH_LIMIT=4 bench/results/grid.sh data runs/grid-smoke
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+data_dir=${1:?usage: grid.sh DATA_DIR OUT_DIR}
+out=${2:?usage: grid.sh DATA_DIR OUT_DIR}
+W=${W:-1000}
+VAL=${VAL:-200}
+N=${N:-8000}
+DATA_SEED=${DATA_SEED:-0}
+RHOS=${RHOS:-"0.5 0.75"}
+SEEDS=${SEEDS:-42}
+METHODS=${METHODS:-"base full random independent one-pass bridge bridge-atp bridge-global rho1 tokencleaning llm+tc"}
+EPOCHS=${EPOCHS:-1}
+MAX_STEPS=${MAX_STEPS:-}
+BATCH_SIZE=${BATCH_SIZE:-16}
+GRAD_ACCUM=${GRAD_ACCUM:-4}
+LR=${LR:-2e-5}
+WARMUP_EPOCHS=${WARMUP_EPOCHS:-1}
+WARMUP_MAX_STEPS=${WARMUP_MAX_STEPS:-}
+GSM8K_LIMIT=${GSM8K_LIMIT:-1319}
+MATH_LIMIT=${MATH_LIMIT:-500}
+ACC_LIMIT=${ACC_LIMIT:-0}
+SAVE_EVERY=${SAVE_EVERY:-20}
+KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
+DEADLINE_S=${DEADLINE_S:-}
+ATP_OPTIONS=${ATP_OPTIONS:-}
+GPUS=${GPUS:-1}
+PYTHON=${PYTHON:-python3}
+BRIDGE=${BRIDGE:-bridge}
+read -r -a bridge_cmd <<< "$BRIDGE"
+bridge() { "${bridge_cmd[@]}" "$@"; }
+export BRIDGE_NO_PROGRESS=${BRIDGE_NO_PROGRESS:-1}
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then gpu=1; else gpu=0; fi
+if [ "$gpu" = 1 ]; then
+  EVAL_BATCH=${EVAL_BATCH:-32}; REF_BATCH=${REF_BATCH:-32}
+else
+  EVAL_BATCH=${EVAL_BATCH:-4}; REF_BATCH=${REF_BATCH:-8}
+fi
+EVAL_DTYPE=${EVAL_DTYPE:-float32}  # float32 even on a GPU: the 135M forward is cheap, bf16 rounds the losses
+SCORE_DTYPE=${SCORE_DTYPE:-auto}
+gsm_test=$data_dir/gsm8k/test.jsonl
+math_test=$data_dir/math/math500_test.jsonl
+for f in "$data_dir/gsm8k/train.jsonl" "$data_dir/math/hendrycks_math_train.jsonl" "$gsm_test" "$math_test"; do
+  [ -f "$f" ] || { echo "grid.sh: error: $f: no such file" >&2; exit 2; }
+done
+mkdir -p "$out/data" "$out/done"
+start=$(date +%s)
+
+# step NAME CMD...: run CMD unless OUT/done/NAME exists; then mark it done and keep its seconds
+step() {
+  local name=$1; shift
+  local mark="$out/done/${name//\//_}"
+  [ -f "$mark" ] && return 0
+  if [ -n "$DEADLINE_S" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE_S" ]; then
+    echo "grid.sh: DEADLINE_S=$DEADLINE_S reached before $name: rerun the same command to continue" >&2
+    exit 75
+  fi
+  echo "== $name" >&2
+  local t0=$SECONDS
+  "$@"
+  echo $(( SECONDS - t0 )) > "$mark.tmp" && mv "$mark.tmp" "$mark"
+}
+# score continues only from a committed partial output (and refuses --resume without one)
+resumable() { if [ -f "$1.partial" ] && [ -f "$1.partial.idx" ]; then echo --resume; fi; }
+
+# 0. the data: one prompt/response JSONL mix, shuffled with DATA_SEED, disjoint slices
+make_data() {
+  "$PYTHON" - "$data_dir" "$out/data" "$W" "$VAL" "$N" "$DATA_SEED" <<'EOF'
+import json, os, random, sys
+from pathlib import Path
+src, dst, w, val, n, seed = Path(sys.argv[1]), Path(sys.argv[2]), *map(int, sys.argv[3:])
+pool = []
+for name, path, p, r in (("gsm8k", src / "gsm8k/train.jsonl", "question", "answer"),
+                         ("math", src / "math/hendrycks_math_train.jsonl", "problem", "solution")):
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if not isinstance(rec.get(p), str) or not isinstance(rec.get(r), str):
+                sys.exit(f"grid.sh: error: {path}, line {i + 1}: expected string fields {p!r} and {r!r}")
+            pool.append({"id": f"{name}-{i}", "prompt": rec[p], "response": rec[r]})
+if w + val + n > len(pool):
+    sys.exit(f"grid.sh: error: W + VAL + N = {w + val + n} is more than the {len(pool)} train examples")
+random.Random(seed).shuffle(pool)
+cuts = {"warm": pool[:w], "val": pool[w:w + val], "train": pool[w + val:w + val + n]}
+for name, rows in cuts.items():
+    tmp = dst / f".{name}.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, dst / f"{name}.jsonl")
+mix = {k: sum(r["id"].startswith("gsm8k") for r in v) for k, v in cuts.items()}
+print(json.dumps({"seed": seed, "warm": w, "val": val, "train": n, "gsm8k_share": mix}))
+EOF
+}
+data_key="W=$W VAL=$VAL N=$N DATA_SEED=$DATA_SEED"
+if [ -f "$out/data/key" ] && [ "$(cat "$out/data/key")" != "$data_key" ]; then
+  echo "grid.sh: error: $out was made with $(cat "$out/data/key"), not $data_key (use another OUT_DIR)" >&2
+  exit 2
+fi
+step data make_data
+echo "$data_key" > "$out/data/key"
+
+# 1. shared steps
+warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps+=(--max-steps "$WARMUP_MAX_STEPS")
+step warmup bridge warmup "$out/data/warm.jsonl" --val "$out/data/val.jsonl" -o "$out/warmup" \
+  "${warm_steps[@]}" --batch-size 8
+step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" \
+  -o "$out/scores.bridge" $(resumable "$out/scores.bridge")
+step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
+  -o "$out/refs-base.bridge"
+step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
+  --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
+atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
+case " $METHODS " in *" bridge-atp "*)
+  step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
+    --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
+esac
+if [ -n "$MAX_STEPS" ]; then schedule=(--max-steps "$MAX_STEPS"); else schedule=(--epochs "$EPOCHS"); fi
+
+evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
+  local model=$1 d=$2
+  step "$d/eval-gsm8k" bridge eval "$model" --task heldout-loss --data "$gsm_test" --limit "$GSM8K_LIMIT" \
+    --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/heldout-gsm8k.json"
+  step "$d/eval-math500" bridge eval "$model" --task heldout-loss --data "$math_test" --limit "$MATH_LIMIT" \
+    --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/heldout-math500.json"
+  if [ "$ACC_LIMIT" -gt 0 ]; then
+    step "$d/eval-acc" bridge eval "$model" --task gsm8k --data "$gsm_test" --limit "$ACC_LIMIT" \
+      --max-new-tokens 256 --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/acc-gsm8k.json"
+  fi
+}
+
+record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR: merge one entry into results.json
+  "$PYTHON" "$here/grid_record.py" "$out" "$1" "$2" "$3" "$4" "$5" \
+    "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR"
+}
+
+# 2. every row: the jobs SEED:METHOD:RHO (GRID_JOBS: the share of one GPU, set by the GPUS split)
+if [ -z "${GRID_JOBS:-}" ]; then
+  GRID_JOBS=""
+  for seed in $SEEDS; do
+    for method in $METHODS; do
+      case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
+      for rho in $rhos; do
+        [ "$method" = base ] && [ "$seed" != "${SEEDS%% *}" ] && continue  # base: once
+        GRID_JOBS+="$seed:$method:$rho "
+      done
+    done
+  done
+  if [ "$GPUS" -gt 1 ]; then  # deal the jobs round-robin to the GPUs, one grid.sh each
+    read -r -a all <<< "$GRID_JOBS"
+    pids=()
+    for ((g = 0; g < GPUS; g++)); do
+      mine=""
+      for ((i = g; i < ${#all[@]}; i += GPUS)); do mine+="${all[i]} "; done
+      [ -n "$mine" ] || continue
+      CUDA_VISIBLE_DEVICES=$g GRID_JOBS="$mine" GPUS=1 "$0" "$data_dir" "$out" > "$out/gpu$g.log" 2>&1 &
+      pids+=($!)
+    done
+    status=0
+    for p in "${pids[@]}"; do wait "$p" || status=$?; done
+    [ "$status" = 0 ] || { tail -n 5 "$out"/gpu*.log >&2; echo "grid.sh: a GPU's share failed (exit $status): see $out/gpu*.log; rerun to continue" >&2; exit "$status"; }
+    "$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true
+    echo "grid.sh: $(( $(date +%s) - start )) s on $GPUS GPUs; results in $out/results.json" >&2
+    exit 0
+  fi
+fi
+for job in $GRID_JOBS; do
+  IFS=: read -r seed method rho <<< "$job"
+  {
+      run="runs/$method/rho$rho/seed$seed"
+      [ "$method" = base ] && run="runs/base"
+      [ -f "$out/done/${run//\//_}_recorded" ] && { echo "== $method rho=$rho seed=$seed: recorded" >&2; continue; }
+      mkdir -p "$out/$run"
+      if [ "$method" = base ]; then
+        evaluate smollm2 "$run"
+        record base 1 - "$run" ""
+        touch "$out/done/${run//\//_}_recorded"
+        continue
+      fi
+      sel="sel/$method/rho$rho"
+      [ "$method" = random ] && sel="sel/random/rho$rho/seed$seed"  # its draw follows the seed
+      mkdir -p "$out/$sel"
+      input=$out/refs.bridge close=0
+      args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
+      case "$method" in
+        full) args=(--method random --rho-p 1 --rho-r 1) ;;
+        random) args+=(--option "seed=$seed") ;;
+        bridge|one-pass|independent) close=1 ;;
+        bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
+        bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
+      esac
+      step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"
+      final=$out/$sel/selected.bridge
+      if [ "$close" = 1 ]; then
+        step "$sel/close" bridge close --segmenter math "$out/$sel/selected.bridge" -o "$out/$sel/closed.bridge"
+        final=$out/$sel/closed.bridge
+      fi
+      step "$sel/inspect" sh -c '"$@" > "$0.tmp" && mv "$0.tmp" "$0"' "$out/$sel/inspect.json" \
+        "${bridge_cmd[@]}" inspect --json "$final"
+      step "$sel/compact" bridge compact "$final" -o "$out/$sel/train.jsonl"
+      if [ "$method" = full ]; then  # rho 1 keeps everything: check the rows are standard SFT
+        step "$sel/check" "$PYTHON" "$here/grid_check_full.py" "$final" "$out/$sel/train.jsonl"
+      fi
+      step "$run/train" bridge train "$out/$sel/train.jsonl" -o "$out/$run/model" "${schedule[@]}" \
+        --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --lr "$LR" --seed "$seed" \
+        --save-every "$SAVE_EVERY" --resume
+      evaluate "$out/$run/model" "$run"
+      record "$method" "$rho" "$seed" "$run" "$sel"
+      [ "$KEEP_CHECKPOINTS" = 1 ] || rm -rf "$out/$run/model/checkpoints"  # the final model stays
+      touch "$out/done/${run//\//_}_recorded"
+  } < /dev/null
+done
+echo "grid.sh: $(( $(date +%s) - start )) s; results in $out/results.json" >&2
+"$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true

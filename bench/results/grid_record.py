@@ -1,0 +1,93 @@
+"""Merge one finished grid run into OUT/results.json (called by grid.sh; atomic, under a lock).
+
+    grid_record.py OUT METHOD RHO SEED RUN_DIR SEL_DIR "k=v k=v ..."
+
+The entry, keyed ``METHOD/RHO/SEED``, holds the held-out losses of both files (mean, 95% interval,
+tokens, examples, and per-example ``[loss sum, tokens]`` so that grid_table.py can bootstrap paired
+differences), GSM8K accuracy when it was evaluated, the executed and supervised tokens of the
+compacted rows, the achieved retention, the training summary, and the wall time of each step
+(select, close, inspect, compact, train, eval; from grid.sh's done marks; a selection shared by
+the seeds of a row counts in each seed's entry; a step resumed after an interruption counts only
+its last attempt).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _load(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _secs(out: Path, name: str) -> int:
+    mark = out / "done" / name.replace("/", "_")
+    return int(mark.read_text().strip()) if mark.is_file() else 0
+
+
+def heldout(path: Path) -> dict | None:
+    res = _load(path)
+    if res is None:
+        return None
+    s = res["summary"]
+    return {"loss": s["loss"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "tokens": s["tokens"],
+            "n": s["n"], "skipped_too_long": len(s.get("skipped_too_long") or []),
+            "items": [[round(it["loss_sum"], 5), it["tokens"]] for it in res["items"]]}
+
+
+def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, settings: str) -> dict:
+    e: dict = {"method": method, "rho": float(rho), "seed": None if seed == "-" else int(seed),
+               "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "settings": dict(kv.split("=", 1) for kv in settings.split())}
+    e["heldout"] = {name: heldout(out / run / f"heldout-{name}.json") for name in ("gsm8k", "math500")}
+    acc = _load(out / run / "acc-gsm8k.json")
+    if acc is not None:
+        e["gsm8k_accuracy"] = {"accuracy": acc["summary"]["accuracy"], "n": acc["summary"]["n"]}
+    seconds = {"eval": sum(_secs(out, f"{run}/eval-{t}") for t in ("gsm8k", "math500", "acc"))}
+    if sel:
+        meta = _load(out / sel / "train.jsonl.bridge.json") or {}
+        e["tokens"] = {"executed": meta.get("tokens_executed"), "original": meta.get("tokens_original"),
+                       "supervised": meta.get("supervised"), "rows": meta.get("rows"),
+                       "dropped_rows": len(meta.get("dropped") or [])}
+        info = _load(out / sel / "inspect.json") or {}
+        s = info.get("selection") or {}
+        e["selection"] = {k: s.get(k) for k in ("achieved_rho_p", "achieved_rho_r", "prompt_kept",
+                                                "response_kept")}
+        if "closure" in info:
+            e["selection"]["closure_supervised"] = info["closure"].get("supervised")
+        trained = _load(out / run / "model" / "bridge_train.json") or {}
+        e["train"] = {k: trained.get(k) for k in ("steps", "final_loss", "executed_tokens", "supervised_tokens",
+                                                  "train_seconds", "resumed_from_step")
+                      if k in trained}
+        for name in ("select", "close", "inspect", "compact"):
+            seconds[name] = _secs(out, f"{sel}/{name}")
+        seconds["train"] = _secs(out, f"{run}/train")
+    seconds["total"] = sum(seconds.values())
+    e["seconds"] = seconds
+    return e
+
+
+def main(argv: list[str]) -> None:
+    out, method, rho, seed, run, sel, settings = Path(argv[0]), *argv[1:7]
+    new = entry(out, method, rho, seed, run, sel, settings)
+    key = f"{method}/{float(rho):g}/{seed}"
+    path = out / "results.json"
+    with open(out / ".results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # grid.sh runs with disjoint METHODS may share OUT
+        results = _load(path) or {"format": "bridge-grid/1", "runs": {}}
+        results["runs"][key] = new
+        tmp = path.with_name(f".results.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(results, indent=1))
+        os.replace(tmp, path)
+    h = new["heldout"]
+    print(f"recorded {key}: " + ", ".join(f"{k} {v['loss']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]"
+                                          for k, v in h.items() if v), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,224 @@
+"""The held-out-loss grid as a markdown table, paired differences, and the Finding-3 plot.
+
+    python3 bench/results/grid_table.py OUT/results.json [--plot OUT/finding3.png] [--resamples 1000]
+
+Reads the results.json that bench/results/grid.sh accumulates (one entry per METHOD/RHO/SEED) and
+prints, for each method and retention rho (rho_p = rho_r), the held-out loss on GSM8K test and on
+MATH-500 with a 95% interval, the executed and supervised training tokens, and the wall time
+(select .. train .. eval, summed over the seeds' runs, mean per seed).
+
+Intervals: percentile bootstrap over the held-out examples (seed 0). With several seeds, each
+resample draws one set of examples and the row's loss is the mean over seeds of the token-mean
+loss on it; the spread between seeds is shown separately (``seed sd``). A difference between two
+rows is bootstrapped *paired* (both models scored on the same resampled examples), which is
+tighter than comparing two intervals. Finding 3 of the paper: BRIDGE minus Independent as
+retention falls (negative = BRIDGE's held-out loss is lower), one line per held-out file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
+ORDER = ["base", "full", "random", "independent", "one-pass", "bridge", "bridge-atp", "bridge-global",
+         "rho1", "tokencleaning", "llm+tc"]
+
+
+def _order(method: str) -> tuple[int, str]:
+    return (ORDER.index(method) if method in ORDER else len(ORDER), method)
+
+
+class Group:
+    """The runs (seeds) of one method at one retention."""
+
+    def __init__(self, method: str, rho: float, runs: list[dict]):
+        self.method, self.rho, self.runs = method, rho, sorted(runs, key=lambda r: r["seed"] or 0)
+
+    def items(self, name: str) -> np.ndarray | None:
+        """[seeds, examples, 2] per-example (loss sum, tokens), or None when a seed lacks them."""
+        arrs = []
+        for r in self.runs:
+            h = (r.get("heldout") or {}).get(name)
+            if not h or not h.get("items"):
+                return None
+            arrs.append(np.asarray(h["items"], dtype=np.float64))
+        if len({a.shape for a in arrs}) != 1:
+            return None
+        return np.stack(arrs)
+
+    def loss(self, name: str) -> float | None:
+        vals = [r["heldout"][name]["loss"] for r in self.runs if (r.get("heldout") or {}).get(name)]
+        return float(np.mean(vals)) if vals else None
+
+    def seed_sd(self, name: str) -> float | None:
+        vals = [r["heldout"][name]["loss"] for r in self.runs if (r.get("heldout") or {}).get(name)]
+        return float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+
+    def mean_of(self, *keys: str) -> float | None:
+        vals = []
+        for r in self.runs:
+            v = r
+            for k in keys:
+                v = (v or {}).get(k)
+            if v is not None:
+                vals.append(v)
+        return float(np.mean(vals)) if vals else None
+
+
+def resampled(items: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Seed-mean token-mean loss for each resample of example indices: [resamples]."""
+    sums = items[:, :, 0][:, idx].sum(-1)  # [seeds, resamples]
+    toks = items[:, :, 1][:, idx].sum(-1)
+    return (sums / toks).mean(0)
+
+
+def interval(items: np.ndarray | None, resamples: int, fallback: tuple | None = None):
+    if items is None:
+        return fallback
+    idx = np.random.default_rng(0).integers(0, items.shape[1], size=(resamples, items.shape[1]))
+    point = float((items[:, :, 0].sum(1) / items[:, :, 1].sum(1)).mean())
+    lo, hi = np.percentile(resampled(items, idx), [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
+    """(a - b, low, high): both seed-mean losses on the same resampled examples; None when the two
+    were not scored on the same examples."""
+    if a is None or b is None or a.shape[1] != b.shape[1] or not np.array_equal(a[0, :, 1], b[0, :, 1]):
+        return None
+    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
+    point = float((a[:, :, 0].sum(1) / a[:, :, 1].sum(1)).mean() - (b[:, :, 0].sum(1) / b[:, :, 1].sum(1)).mean())
+    lo, hi = np.percentile(resampled(a, idx) - resampled(b, idx), [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def groups_of(results: dict) -> dict[tuple[str, float], Group]:
+    by: dict[tuple[str, float], list[dict]] = defaultdict(list)
+    for run in results["runs"].values():
+        by[(run["method"], float(run["rho"]))].append(run)
+    return {k: Group(k[0], k[1], v) for k, v in by.items()}
+
+
+def fmt(ci) -> str:
+    return "n/a" if ci is None else f"{ci[0]:.4f} [{ci[1]:.4f}, {ci[2]:.4f}]"
+
+
+def fmt_int(x) -> str:
+    return "" if x is None else f"{x:,.0f}"
+
+
+def table(groups: dict, resamples: int) -> str:
+    acc = any(r.get("gsm8k_accuracy") for g in groups.values() for r in g.runs)
+    multi = any(len(g.runs) > 1 for g in groups.values())
+    head = ["method", "rho", "seeds"]
+    for _, label in FILES:
+        head.append(f"{label} loss [95% CI]")
+        if multi:
+            head.append("seed sd")
+    head += ["executed tokens", "supervised tokens", "wall s / run"]
+    if acc:
+        head.append("GSM8K acc")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        row = [g.method, "-" if g.method in ("base", "full") else f"{g.rho:g}", str(len(g.runs))]
+        for name, _ in FILES:
+            h = [r["heldout"][name] for r in g.runs if (r.get("heldout") or {}).get(name)]
+            fallback = (np.mean([x["loss"] for x in h]), np.mean([x["ci_low"] for x in h]),
+                        np.mean([x["ci_high"] for x in h])) if h else None
+            row.append(fmt(interval(g.items(name), resamples, fallback)))
+            if multi:
+                sd = g.seed_sd(name)
+                row.append("" if sd is None else f"{sd:.4f}")
+        row += [fmt_int(g.mean_of("tokens", "executed")), fmt_int(g.mean_of("tokens", "supervised")),
+                fmt_int(g.mean_of("seconds", "total"))]
+        if acc:
+            a = g.mean_of("gsm8k_accuracy", "accuracy")
+            row.append("" if a is None else f"{100 * a:.1f}%")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def differences(groups: dict, resamples: int, ref: str = "bridge") -> str:
+    """bridge minus every other row at the same retention (and minus full SFT), paired."""
+    lines = [f"| {ref} minus | rho | " + " | ".join(f"{label} (paired 95% CI)" for _, label in FILES) + " |",
+             "|---|---|" + "---|" * len(FILES)]
+    rhos = sorted({k[1] for k in groups if k[0] == ref}, reverse=True)
+    for rho in rhos:
+        mine = groups[(ref, rho)]
+        others = [k for k in groups if k[1] == rho and k[0] != ref] + [k for k in groups if k[0] == "full"]
+        for key in sorted(others, key=lambda k: _order(k[0])):
+            other = groups[key]
+            cells = [fmt(paired(mine.items(n), other.items(n), resamples)) for n, _ in FILES]
+            lines.append(f"| {other.method} | {rho:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if rhos else ""
+
+
+def plot(groups: dict, path: Path, resamples: int) -> bool:
+    """Finding 3: BRIDGE - Independent held-out loss as retention falls. False when no pair exists."""
+    rhos = sorted({k[1] for k in groups if k[0] == "bridge" and ("independent", k[1]) in groups}, reverse=True)
+    if not rhos:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for shift, (name, label) in zip((-0.004, 0.004), FILES):
+        xs, ys, errs = [], [], [[], []]
+        for rho in rhos:
+            d = paired(groups[("bridge", rho)].items(name), groups[("independent", rho)].items(name), resamples)
+            if d is None:
+                continue
+            xs.append(rho + shift)
+            ys.append(d[0])
+            errs[0].append(d[0] - d[1])
+            errs[1].append(d[2] - d[0])
+        if xs:
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=label)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlim(max(rhos) + 0.05, min(rhos) - 0.05)  # retention falls to the right
+    ax.set_xticks(rhos)
+    ax.set_xlabel("retention rho_p = rho_r")
+    ax.set_ylabel("held-out loss: BRIDGE - Independent")
+    ax.set_title("Finding 3 (negative: BRIDGE lower), 95% paired CI", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--plot", type=Path, help="Finding-3 PNG (default: finding3.png next to RESULTS)")
+    ap.add_argument("--resamples", type=int, default=1000)
+    args = ap.parse_args(argv)
+    if not args.results.is_file():
+        print(f"grid_table.py: error: {args.results}: no such file", file=sys.stderr)
+        return 2
+    groups = groups_of(json.loads(args.results.read_text()))
+    if not groups:
+        print(f"grid_table.py: error: {args.results}: no runs recorded", file=sys.stderr)
+        return 2
+    print(table(groups, args.resamples))
+    diff = differences(groups, args.resamples)
+    if diff:
+        print()
+        print(diff)
+    png = args.plot or args.results.with_name("finding3.png")
+    if plot(groups, png, args.resamples):
+        print(f"\nFinding-3 plot: {png}", file=sys.stderr)
+    else:
+        print("\nno bridge/independent pair at any retention yet: no plot", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

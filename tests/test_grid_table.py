@@ -1,0 +1,70 @@
+"""bench/results/grid_table.py: bootstrap intervals and paired differences against direct
+computation on small synthetic results, the table's rows, and the Finding-3 plot."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("grid_table", ROOT / "bench" / "results" / "grid_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _results(rng, offsets):
+    toks = {"gsm8k": rng.integers(5, 40, 12), "math500": rng.integers(5, 60, 9)}
+    runs = {}
+    for method, off in offsets.items():
+        for rho in (0.5, 0.75):
+            for seed in (42, 3407):
+                held = {}
+                for f, t in toks.items():
+                    sums = (1.0 + off + rng.normal(0, 0.2, len(t))) * t
+                    held[f] = {"loss": float(sums.sum() / t.sum()), "ci_low": 0.0, "ci_high": 0.0,
+                               "tokens": int(t.sum()), "n": len(t),
+                               "items": [[float(a), int(b)] for a, b in zip(sums, t)]}
+                runs[f"{method}/{rho:g}/{seed}"] = {
+                    "method": method, "rho": rho, "seed": seed, "heldout": held,
+                    "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    return {"runs": runs}
+
+
+def test_intervals_and_paired_differences():
+    gt = _module()
+    rng = np.random.default_rng(0)
+    groups = gt.groups_of(_results(rng, {"bridge": 0.0, "independent": 0.1}))
+    a, b = groups[("bridge", 0.5)].items("gsm8k"), groups[("independent", 0.5)].items("gsm8k")
+    # the point estimate is the seed mean of the token-mean losses
+    point, lo, hi = gt.interval(a, 200)
+    direct = np.mean([r["heldout"]["gsm8k"]["loss"] for r in groups[("bridge", 0.5)].runs])
+    assert point == pytest.approx(direct) and lo <= point <= hi
+    # one resample, by hand: the same example indices for every seed and both models
+    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(200, a.shape[1]))
+    by_hand = np.mean([a[s, idx[0], 0].sum() / a[s, idx[0], 1].sum() for s in range(2)])
+    assert gt.resampled(a, idx)[0] == pytest.approx(by_hand)
+    d, dlo, dhi = gt.paired(a, b, 200)
+    assert d == pytest.approx(point - gt.interval(b, 200)[0]) and dlo <= d <= dhi
+    assert gt.paired(a, a, 200) == (0.0, 0.0, 0.0)  # a model against itself: no noise at all
+    assert gt.paired(a, groups[("bridge", 0.5)].items("math500"), 200) is None  # other examples
+
+
+def test_table_and_plot(tmp_path, capsys):
+    gt = _module()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_results(np.random.default_rng(1), {"bridge": 0.0, "independent": 0.1,
+                                                                     "random": 0.2})))
+    assert gt.main([str(path), "--plot", str(tmp_path / "f3.png"), "--resamples", "100"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| bridge |")]
+    assert len(rows) == 2 and "[" in rows[0]  # one per retention, with an interval
+    assert "| independent | 0.5 |" in out and "| random | 0.75 |" in out  # the paired table
+    assert (tmp_path / "f3.png").stat().st_size > 0
