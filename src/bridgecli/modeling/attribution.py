@@ -63,6 +63,9 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
+    #: default padded tokens per pass on a GPU (`bridge score --max-tokens`): the reverse pass keeps every
+    #: layer's attention probabilities, so passes are smaller than the bridge scorer's 32768
+    max_tokens_cuda = 4096
 
     def __init__(self, ctx: ScoringContext):
         super().__init__(ctx)

@@ -185,7 +185,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         scorer = scorer_entry.obj(ctx)
     except ValueError as exc:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
-    max_tokens = opts.max_tokens or (32768 if device.startswith("cuda") else 4096)
+    # a scorer may ask for smaller passes (atp keeps every layer's attention for its reverse pass)
+    max_tokens = opts.max_tokens or (getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096)
 
     data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
