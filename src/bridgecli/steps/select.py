@@ -72,7 +72,7 @@ def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float
     if len(result.prompt) != want_p or len(result.response) != want_r:
         raise FormatError(f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for "
                           f"budgets {b_p}/{b_r}", record=example.index)
-    if not (np.isin(f_p, result.prompt).all() and np.isin(f_r, result.response).all()):
+    if (len(f_p) and not np.isin(f_p, result.prompt).all()) or (len(f_r) and not np.isin(f_r, result.response).all()):
         raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
     sel = Selection(
         method=method, b_p=b_p, b_r=b_r,
