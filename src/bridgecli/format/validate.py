@@ -225,8 +225,8 @@ def _closure_ok(clo, t: int, kinds: np.ndarray) -> bool:
     if clo.protected_units and not set(clo.protected_units) <= set(clo.chosen):
         return False
     edges = np.zeros(t + 1, dtype=np.int64)  # chosen units are disjoint: +1 at a start, -1 at an end
-    np.add.at(edges, starts[chosen], 1)
-    np.add.at(edges, ends[chosen], -1)
+    edges[starts[chosen]] += 1  # distinct starts, and distinct ends: the units are disjoint
+    edges[ends[chosen]] -= 1
     expected = np.flatnonzero((np.cumsum(edges[:t]) > 0) & (kinds == RESPONSE))
     return np.array_equal(supervise, expected)
 
@@ -241,14 +241,22 @@ class Validator:
         self._ids: set[int] = set()
 
     def __call__(self, ex: Example, position: int) -> None:
+        self.check(ex, position)
+        self.seen(ex.id, ex.index if isinstance(ex.index, int) and ex.index >= 0 else position)
+
+    def check(self, ex: Example, position: int) -> None:
+        """The example on its own (everything but the duplicate-id check)."""
         record = ex.index if isinstance(ex.index, int) and ex.index >= 0 else position
         try:
             _check(ex, self.stage)
         except _Bad as bad:
             raise FormatError(bad.message, file=self.name, record=record, field=bad.field) from None
-        key = hash(ex.id)  # a set of hashes keeps memory flat; a collision needs ~2^32 examples
+
+    def seen(self, id: str, record) -> None:
+        """Record ``id``; :class:`FormatError` when an earlier example had it."""
+        key = hash(id)  # a set of hashes keeps memory flat; a collision needs ~2^32 examples
         if key in self._ids:
-            raise FormatError(f"duplicate id {ex.id!r}", file=self.name, record=record, field="id")
+            raise FormatError(f"duplicate id {id!r}", file=self.name, record=record, field="id")
         self._ids.add(key)
 
 
