@@ -85,10 +85,15 @@ def _ints(field: str, values: list[int]) -> np.ndarray:
         raise _Bad(field, "holds a value that is not a 64-bit integer") from None
 
 
-def _positions(field: str, values: list[int], allowed: np.ndarray, side: str) -> None:
-    """``values`` distinct members of the sorted array ``allowed``."""
+def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, allowed_set: set | None = None) -> None:
+    """``values`` distinct members of the sorted array ``allowed`` (``allowed_set``: the same as a set, for
+    a quick check; the one below names the first bad value)."""
     if not values:
         return
+    if allowed_set is not None:
+        distinct = set(values)
+        if len(distinct) == len(values) and distinct <= allowed_set:
+            return
     arr = _ints(field, values)
     where = np.searchsorted(allowed, arr)
     inside = (where < len(allowed)) & (allowed[np.minimum(where, max(len(allowed) - 1, 0))] == arr) \
@@ -151,19 +156,21 @@ def _check(ex: Example, stage: str) -> None:
         for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
             if not 0 <= b <= t:
                 raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
-        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt")
+        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
         if len(sel.prompt_keep) != min(sel.b_p, n_p):
             raise _Bad("selection.prompt_keep", f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} "
                                                 f"of {n_p} prompt tokens")
-        _positions("selection.response_keep", sel.response_keep, resp, "response")
+        _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
         if len(sel.response_keep) != min(sel.b_r, n_r):
             raise _Bad("selection.response_keep", f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} "
                                                   f"of {n_r} response tokens")
         _array("selection.response_scores", sel.response_scores, (n_r,), no_nan=True)
-        _positions("selection.protected_prompt", sel.protected_prompt, np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)),
-                   "kept prompt")
-        _positions("selection.protected_response", sel.protected_response,
-                   np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
+        if sel.protected_prompt:
+            _positions("selection.protected_prompt", sel.protected_prompt,
+                       np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)), "kept prompt")
+        if sel.protected_response:
+            _positions("selection.protected_response", sel.protected_response,
+                       np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
         for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
             if rho is not None and not 0.0 <= rho <= 1.0:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
@@ -208,7 +215,7 @@ def _closure_ok(clo, t: int, kinds: np.ndarray) -> bool:
     the step-by-step checks, which say which one fails."""
     if not 0.0 <= clo.alpha <= 1.0 or len(clo.units) % 2:
         return False
-    if any(type(x) is not int for x in clo.units) or any(type(c) is not int for c in clo.chosen):
+    if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
         return False
     try:
         pairs = np.array(clo.units, dtype=np.int64).reshape(-1, 2)
@@ -220,7 +227,7 @@ def _closure_ok(clo, t: int, kinds: np.ndarray) -> bool:
     last = np.concatenate([[0], ends[:-1]])
     if not ((last <= starts) & (starts < ends) & (ends <= t)).all():
         return False
-    if len(chosen) and (chosen.min() < 0 or chosen.max() >= len(pairs) or len(np.unique(chosen)) != len(chosen)):
+    if len(chosen) and (chosen.min() < 0 or chosen.max() >= len(pairs) or len(set(clo.chosen)) != len(chosen)):
         return False
     if clo.protected_units and not set(clo.protected_units) <= set(clo.chosen):
         return False
