@@ -126,6 +126,8 @@ def knapsack(weights: np.ndarray, values: np.ndarray, capacity: int) -> np.ndarr
     if capacity <= 0:
         return np.zeros(0, dtype=np.int64)
     items = [i for i in range(len(weights)) if values[i] > 0 and 0 < weights[i] <= capacity]
+    if int(weights[items].sum()) <= capacity:
+        return _all_fit(items, values)
     dp = np.zeros(capacity + 1, dtype=np.float64)
     take = np.zeros((len(items), capacity + 1), dtype=bool)
     for row, i in enumerate(items):
@@ -142,6 +144,21 @@ def knapsack(weights: np.ndarray, values: np.ndarray, capacity: int) -> np.ndarr
             chosen.append(i)
             c -= int(weights[i])
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+def _all_fit(items: list[int], values: np.ndarray) -> np.ndarray:
+    """:func:`knapsack`'s answer when its ``items`` all fit together, without the table. Every capacity
+    from the items' total weight up then holds the value ``S_k`` of the first k items, summed in order
+    (adding a positive value never lowers a float sum, so no subset does better), and the DP takes item
+    k exactly when ``S_{k-1} + v_k > S_{k-1}`` in float64: all of them, unless a value is below the
+    rounding of the sum so far."""
+    chosen, total = [], 0.0
+    for i in items:
+        more = total + float(values[i])
+        if more > total:
+            chosen.append(i)
+            total = more
+    return np.array(chosen, dtype=np.int64)
 
 
 @dataclass
