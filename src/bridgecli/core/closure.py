@@ -83,18 +83,9 @@ def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]],
         best = overlap.argmax(axis=1)  # argmax returns the first maximum: ties go to the earlier span
         has = overlap[np.arange(n), best] > 0
         owner[has] = best[has]
-    units: list[np.ndarray] = []
-    t = 0
-    while t < n:
-        if owner[t] < 0:
-            units.append(np.array([t], dtype=np.int64))
-            t += 1
-            continue
-        u = t
-        while u < n and owner[u] == owner[t]:
-            u += 1
-        units.append(np.arange(t, u, dtype=np.int64))
-        t = u
+    # a unit starts at every token that owns no span, and wherever the owning span changes
+    starts_at = np.flatnonzero((owner < 0) | np.concatenate([[True], owner[1:] != owner[:-1]])) if n else []
+    units: list[np.ndarray] = np.split(np.arange(n, dtype=np.int64), starts_at[1:]) if n else []
     if pieces and len(units) > 1:
         joined = _joined(token_spans, pieces)
         merged = [units[0]]
