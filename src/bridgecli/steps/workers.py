@@ -81,13 +81,25 @@ def _batches(payloads: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
-def run_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
-             workers: int) -> Iterator[tuple[int, Any]]:
-    """Yield ``(examples read, packed results)`` per batch of ``reader``'s examples, in order."""
+def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
+               workers: int):
+    """Fork ``workers`` processes that run ``work`` on each example and ``pack`` on each batch's results.
+    Start it before any thread (a progress bar's) so that no lock is copied held."""
+    from ..errors import UsageError
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise UsageError("--workers needs processes started by fork (Linux, macOS); use --workers 1 here")
     _JOB.clear()
     _JOB.update(name=reader.name, validator=validator, work=work, pack=pack)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(workers) as pool:
+    return multiprocessing.get_context("fork").Pool(workers)
+
+
+def run_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
+             workers: int, pool=None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(examples read, packed results)`` per batch of ``reader``'s examples, in order (on ``pool``
+    from :func:`start_pool`, or a new one)."""
+    pool = pool if pool is not None else start_pool(reader, validator, work, pack, workers)
+    with pool:
         pending: collections.deque = collections.deque()
         start = 0
 
@@ -148,9 +160,11 @@ def map_stream_parallel(inp, out, *, step, stage: str, needs: str, hint: str,
             return encode_record(new), (tally(new) if tally else 0)
 
         total = 0
-        with open_writer(out, header) as writer, progress_bar() as bar:
+        with start_pool(reader, reader._validate, work, _pack_stream, workers) as pool, \
+                open_writer(out, header) as writer, progress_bar() as bar:
             task = bar.add_task(label, total=None, unit="ex", start=False)
-            for n, (count, t, data, is_frame) in run_pool(reader, reader._validate, work, _pack_stream, workers):
+            for n, (count, t, data, is_frame) in run_pool(reader, reader._validate, work, _pack_stream, workers,
+                                                           pool):
                 bar.start_task(task)
                 total += t
                 if is_frame and not writer.write_frame(data, count):
