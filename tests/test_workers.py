@@ -90,3 +90,13 @@ def test_workers_must_be_positive(scored, tmp_path):
     _, _, src = scored
     code, out = _run(["close", src, "-o", tmp_path / "x.bridge", "--workers", 0])
     assert code != 0 and "--workers" in out
+
+
+def test_workers_report_a_truncated_input_the_same(scored, tmp_path):
+    _, _, src = scored
+    cut = tmp_path / "cut.bridge"
+    cut.write_bytes(src.read_bytes()[: src.stat().st_size * 2 // 3])
+    got = [_run(["select", cut, "-o", tmp_path / f"s{w}.bridge", "--workers", w]) for w in (1, 2)]
+    assert got[0][0] == got[1][0] == 3
+    assert got[0][1] == got[1][1]
+    assert not (tmp_path / "s2.bridge").exists()
