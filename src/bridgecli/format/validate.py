@@ -176,7 +176,7 @@ def _check(ex: Example, stage: str) -> None:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
 
     clo = ex.closure
-    if clo is not None and not _closure_ok(clo, t, kinds):  # the checks below name what is wrong
+    if clo is not None and not _closure_ok(clo, t, tok.kinds):  # the checks below name what is wrong
         if not 0.0 <= clo.alpha <= 1.0:
             raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
         if len(clo.units) % 2:
@@ -210,32 +210,27 @@ def _check(ex: Example, stage: str) -> None:
                 _array(f"references.{model}.{name}", arr, None, first_dim=n_p if name.startswith("prompt") else n_r)
 
 
-def _closure_ok(clo, t: int, kinds: np.ndarray) -> bool:
-    """The closure checks of :func:`_check` at once, in numpy (True: all hold); on False the caller runs
-    the step-by-step checks, which say which one fails."""
+def _closure_ok(clo, t: int, kinds: bytes) -> bool:
+    """The closure checks of :func:`_check` at once, on Python ints (True: all hold); on False the caller
+    runs the step-by-step checks, which say which one fails."""
     if not 0.0 <= clo.alpha <= 1.0 or len(clo.units) % 2:
         return False
     if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
         return False
-    try:
-        pairs = np.array(clo.units, dtype=np.int64).reshape(-1, 2)
-        chosen = np.array(clo.chosen, dtype=np.int64)
-        supervise = np.array(clo.supervise, dtype=np.int64).reshape(-1)
-    except (OverflowError, TypeError, ValueError):
+    starts, ends = clo.units[0::2], clo.units[1::2]
+    last = 0
+    for a, b in zip(starts, ends):
+        if not last <= a < b <= t:
+            return False
+        last = b
+    chosen = clo.chosen
+    if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
         return False
-    starts, ends = pairs[:, 0], pairs[:, 1]
-    last = np.concatenate([[0], ends[:-1]])
-    if not ((last <= starts) & (starts < ends) & (ends <= t)).all():
+    if clo.protected_units and not set(clo.protected_units) <= set(chosen):
         return False
-    if len(chosen) and (chosen.min() < 0 or chosen.max() >= len(pairs) or len(set(clo.chosen)) != len(chosen)):
-        return False
-    if clo.protected_units and not set(clo.protected_units) <= set(clo.chosen):
-        return False
-    edges = np.zeros(t + 1, dtype=np.int64)  # chosen units are disjoint: +1 at a start, -1 at an end
-    edges[starts[chosen]] += 1  # distinct starts, and distinct ends: the units are disjoint
-    edges[ends[chosen]] -= 1
-    expected = np.flatnonzero((np.cumsum(edges[:t]) > 0) & (kinds == RESPONSE))
-    return np.array_equal(supervise, expected)
+    # the units are ascending and disjoint: their positions in unit order are ascending
+    expected = [i for c in sorted(chosen) for i in range(starts[c], ends[c]) if kinds[i] == RESPONSE]
+    return isinstance(clo.supervise, list) and expected == clo.supervise
 
 
 class Validator:
