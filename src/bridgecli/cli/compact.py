@@ -21,6 +21,10 @@ def compact(
              "attention_mask, labels; torchtune: tokens, mask (True = no loss); loss-mask: input_ids, "
              "loss_mask (1 = loss)).")] = "trl",
     allow_empty: AllowEmpty = False,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, help="Processes for the per-example work (1: this process). Output is identical "
+                                 "for any number; about one per core.")] = 1,
 ):
     """Write the executed rows: compacted prompt + full response, labels -100 except the supervision set and EOS."""
-    run_compact(CompactOptions(inp=input, out=output, format=format, columns=columns, allow_empty=allow_empty))
+    run_compact(CompactOptions(inp=input, out=output, format=format, columns=columns, allow_empty=allow_empty,
+                               workers=workers))

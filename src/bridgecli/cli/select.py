@@ -37,6 +37,9 @@ def select(
             "at their example's own solution, prompt and response in one pool; global-sides: one pool per "
             "side. Reads the input twice (stdin is copied to a temporary file). Surrogate selectors only; "
             "docs/method.md, Global budget."))] = "example",
+    workers: Annotated[int, typer.Option(
+        "--workers", min=1, help="Processes for the per-example work (1: this process). Output is identical "
+                                 "for any number; about one per core.")] = 1,
 ):
     """Budgeted coupled selection of prompt context and response supervision.
 
@@ -55,4 +58,5 @@ def select(
         options[key.strip()] = value
     run_select(SelectOptions(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds,
                              options=options, protect_prompt=list(protect_prompt or []),
-                             protect_response=list(protect_response or []), budget=budget))
+                             protect_response=list(protect_response or []), budget=budget,
+                             workers=workers))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 
 def budget(rho: float, eligible: int) -> int:
@@ -13,4 +14,9 @@ def budget(rho: float, eligible: int) -> int:
         raise ValueError(f"a retention ratio must lie in [0, 1], got {rho}")
     if eligible < 0:
         raise ValueError("eligible count must be >= 0")
-    return math.ceil(Fraction(str(rho)) * eligible)
+    return math.ceil(_exact(rho) * eligible)
+
+
+@lru_cache(maxsize=64)
+def _exact(rho: float) -> Fraction:
+    return Fraction(str(rho))

@@ -83,18 +83,9 @@ def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]],
         best = overlap.argmax(axis=1)  # argmax returns the first maximum: ties go to the earlier span
         has = overlap[np.arange(n), best] > 0
         owner[has] = best[has]
-    units: list[np.ndarray] = []
-    t = 0
-    while t < n:
-        if owner[t] < 0:
-            units.append(np.array([t], dtype=np.int64))
-            t += 1
-            continue
-        u = t
-        while u < n and owner[u] == owner[t]:
-            u += 1
-        units.append(np.arange(t, u, dtype=np.int64))
-        t = u
+    # a unit starts at every token that owns no span, and wherever the owning span changes
+    starts_at = np.flatnonzero((owner < 0) | np.concatenate([[True], owner[1:] != owner[:-1]])) if n else []
+    units: list[np.ndarray] = np.split(np.arange(n, dtype=np.int64), starts_at[1:]) if n else []
     if pieces and len(units) > 1:
         joined = _joined(token_spans, pieces)
         merged = [units[0]]
@@ -126,6 +117,8 @@ def knapsack(weights: np.ndarray, values: np.ndarray, capacity: int) -> np.ndarr
     if capacity <= 0:
         return np.zeros(0, dtype=np.int64)
     items = [i for i in range(len(weights)) if values[i] > 0 and 0 < weights[i] <= capacity]
+    if int(weights[items].sum()) <= capacity:
+        return _all_fit(items, values)
     dp = np.zeros(capacity + 1, dtype=np.float64)
     take = np.zeros((len(items), capacity + 1), dtype=bool)
     for row, i in enumerate(items):
@@ -142,6 +135,21 @@ def knapsack(weights: np.ndarray, values: np.ndarray, capacity: int) -> np.ndarr
             chosen.append(i)
             c -= int(weights[i])
     return np.array(sorted(chosen), dtype=np.int64)
+
+
+def _all_fit(items: list[int], values: np.ndarray) -> np.ndarray:
+    """:func:`knapsack`'s answer when its ``items`` all fit together, without the table. Every capacity
+    from the items' total weight up then holds the value ``S_k`` of the first k items, summed in order
+    (adding a positive value never lowers a float sum, so no subset does better), and the DP takes item
+    k exactly when ``S_{k-1} + v_k > S_{k-1}`` in float64: all of them, unless a value is below the
+    rounding of the sum so far."""
+    chosen, total = [], 0.0
+    for i in items:
+        more = total + float(values[i])
+        if more > total:
+            chosen.append(i)
+            total = more
+    return np.array(chosen, dtype=np.int64)
 
 
 @dataclass

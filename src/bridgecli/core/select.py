@@ -108,8 +108,8 @@ def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int,
     delta_r = sur.gamma
     for _ in range(rounds):
         s_p = top_b_forced(sur.delta_p(s_r), b_p, forced_p)
-        history.append(sur.u_sur(s_p, s_r))
         delta_r = sur.delta_r(s_p)
+        history.append(float(delta_r[np.asarray(s_r, dtype=np.int64)].sum()))  # U_sur(s_p, s_r)
         s_r = top_b_forced(delta_r, b_r, forced_r)
         history.append(float(delta_r[s_r].sum()))
     return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_r, u_sur=history)

@@ -14,8 +14,8 @@ def top_b(scores: np.ndarray, b: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if b >= n:
         return np.arange(n, dtype=np.int64)
-    # lexsort sorts by the last key first: primary -score, secondary index.
-    order = np.lexsort((np.arange(n), -scores))
+    # a stable sort of -score: ties keep index order (the same order as lexsort((arange(n), -scores)))
+    order = np.argsort(-scores, kind="stable")
     return np.sort(order[:b]).astype(np.int64)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Union
 
 import msgspec
 import zstandard
@@ -17,6 +17,26 @@ from .spec import MAJOR, MAGIC, MAX_RECORD_BYTES, PREAMBLE, RECORD_PREFIX
 from .validate import Validator
 
 _decoder = msgspec.msgpack.Decoder(Record)
+
+
+class _HeaderTag(msgspec.Struct, tag="header"):
+    pass
+
+
+class _ExampleTag(msgspec.Struct, tag="example"):
+    pass
+
+
+#: which kind of record a payload holds, without decoding its fields (for :meth:`StreamReader.payloads`)
+_kind_decoder = msgspec.msgpack.Decoder(Union[_HeaderTag, _ExampleTag, End])
+
+
+def decode_example(payload: bytes, name: str, position: int) -> Record:
+    """Decode one record's payload as :meth:`StreamReader.__iter__` does (same error)."""
+    try:
+        return _decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise FormatError(f"cannot decode record ({exc})", file=name, record=position) from None
 
 
 def _looks_like_text(head: bytes) -> str | None:
@@ -85,7 +105,7 @@ class StreamReader:
             got += len(chunk)
         return b"".join(chunks)
 
-    def _next_record(self, expect: str):
+    def _next_payload(self, expect: str) -> bytes:
         where = "header record" if expect == "header" else self._index
         prefix = self._read_exact(RECORD_PREFIX.size, where)
         if len(prefix) < RECORD_PREFIX.size:
@@ -106,6 +126,11 @@ class StreamReader:
             )
         if zlib.crc32(payload) != crc:
             raise FormatError("corrupted: checksum mismatch", file=self.name, record=where)
+        return payload
+
+    def _next_record(self, expect: str):
+        payload = self._next_payload(expect)
+        where = "header record" if expect == "header" else self._index
         try:
             return _decoder.decode(payload)
         except msgspec.DecodeError as exc:
@@ -120,24 +145,45 @@ class StreamReader:
                 return True
             raise FormatError(f"corrupted compressed data ({exc})", file=self.name, record="end record") from None
 
+    def _end(self, rec: End) -> None:
+        if rec.count != self._index:
+            raise FormatError(
+                f"corrupted: end record counts {rec.count} examples but {self._index} were read",
+                file=self.name,
+            )
+        if self._after_end():
+            raise FormatError("corrupted: data after the end record", file=self.name,
+                              hint="a bridge file holds exactly one stream; were two files concatenated?")
+        self.count = rec.count
+
     def __iter__(self) -> Iterator[Example]:
         while True:
             rec = self._next_record(expect="example")
             if isinstance(rec, End):
-                if rec.count != self._index:
-                    raise FormatError(
-                        f"corrupted: end record counts {rec.count} examples but {self._index} were read",
-                        file=self.name,
-                    )
-                if self._after_end():
-                    raise FormatError("corrupted: data after the end record", file=self.name,
-                                      hint="a bridge file holds exactly one stream; were two files concatenated?")
-                self.count = rec.count
+                self._end(rec)
                 return
             if isinstance(rec, Header):
                 raise FormatError("a second header inside the stream", file=self.name, record=self._index)
             self._validate(rec, self._index)
             yield rec
+            self._index += 1
+
+    def payloads(self) -> Iterator[bytes]:
+        """The Example records' payloads, undecoded and unvalidated (checksums, order and count checked as
+        in iteration): for a process pool that decodes them with :func:`decode_example` and checks them
+        with ``Validator.check``; the pool's parent checks ids with ``Validator.seen``."""
+        while True:
+            payload = self._next_payload(expect="example")
+            try:
+                kind = _kind_decoder.decode(payload)
+            except msgspec.DecodeError:
+                kind = None  # the worker's full decode reports it, in order
+            if isinstance(kind, End):
+                self._end(kind)
+                return
+            if isinstance(kind, _HeaderTag):
+                raise FormatError("a second header inside the stream", file=self.name, record=self._index)
+            yield payload
             self._index += 1
 
 

@@ -85,10 +85,15 @@ def _ints(field: str, values: list[int]) -> np.ndarray:
         raise _Bad(field, "holds a value that is not a 64-bit integer") from None
 
 
-def _positions(field: str, values: list[int], allowed: np.ndarray, side: str) -> None:
-    """``values`` distinct members of the sorted array ``allowed``."""
+def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, allowed_set: set | None = None) -> None:
+    """``values`` distinct members of the sorted array ``allowed`` (``allowed_set``: the same as a set, for
+    a quick check; the one below names the first bad value)."""
     if not values:
         return
+    if allowed_set is not None:
+        distinct = set(values)
+        if len(distinct) == len(values) and distinct <= allowed_set:
+            return
     arr = _ints(field, values)
     where = np.searchsorted(allowed, arr)
     inside = (where < len(allowed)) & (allowed[np.minimum(where, max(len(allowed) - 1, 0))] == arr) \
@@ -151,25 +156,27 @@ def _check(ex: Example, stage: str) -> None:
         for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
             if not 0 <= b <= t:
                 raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
-        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt")
+        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
         if len(sel.prompt_keep) != min(sel.b_p, n_p):
             raise _Bad("selection.prompt_keep", f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} "
                                                 f"of {n_p} prompt tokens")
-        _positions("selection.response_keep", sel.response_keep, resp, "response")
+        _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
         if len(sel.response_keep) != min(sel.b_r, n_r):
             raise _Bad("selection.response_keep", f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} "
                                                   f"of {n_r} response tokens")
         _array("selection.response_scores", sel.response_scores, (n_r,), no_nan=True)
-        _positions("selection.protected_prompt", sel.protected_prompt, np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)),
-                   "kept prompt")
-        _positions("selection.protected_response", sel.protected_response,
-                   np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
+        if sel.protected_prompt:
+            _positions("selection.protected_prompt", sel.protected_prompt,
+                       np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)), "kept prompt")
+        if sel.protected_response:
+            _positions("selection.protected_response", sel.protected_response,
+                       np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
         for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
             if rho is not None and not 0.0 <= rho <= 1.0:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
 
     clo = ex.closure
-    if clo is not None:
+    if clo is not None and not _closure_ok(clo, t, tok.kinds):  # the checks below name what is wrong
         if not 0.0 <= clo.alpha <= 1.0:
             raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
         if len(clo.units) % 2:
@@ -203,6 +210,29 @@ def _check(ex: Example, stage: str) -> None:
                 _array(f"references.{model}.{name}", arr, None, first_dim=n_p if name.startswith("prompt") else n_r)
 
 
+def _closure_ok(clo, t: int, kinds: bytes) -> bool:
+    """The closure checks of :func:`_check` at once, on Python ints (True: all hold); on False the caller
+    runs the step-by-step checks, which say which one fails."""
+    if not 0.0 <= clo.alpha <= 1.0 or len(clo.units) % 2:
+        return False
+    if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
+        return False
+    starts, ends = clo.units[0::2], clo.units[1::2]
+    last = 0
+    for a, b in zip(starts, ends):
+        if not last <= a < b <= t:
+            return False
+        last = b
+    chosen = clo.chosen
+    if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
+        return False
+    if clo.protected_units and not set(clo.protected_units) <= set(chosen):
+        return False
+    # the units are ascending and disjoint: their positions in unit order are ascending
+    expected = [i for c in sorted(chosen) for i in range(starts[c], ends[c]) if kinds[i] == RESPONSE]
+    return isinstance(clo.supervise, list) and expected == clo.supervise
+
+
 class Validator:
     """Checks each example of one stream (duplicate ids across examples included)."""
 
@@ -213,14 +243,22 @@ class Validator:
         self._ids: set[int] = set()
 
     def __call__(self, ex: Example, position: int) -> None:
+        self.check(ex, position)
+        self.seen(ex.id, ex.index if isinstance(ex.index, int) and ex.index >= 0 else position)
+
+    def check(self, ex: Example, position: int) -> None:
+        """The example on its own (everything but the duplicate-id check)."""
         record = ex.index if isinstance(ex.index, int) and ex.index >= 0 else position
         try:
             _check(ex, self.stage)
         except _Bad as bad:
             raise FormatError(bad.message, file=self.name, record=record, field=bad.field) from None
-        key = hash(ex.id)  # a set of hashes keeps memory flat; a collision needs ~2^32 examples
+
+    def seen(self, id: str, record) -> None:
+        """Record ``id``; :class:`FormatError` when an earlier example had it."""
+        key = hash(id)  # a set of hashes keeps memory flat; a collision needs ~2^32 examples
         if key in self._ids:
-            raise FormatError(f"duplicate id {ex.id!r}", file=self.name, record=record, field="id")
+            raise FormatError(f"duplicate id {id!r}", file=self.name, record=record, field="id")
         self._ids.add(key)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import zlib
 from typing import BinaryIO, Iterator
@@ -20,6 +21,18 @@ _encoder = msgspec.msgpack.Encoder()
 def encode_record(record: Header | Example | End) -> bytes:
     payload = _encoder.encode(record)
     return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def compress_frame(records: list[bytes]) -> bytes:
+    """One zstd frame holding ``records`` (each from :func:`encode_record`), compressed exactly as
+    :class:`StreamWriter` compresses a frame (same level, checksum, and one write per record)."""
+    out = io.BytesIO()
+    zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(
+        out, closefd=False, write_return_read=True)
+    for r in records:
+        zw.write(r)
+    zw.flush(zstandard.FLUSH_FRAME)
+    return out.getvalue()
 
 
 class StreamWriter:
@@ -55,6 +68,25 @@ class StreamWriter:
         self._pending += 1
         if self._records_per_frame is not None and self._pending >= self._records_per_frame:
             self.flush()
+
+    def write_encoded(self, record: bytes) -> None:
+        """Write one Example record already framed by :func:`encode_record`."""
+        self._zw.write(record)
+        self._pending += 1
+        self.count += 1
+        if self._records_per_frame is not None and self._pending >= self._records_per_frame:
+            self.flush()
+
+    def write_frame(self, frame: bytes, records: int) -> bool:
+        """Write a whole zstd frame of ``records`` Example records made by :func:`compress_frame`, when it
+        falls where this writer would end one (nothing pending, ``records`` a full frame): the file is then
+        byte-identical to writing them one by one. False (nothing written) otherwise."""
+        if self._pending or records != self._records_per_frame:
+            return False
+        self._fh.write(frame)
+        self._fh.flush()
+        self.count += records
+        return True
 
     def write(self, example: Example) -> None:
         self._write(example)

@@ -20,6 +20,7 @@ class CloseOptions:
     out: str | None = None
     segmenter: str = "sentence"
     alpha: float = 0.0
+    workers: int = 1  # processes for the per-example work (steps/workers.py)
 
 
 def response_text(example: Example) -> tuple[str, int]:
@@ -60,11 +61,19 @@ def run_close(opts: CloseOptions) -> int:
     from .params import real
 
     real("--alpha", opts.alpha, low=0, high=1)
+    from .workers import check_workers
+
+    check_workers(opts.workers)
     entry = get("segmenter", opts.segmenter)
     params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
 
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha)
 
-    return map_stream(opts.inp, opts.out, step=step_record("close", params), stage="closure", needs="selection",
-                      hint="run `bridge select` first", fn=fn, label="closing")
+    kwargs = dict(step=step_record("close", params), stage="closure", needs="selection",
+                  hint="run `bridge select` first", fn=fn, label="closing")
+    if opts.workers > 1:
+        from .workers import map_stream_parallel
+
+        return map_stream_parallel(opts.inp, opts.out, workers=opts.workers, **kwargs)[0]
+    return map_stream(opts.inp, opts.out, **kwargs)

@@ -49,6 +49,7 @@ class CompactOptions:
     format: str = "jsonl"
     columns: str = "trl"
     allow_empty: bool = False  # writing 0 rows: an error unless set
+    workers: int = 1  # processes for the per-example work (steps/workers.py)
 
 
 @dataclass
@@ -119,12 +120,13 @@ class _TableWriter:
 
 
 @contextmanager
-def _row_sink(out: str | None, fmt: str, preset: str) -> Iterator[Callable[[dict], None]]:
+def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) -> Iterator[Callable[[dict], None]]:
     """A function taking one record, writing it in ``fmt`` to ``out``; the file (or folder) appears
-    whole when the block ends and not at all when it fails."""
+    whole when the block ends and not at all when it fails. With ``lines`` (jsonl only) it takes the
+    record's line, already encoded by :func:`_jsonl`."""
     if fmt == "jsonl":
         with open_text_output(out) as fh:
-            yield lambda record: fh.write(json.dumps(record) + "\n")
+            yield fh.write if lines else (lambda record: fh.write(_jsonl(record)))
         return
     if is_stdio(out):
         raise UsageError(f"--format {fmt} needs a path: pass -o FILE (stdout takes jsonl or text)")
@@ -148,6 +150,10 @@ def _row_sink(out: str | None, fmt: str, preset: str) -> Iterator[Callable[[dict
         with _quiet_datasets(datasets):
             table = datasets.Dataset.from_parquet(str(rows), cache_dir=str(Path(work) / "cache"))
             table.save_to_disk(str(folder))
+
+
+def _jsonl(record: dict) -> str:
+    return json.dumps(record) + "\n"
 
 
 @contextmanager
@@ -230,6 +236,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
     if opts.format in ("parquet", "hf") and is_stdio(opts.out):
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
+    from .workers import check_workers
+
+    check_workers(opts.workers)
     stats = CompactStats()
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")
@@ -237,29 +246,47 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         if header.stage == "selection":
             note("no closure step in this stream: supervising the token-level selection")
         fingerprint = header.model.tokenizer_fingerprint or ""
+        # jsonl lines are encoded where the row is made (in the workers with --workers)
+        encoded = opts.format in ("jsonl", "text")
+
+        def one(ex: Example) -> tuple:
+            """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output)"""
+            supervise = supervision_of(ex)
+            row = compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, supervise)
+            if not supervise:
+                return ex.id, drop_reason(ex), 0, 0, 0, 0, None
+            if opts.format == "text":
+                output = render_text(ex, row, supervise) + "\n"
+            else:
+                output = columns_of(row, opts.columns, fingerprint)
+                if encoded:
+                    output = _jsonl(output)
+            return (ex.id, None, len(ex.tokens.input_ids), len(ex.tokens.response_positions()), len(row.input_ids),
+                    len(supervise), output)
+
         with contextlib.ExitStack() as stack:
             if opts.format == "text":
-                fh = stack.enter_context(open_text_output(opts.out))
+                sink = stack.enter_context(open_text_output(opts.out)).write
             else:
-                sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns))
-            for ex in reader:
+                sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=encoded))
+            if opts.workers > 1:
+                from .workers import run_pool
+
+                results = (r for _, batch in run_pool(reader, reader._validate, one, list, opts.workers) for r in batch)
+            else:
+                results = (one(ex) for ex in reader)
+            for id_, reason, before, response, after, supervised, output in results:
                 stats.read += 1
-                supervise = supervision_of(ex)
-                row = compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, supervise)
-                if not supervise:
-                    stats.dropped.append(ex.id)
-                    reason = drop_reason(ex)
+                if reason is not None:
+                    stats.dropped.append(id_)
                     stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
                     continue
                 stats.rows += 1
-                stats.tokens_before += len(ex.tokens.input_ids)
-                stats.response_tokens += len(ex.tokens.response_positions())
-                stats.tokens_after += len(row.input_ids)
-                stats.supervised += len(supervise)
-                if opts.format == "text":
-                    fh.write(render_text(ex, row, supervise) + "\n")
-                else:
-                    sink(columns_of(row, opts.columns, fingerprint))
+                stats.tokens_before += before
+                stats.response_tokens += response
+                stats.tokens_after += after
+                stats.supervised += supervised
+                sink(output)
             if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
                 what = (f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
                         if stats.read else "the stream holds no example")

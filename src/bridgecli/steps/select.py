@@ -29,6 +29,7 @@ class SelectOptions:
     protect_prompt: list[str] = field(default_factory=list)  # presets or regexes: prompt tokens always kept
     protect_response: list[str] = field(default_factory=list)  # ... response tokens always supervised
     budget: str = "example"  # example | global | global-sides (steps/global_budget.py)
+    workers: int = 1  # processes for the per-example work (steps/workers.py)
 
 
 def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +73,7 @@ def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float
     if len(result.prompt) != want_p or len(result.response) != want_r:
         raise FormatError(f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for "
                           f"budgets {b_p}/{b_r}", record=example.index)
-    if not (np.isin(f_p, result.prompt).all() and np.isin(f_r, result.response).all()):
+    if (len(f_p) and not np.isin(f_p, result.prompt).all()) or (len(f_r) and not np.isin(f_r, result.response).all()):
         raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
     sel = Selection(
         method=method, b_p=b_p, b_r=b_r,
@@ -103,6 +104,9 @@ def run_select(opts: SelectOptions) -> int:
     checks.real("--rho-p", opts.rho_p, low=0, high=1)
     checks.real("--rho-r", opts.rho_r, low=0, high=1)
     checks.integer("-T/--rounds", opts.rounds, high=checks.MAX_ROUNDS)
+    from .workers import check_workers
+
+    check_workers(opts.workers)
 
     if opts.budget != "example" and opts.budget not in MODES:
         raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
@@ -129,10 +133,14 @@ def run_select(opts: SelectOptions) -> int:
     over = [0]  # examples whose protected tokens alone exceed a budget
     budgets: dict | None = None  # --budget global: example index -> (b_p, b_r) from the first pass
 
+    def over_budget(new: Example) -> int:
+        sel = new.selection
+        return int(len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r)
+
     def fn(ex: Example, header: Header) -> Example:
         new = select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options, protect, budgets)
-        sel = new.selection
-        over[0] += len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r
+        if opts.workers == 1:
+            over[0] += over_budget(new)
         return new
 
     prepare = getattr(entry.obj, "prepare", None)  # budgets that depend on the whole stream: read it twice
@@ -148,8 +156,14 @@ def run_select(opts: SelectOptions) -> int:
 
             budgets, params["global_budget"] = plan_global(inp, display, entry.obj, opts.budget, opts.rho_p,
                                                            opts.rho_r, options, protect)
-        count = map_stream(inp, opts.out, step=step_record("select", params), stage="selection", needs="scores",
-                           hint="run `bridge score` first", fn=fn, label="selecting", display=display)
+        kwargs = dict(step=step_record("select", params), stage="selection", needs="scores",
+                      hint="run `bridge score` first", fn=fn, label="selecting", display=display)
+        if opts.workers > 1:
+            from .workers import map_stream_parallel
+
+            count, over[0] = map_stream_parallel(inp, opts.out, workers=opts.workers, tally=over_budget, **kwargs)
+        else:
+            count = map_stream(inp, opts.out, **kwargs)
     if over[0]:
         from ..progress import note
 

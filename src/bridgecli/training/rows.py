@@ -36,12 +36,16 @@ def compact_row(id: str, tokens: Tokens, prompt_keep: list[int], supervise: list
     """BRIDGE execution: template tokens + kept prompt tokens (original order) + the complete
     response; labels only on the final supervision set and the EOS."""
     kinds = np.frombuffer(tokens.kinds, dtype=np.uint8)
-    keep = set(int(p) for p in prompt_keep)
-    sup = set(int(p) for p in supervise)
-    ids, labels = [], []
-    for pos, (tid, kind) in enumerate(zip(tokens.input_ids, kinds)):
-        if kind == 1 and pos not in keep:  # PROMPT token not selected
-            continue
-        ids.append(tid)
-        labels.append(tid if (kind == EOS or (kind == RESPONSE and pos in sup)) else IGNORE)
-    return Row(id, ids, labels)
+    t = len(kinds)
+    ids = np.asarray(tokens.input_ids, dtype=np.int64)[:t]  # zip() stops at the shorter of the two
+    kinds = kinds[:len(ids)]
+    keep = np.zeros(len(ids), dtype=bool)
+    sup = np.zeros(len(ids), dtype=bool)
+    for positions, mask in ((prompt_keep, keep), (supervise, sup)):
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        pos = pos[(pos >= 0) & (pos < len(ids))]  # positions past the tokens select nothing
+        mask[pos] = True
+    stay = (kinds != 1) | keep  # PROMPT tokens not selected are left out
+    target = (kinds == EOS) | ((kinds == RESPONSE) & sup)
+    labels = np.where(target, ids, IGNORE)
+    return Row(id, ids[stay].tolist(), labels[stay].tolist())

@@ -1,0 +1,197 @@
+"""``--workers N``: a step's per-example work on a pool of processes, in stream order, with output
+byte-identical to one process.
+
+The parent reads the input's records undecoded (checksums, order and count checked as always) and
+hands them out in batches of :data:`~bridgecli.format.spec.RECORDS_PER_FRAME`; each worker decodes,
+validates and processes its batch and sends back the result: for a stream-to-stream step, the
+batch's records already compressed into the zstd frame the writer would have made (so compression
+runs in the workers too); for ``compact``, the rows. The parent writes the results in input order
+and checks ids for duplicates across the stream. An error in record k is raised after every record
+before it was written, with the message one process gives.
+
+The workers are forked, so a step's function (a closure over its options) needs no pickling.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+from typing import Any, Callable, Iterator
+
+from ..errors import BridgeError
+from ..format.reader import decode_example, open_reader
+from ..format.records import Example, Header
+from ..format.spec import RECORDS_PER_FRAME
+from ..format.validate import Validator
+from ..format.writer import compress_frame, encode_record, open_writer
+
+#: what a forked worker runs: set in the parent just before the pool starts
+_JOB: dict[str, Any] = {}
+
+
+def check_workers(n: int) -> int:
+    from ..errors import UsageError
+
+    if not isinstance(n, int) or n < 1:
+        raise UsageError(f"--workers must be a whole number >= 1, got {n!r}")
+    return n
+
+
+def _error(err: BridgeError) -> tuple:
+    return (type(err), err.message, err.file, err.record, err.field, err.hint)
+
+
+def _raise(spec: tuple) -> None:
+    cls, message, file, record, field, hint = spec
+    raise cls(message, file=file, record=record, field=field, hint=hint)
+
+
+def _work(start: int, payloads: list[bytes]) -> tuple[Any, list, tuple | None, str | None]:
+    """Decode, check and process one batch. Returns (packed results, [(id, record)] of the examples that
+    passed their checks, the error of the first one that failed or None, and whether that one's id still
+    needs the duplicate check before its error is raised ('fn': it failed in the step itself))."""
+    job = _JOB
+    name, validator, work = job["name"], job["validator"], job["work"]
+    results, ids = [], []
+    for k, payload in enumerate(payloads):
+        position = start + k
+        try:
+            ex = decode_example(payload, name, position)
+            validator.check(ex, position)
+        except BridgeError as err:
+            return job["pack"](results), ids, _error(err), None
+        record = ex.index if isinstance(ex.index, int) and ex.index >= 0 else position
+        try:
+            results.append(work(ex))
+        except BridgeError as err:
+            return job["pack"](results), ids, _error(err), (ex.id, record)
+        ids.append((ex.id, record))
+    return job["pack"](results), ids, None, None
+
+
+def _batches(payloads: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for p in payloads:
+        batch.append(p)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
+               workers: int):
+    """Fork ``workers`` processes that run ``work`` on each example and ``pack`` on each batch's results.
+    Start it before any thread (a progress bar's) so that no lock is copied held."""
+    from ..errors import UsageError
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise UsageError("--workers needs processes started by fork (Linux, macOS); use --workers 1 here")
+    _JOB.clear()
+    _JOB.update(name=reader.name, validator=validator, work=work, pack=pack)
+    return multiprocessing.get_context("fork").Pool(workers)
+
+
+def run_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
+             workers: int, pool=None) -> Iterator[tuple[int, Any]]:
+    """Yield ``(examples read, packed results)`` per batch of ``reader``'s examples, in order (on ``pool``
+    from :func:`start_pool`, or a new one)."""
+    pool = pool if pool is not None else start_pool(reader, validator, work, pack, workers)
+    with pool:
+        pending: collections.deque = collections.deque()
+        start = 0
+
+        def drain_one():
+            n, res = pending.popleft()
+            packed, ids, err, failed = res.get()
+            for id_, record in ids:
+                validator.seen(id_, record)
+            if err is not None:
+                if failed is not None:
+                    validator.seen(*failed)
+                _raise(err)
+            return n, packed
+
+        try:
+            for batch in _batches(reader.payloads(), RECORDS_PER_FRAME):
+                pending.append((len(batch), pool.apply_async(_work, (start, batch))))
+                start += len(batch)
+                while len(pending) >= 3 * workers:
+                    yield drain_one()
+        except BridgeError:
+            while pending:  # an error in an earlier record comes first
+                yield drain_one()
+            raise
+        while pending:
+            yield drain_one()
+
+
+def _pack_stream(results: list) -> tuple:
+    """A batch's output records: (count, tally, one zstd frame) when they fill a frame, else (count, tally,
+    the encoded records)."""
+    records = [r for r, _ in results if r is not None]
+    tally = sum(t for _, t in results)
+    if len(records) == RECORDS_PER_FRAME:
+        return len(records), tally, compress_frame(records), True
+    return len(records), tally, records, False
+
+
+def map_stream_parallel(inp, out, *, step, stage: str, needs: str, hint: str,
+                        fn: Callable[[Example, Header], Example | None], label: str, workers: int,
+                        display: str | None = None, tally: Callable[[Example], int] | None = None) -> tuple[int, int]:
+    """:func:`~bridgecli.steps.common.map_stream` on ``workers`` processes. Returns the number of examples
+    written and the sum of ``tally(new example)`` over them."""
+    from ..progress import progress_bar
+    from .common import naming, next_header, require_stage
+
+    with open_reader(inp) as reader:
+        require_stage(reader.header, needs, reader.name, hint)
+        header = next_header(reader.header, stage, step)
+        source = reader.header
+        where = display or reader.name
+
+        def work(ex: Example):
+            with naming(where, ex.index):
+                new = fn(ex, source)
+            if new is None:
+                return None, 0
+            return encode_record(new), (tally(new) if tally else 0)
+
+        total = 0
+        with start_pool(reader, reader._validate, work, _pack_stream, workers) as pool, \
+                open_writer(out, header) as writer, progress_bar() as bar:
+            task = bar.add_task(label, total=None, unit="ex", start=False)
+            for n, (count, t, data, is_frame) in run_pool(reader, reader._validate, work, _pack_stream, workers,
+                                                           pool):
+                bar.start_task(task)
+                total += t
+                if is_frame and not writer.write_frame(data, count):
+                    data = _split_frame(data)
+                    is_frame = False
+                if not is_frame:
+                    for record in data:
+                        writer.write_encoded(record)
+                bar.update(task, advance=n)
+            return writer.count, total
+
+
+def _split_frame(frame: bytes) -> list[bytes]:
+    """The encoded records of a frame from :func:`compress_frame` (used when it cannot be written whole)."""
+    import zstandard
+
+    from ..format.spec import RECORD_PREFIX
+
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+    out, at = [], 0
+    while at < len(raw):
+        length, _ = RECORD_PREFIX.unpack_from(raw, at)
+        end = at + RECORD_PREFIX.size + length
+        out.append(raw[at:end])
+        at = end
+    return out
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
