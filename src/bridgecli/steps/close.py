@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 
 from ..core.closure import forced_units, project, units_from_spans
-from ..errors import PluginError, UsageError
+from ..errors import PluginError
 from ..format.records import Closure, Example, Header
 from ..registry import get
 from .common import map_stream, step_record

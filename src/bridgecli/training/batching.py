@@ -57,7 +57,9 @@ class MicroBatch:
             self.target = self.labels[:, 1:][self.keep[:, :-1]]
 
     def to(self, device) -> "MicroBatch":
-        move = (lambda t: None if t is None else t.to(device, non_blocking=True))
+        def move(t):
+            return None if t is None else t.to(device, non_blocking=True)
+
         return MicroBatch(move(self.input_ids), move(self.labels), move(self.attention_mask),
                           move(self.position_ids), self.rows, self.tokens, self.computed, move(self.keep),
                           move(self.target))
