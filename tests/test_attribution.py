@@ -143,6 +143,11 @@ def test_scorer_options_are_checked(setup, tokenizer):
         ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, options={"scorer_options": bad})
         with pytest.raises(ValueError):
             AttributionScorer(ctx)
+    from bridgecli.modeling.scoring import BridgeScorer
+
+    with pytest.raises(ValueError, match="unknown option 'chunks'"):  # the bridge scorer takes none
+        BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v,
+                                    options={"scorer_options": {"chunks": "4"}}))
 
 
 @given(n=st.integers(0, 9), k=st.integers(1, 12))

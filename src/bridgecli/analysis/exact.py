@@ -37,7 +37,8 @@ def reference_scorer(ctx):
 
     from ..modeling.scoring import BridgeScorer
 
-    return BridgeScorer(dataclasses.replace(ctx, options={**ctx.options, "fast_tail": False}))
+    options = {k: v for k, v in ctx.options.items() if k != "scorer_options"}  # another scorer's
+    return BridgeScorer(dataclasses.replace(ctx, options={**options, "fast_tail": False}))
 
 
 def neutral_token_id(tokenizer, text: str | None = None) -> int:

@@ -63,6 +63,7 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
+    OPTIONS = ("chunks",)
     #: default padded tokens per pass on a GPU (`bridge score --max-tokens`): the reverse pass keeps every
     #: layer's attention probabilities, so passes are smaller than the bridge scorer's 32768
     max_tokens_cuda = 4096
@@ -70,9 +71,6 @@ class AttributionScorer(BridgeScorer):
     def __init__(self, ctx: ScoringContext):
         super().__init__(ctx)
         opts = dict(ctx.options.get("scorer_options") or {})
-        unknown = sorted(set(opts) - {"chunks"})
-        if unknown:
-            raise ValueError(f"unknown option {unknown[0]!r} (atp takes chunks=K)")
         try:
             self.chunks = int(opts.get("chunks", 1))
         except ValueError:

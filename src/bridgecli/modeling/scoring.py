@@ -111,9 +111,15 @@ class BridgeScorer:
     blocks along v (no per-token backward); the LM head runs on response rows only."""
 
     name = "bridge"
+    #: the keys this scorer takes from ``bridge score --scorer-option KEY=VALUE``
+    OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, ctx: ScoringContext):
         self.ctx = ctx
+        unknown = sorted(set(ctx.options.get("scorer_options") or {}) - set(self.OPTIONS))
+        if unknown:
+            takes = ", ".join(f"{k}=..." for k in self.OPTIONS) or "none"
+            raise ValueError(f"unknown option {unknown[0]!r} (scorer options: {takes})")
         model = ctx.model
         use_bridge_attention(model)
         blocks = blocks_of(model)
