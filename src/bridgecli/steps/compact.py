@@ -128,9 +128,7 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         with open_text_output(out) as fh:
             yield fh.write if lines else (lambda record: fh.write(_jsonl(record)))
         return
-    if is_stdio(out):
-        raise UsageError(f"--format {fmt} needs a path: pass -o FILE (stdout takes jsonl or text)")
-    if fmt == "parquet":
+    if fmt == "parquet":  # (run_compact refuses parquet and hf to stdout before reading anything)
         with atomic_path(out) as tmp:
             writer = _TableWriter(tmp, preset)
             try:
