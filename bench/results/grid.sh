@@ -41,6 +41,13 @@
 #
 #   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
 #              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json
+#   GRID_JOBS [empty]  an explicit job list "SEED:METHOD:RHO ..." in place of SEEDS x METHODS x RHOS
+#              (METHODS still decides the shared steps: name bridge-atp there for score-atp)
+#   PROCS_PER_GPU [1]  runs side by side on each GPU (the 135M model leaves an H100 mostly idle:
+#              3 processes finish about twice the runs per hour of one); logs OUT_DIR/gpuG-P.log
+#
+# A run whose METHOD/RHO/SEED key is already in OUT_DIR/results.json is skipped, so a results.json
+# copied into a fresh OUT_DIR (a new machine) continues the table: only the shared steps rerun.
 #
 # Parallel by hand: once the shared steps are done, runs with disjoint METHODS may share OUT_DIR
 # (results.json is merged under a lock), e.g. two processes on one GPU.
@@ -75,6 +82,7 @@ KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
 DEADLINE_S=${DEADLINE_S:-}
 ATP_OPTIONS=${ATP_OPTIONS:-}
 GPUS=${GPUS:-1}
+PROCS_PER_GPU=${PROCS_PER_GPU:-1}
 PYTHON=${PYTHON:-python3}
 BRIDGE=${BRIDGE:-bridge}
 read -r -a bridge_cmd <<< "$BRIDGE"
@@ -95,13 +103,15 @@ for f in "$data_dir/gsm8k/train.jsonl" "$data_dir/math/hendrycks_math_train.json
 done
 mkdir -p "$out/data" "$out/done"
 start=$(date +%s)
+# one deadline for this script and the per-GPU scripts it starts (they inherit DEADLINE_AT)
+if [ -n "$DEADLINE_S" ] && [ -z "${DEADLINE_AT:-}" ]; then export DEADLINE_AT=$(( start + DEADLINE_S )); fi
 
 # step NAME CMD...: run CMD unless OUT/done/NAME exists; then mark it done and keep its seconds
 step() {
   local name=$1; shift
   local mark="$out/done/${name//\//_}"
   [ -f "$mark" ] && return 0
-  if [ -n "$DEADLINE_S" ] && [ $(( $(date +%s) - start )) -ge "$DEADLINE_S" ]; then
+  if [ -n "${DEADLINE_AT:-}" ] && [ "$(date +%s)" -ge "$DEADLINE_AT" ]; then
     echo "grid.sh: DEADLINE_S=$DEADLINE_S reached before $name: rerun the same command to continue" >&2
     exit 75
   fi
@@ -179,6 +189,10 @@ evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
   fi
 }
 
+recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
+  [ -f "$out/results.json" ] && "$PYTHON" -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("runs", {}))' "$out/results.json" "$1"
+}
+
 record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR: merge one entry into results.json
   "$PYTHON" "$here/grid_record.py" "$out" "$1" "$2" "$3" "$4" "$5" \
     "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR"
@@ -192,34 +206,43 @@ if [ -z "${GRID_JOBS:-}" ]; then
       case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
       for rho in $rhos; do
         [ "$method" = base ] && [ "$seed" != "${SEEDS%% *}" ] && continue  # base: once
+        key="$method/$rho/$seed"; [ "$method" = base ] && key="base/1/-"
+        recorded "$key" && continue  # in results.json already (e.g. from an earlier machine)
         GRID_JOBS+="$seed:$method:$rho "
       done
     done
   done
-  if [ "$GPUS" -gt 1 ]; then  # deal the jobs round-robin to the GPUs, one grid.sh each
-    read -r -a all <<< "$GRID_JOBS"
-    pids=()
-    for ((g = 0; g < GPUS; g++)); do
-      mine=""
-      for ((i = g; i < ${#all[@]}; i += GPUS)); do mine+="${all[i]} "; done
-      [ -n "$mine" ] || continue
-      CUDA_VISIBLE_DEVICES=$g GRID_JOBS="$mine" GPUS=1 "$0" "$data_dir" "$out" > "$out/gpu$g.log" 2>&1 &
-      pids+=($!)
-    done
-    status=0
-    for p in "${pids[@]}"; do wait "$p" || status=$?; done
-    [ "$status" = 0 ] || { tail -n 5 "$out"/gpu*.log >&2; echo "grid.sh: a GPU's share failed (exit $status): see $out/gpu*.log; rerun to continue" >&2; exit "$status"; }
-    "$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true
-    echo "grid.sh: $(( $(date +%s) - start )) s on $GPUS GPUs; results in $out/results.json" >&2
-    exit 0
-  fi
+fi
+# 3. more than one worker: deal the jobs (the list above, or GRID_JOBS as given: "SEED:METHOD:RHO ...")
+workers=$(( GPUS * PROCS_PER_GPU ))
+if [ "$workers" -gt 1 ]; then  # deal the jobs round-robin to the workers, one grid.sh each
+  read -r -a all <<< "$GRID_JOBS"
+  pids=()
+  for ((w = 0; w < workers; w++)); do
+    mine=""
+    for ((i = w; i < ${#all[@]}; i += workers)); do mine+="${all[i]} "; done
+    [ -n "$mine" ] || continue
+    g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
+    [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
+    CUDA_VISIBLE_DEVICES=$g GRID_JOBS="$mine" GPUS=1 PROCS_PER_GPU=1 "$0" "$data_dir" "$out" > "$log" 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for p in "${pids[@]}"; do wait "$p" || status=$?; done
+  [ "$status" = 0 ] || { tail -n 5 "$out"/gpu*.log >&2; echo "grid.sh: a worker's share failed (exit $status): see $out/gpu*.log; rerun to continue" >&2; exit "$status"; }
+  "$PYTHON" "$here/grid_table.py" "$out/results.json" --plot "$out/finding3.png" || true
+  echo "grid.sh: $(( $(date +%s) - start )) s on $GPUS GPUs x $PROCS_PER_GPU processes; results in $out/results.json" >&2
+  exit 0
 fi
 for job in $GRID_JOBS; do
   IFS=: read -r seed method rho <<< "$job"
   {
       run="runs/$method/rho$rho/seed$seed"
       [ "$method" = base ] && run="runs/base"
-      [ -f "$out/done/${run//\//_}_recorded" ] && { echo "== $method rho=$rho seed=$seed: recorded" >&2; continue; }
+      key="$method/$rho/$seed"; [ "$method" = base ] && key="base/1/-"
+      if [ -f "$out/done/${run//\//_}_recorded" ] || recorded "$key"; then
+        echo "== $method rho=$rho seed=$seed: recorded" >&2; continue
+      fi
       mkdir -p "$out/$run"
       if [ "$method" = base ]; then
         evaluate smollm2 "$run"
