@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from .. import PRODUCER
+from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..analysis import fidelity as fid
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
@@ -64,7 +65,7 @@ class Source:
 class Loaded:
     ctx: object  # ScoringContext
     scorer: object  # BridgeScorer
-    meta: dict
+    meta: WarmupMeta
     root: Path
 
 
@@ -72,7 +73,6 @@ def load(src: Source) -> Loaded:
     """The warmup checkpoint, its tokenizer and v, as ``bridge score`` loads them."""
     from ..modeling.loading import resolve_device
     from ..modeling.scoring import BridgeScorer, ScoringContext
-    from ..runfolder import WarmupRun
     from .score import load_checkpoint
 
     from ..io import check_input
@@ -88,18 +88,17 @@ def load(src: Source) -> Loaded:
     return Loaded(ctx=ctx, scorer=BridgeScorer(ctx), meta=meta, root=run.root)
 
 
-def pick_examples(src: Source, tokenizer, meta: dict) -> list[Example]:
+def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     """``n`` examples of DATA (a seeded uniform sample, or the first ``n`` with ``first``), leaving
     out the ids warmup used when DATA is the file it read, and those over ``--max-length``."""
     if src.n < 1:
         raise UsageError(f"--n must be >= 1, got {src.n}")
     opts = src.data_opts
-    leave_out: set[str] = set()
-    if meta.get("data_digest") and meta.get("data_digest") == file_digest(src.data):
-        leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])
-        if meta.get("warm_ids") is None:
-            note("warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
-                 "the sample may include warm examples")
+    leave_out = meta.leave_out(src.data)
+    if leave_out is not None and meta.warm_ids is None:
+        note("warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
+             "the sample may include warm examples")
+    leave_out = leave_out or frozenset()
     pairs = [(i, w, p) for i, w, p in iter_pairs(src.data, opts) if p.id not in leave_out]
     if leave_out:
         note(f"left out {len(leave_out)} examples used by warmup")
@@ -162,9 +161,9 @@ class MatrixCache:
         from ..modeling.loading import fingerprint, resolve
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        direction = next(iter(sorted(loaded.root.glob("direction*"))), None)
-        self.base = json.dumps([fingerprint(resolve(str(loaded.root / "checkpoint"))),
-                                file_digest(direction) if direction is not None else None,
+        run = WarmupRun(loaded.root)
+        self.base = json.dumps([fingerprint(resolve(str(run.checkpoint))),
+                                file_digest(run.direction_path) if run.direction_path.exists() else None,
                                 ref.perturb, ref.neutral_id, dtype])
 
     def prompt_matrix(self, ref, ex: Example) -> tuple[np.ndarray, np.ndarray]:
@@ -234,10 +233,10 @@ def _clean(x):
 def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
     out = {"command": command, "producer": PRODUCER, "created": now(), "params": params}
     if loaded is not None:
-        out["checkpoint"] = {"run": str(loaded.root), "base_model": loaded.meta.get("base_model"),
-                             "warm_examples": loaded.meta.get("warm_examples"),
-                             "val_examples": loaded.meta.get("val_examples"),
-                             "val_loss": loaded.meta.get("val_loss")}
+        out["checkpoint"] = {"run": str(loaded.root), "base_model": loaded.meta.base_model,
+                             "warm_examples": loaded.meta.warm_examples,
+                             "val_examples": loaded.meta.val_examples,
+                             "val_loss": loaded.meta.val_loss}
     return out
 
 
