@@ -19,7 +19,7 @@ import numpy as np
 
 from bridgecli.analysis.metrics import spearman
 from bridgecli.data.examples import DataOptions
-from bridgecli.steps.analyze import MatrixCache, Source, _exact_reference, _score, load, pick_examples
+from bridgecli.steps.analyze import Source, _exact_reference, _score, load, matrix_cache, pick_examples
 
 STATS = {
     "pair_pearson": "Pearson(beta, A a) over all (j, i) pairs",
@@ -48,7 +48,7 @@ def main() -> None:
     loaded = load(src)
     examples = _score(loaded, pick_examples(src, loaded.ctx.tokenizer, loaded.meta), src.batch_size)
     ref = _exact_reference(loaded, src, args.perturb, None)
-    cache = MatrixCache(src.cache, loaded, ref, src.dtype)
+    cache = matrix_cache(src, loaded, ref)
     rows = []
     for ex in examples:
         a, A = ex.scores.a.numpy().astype(np.float64), ex.scores.A.numpy().astype(np.float64)

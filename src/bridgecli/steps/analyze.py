@@ -11,11 +11,11 @@ examples, runs the passes and writes the JSON report.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -23,8 +23,10 @@ import numpy as np
 from .. import PRODUCER
 from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..analysis import fidelity as fid
+from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
+from ..analysis.matrix_cache import MatrixCache
 from ..core.budgets import budget
 from ..data.examples import DataOptions, file_digest, iter_pairs
 from ..data.tokenize import tokenize_pair
@@ -35,6 +37,9 @@ from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
 from .common import now, plugin_spec, require_stage
+
+if TYPE_CHECKING:
+    from ..modeling.scoring import BridgeScorer, ScoringContext
 
 
 @dataclass
@@ -63,29 +68,31 @@ class Source:
 
 @dataclass
 class Loaded:
-    ctx: object  # ScoringContext
-    scorer: object  # BridgeScorer
+    ctx: ScoringContext
+    scorer: BridgeScorer
     meta: WarmupMeta
-    root: Path
+    run: WarmupRun
+
+    @property
+    def root(self) -> Path:
+        return self.run.root
 
 
 def load(src: Source) -> Loaded:
     """The warmup checkpoint, its tokenizer and v, as ``bridge score`` loads them."""
-    from ..modeling.loading import resolve_device
-    from ..modeling.scoring import BridgeScorer, ScoringContext
-    from .score import load_checkpoint
-
     from ..io import check_input
+    from ..modeling.loading import resolve_device
+    from ..modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
     device = resolve_device(src.device)
     src.device = device
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
-    meta, tokenizer, _, model, direction = load_checkpoint(run, src.dtype, device)
-    ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=direction.v,
+    ck = load_scoring_checkpoint(run, src.dtype, device)
+    ctx = ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v,
                          attention_layers=src.attention_layers, device=device)
-    return Loaded(ctx=ctx, scorer=BridgeScorer(ctx), meta=meta, root=run.root)
+    return Loaded(ctx=ctx, scorer=BridgeScorer(ctx), meta=ck.meta, run=run)
 
 
 def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
@@ -149,41 +156,18 @@ def _exact_reference(loaded: Loaded, src: Source, perturb: str, neutral: str | N
         raise UsageError(str(exc)) from None
 
 
-class MatrixCache:
-    """Exact prompt perturbation matrices on disk, keyed by the checkpoint, v, the perturbation
-    and the example's tokens, so that ``fidelity`` and ``shift`` (and reruns) compute each once."""
+def matrix_cache(src: Source, loaded: Loaded, ref) -> MatrixCache:
+    """The cache of exact prompt matrices (``--cache``), keyed by the checkpoint, v, the perturbation
+    and the dtype."""
+    if src.cache is None:
+        return MatrixCache(None)
+    from ..modeling.loading import fingerprint, resolve
 
-    def __init__(self, folder: str | Path | None, loaded: Loaded, ref, dtype: str):
-        self.folder = Path(folder) if folder is not None else None
-        self.hits = 0
-        if self.folder is None:
-            return
-        from ..modeling.loading import fingerprint, resolve
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        run = WarmupRun(loaded.root)
-        self.base = json.dumps([fingerprint(resolve(str(run.checkpoint))),
-                                file_digest(run.direction_path) if run.direction_path.exists() else None,
-                                ref.perturb, ref.neutral_id, dtype])
-
-    def prompt_matrix(self, ref, ex: Example) -> tuple[np.ndarray, np.ndarray]:
-        if self.folder is None:
-            return ref.prompt_matrix(ex)
-        import hashlib
-
-        h = hashlib.sha256(self.base.encode())
-        h.update(json.dumps(ex.tokens.input_ids).encode())
-        h.update(ex.tokens.kinds)
-        path = self.folder / f"{h.hexdigest()[:32]}.npz"
-        if path.exists():
-            with np.load(path) as z:
-                self.hits += 1
-                return z["a_full"], z["beta"]
-        a_full, beta = ref.prompt_matrix(ex)
-        with atomic_path(path, suffix=".npz") as tmp:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, a_full=a_full, beta=beta)
-        return a_full, beta
+    run = loaded.run
+    direction = run.direction_path
+    return MatrixCache(src.cache, [fingerprint(resolve(str(run.checkpoint))),
+                                   file_digest(direction) if direction.exists() else None,
+                                   ref.perturb, ref.neutral_id, src.dtype])
 
 
 def _score(loaded: Loaded, examples: list[Example], batch_size: int) -> list[Example]:
@@ -195,39 +179,14 @@ def _score(loaded: Loaded, examples: list[Example], batch_size: int) -> list[Exa
     return out
 
 
-def dumps(obj, level: int = 0) -> str:
-    """JSON with nested maps indented and lists of scalars on one line (reports stay readable and
-    small: kappa, pairs and swaps are long lists)."""
-    pad, inner = "  " * level, "  " * (level + 1)
-    if isinstance(obj, dict) and obj:
-        items = [f"{inner}{json.dumps(str(k))}: {dumps(v, level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(x, dict) for x in obj):
-        return "[\n" + ",\n".join(inner + dumps(x, level + 1) for x in obj) + "\n" + pad + "]"
-    return json.dumps(obj, allow_nan=False, separators=(",", ": ") if not isinstance(obj, list) else (",", ":"))
-
-
 def write_report(report: dict, out: str | Path | None) -> None:
-    text = dumps(report)
+    text = report_json.dumps(report)
     if is_stdio(out):
         print(text)
         return
     with atomic_path(out) as tmp:
         Path(tmp).write_text(text + "\n")
     note(f"wrote {out}")
-
-
-def _clean(x):
-    """JSON-safe floats (NaN/inf -> None)."""
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        return _clean(x.item())
-    return x
 
 
 def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
@@ -271,7 +230,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     extra_entries = {spec: get("scorer", name) for spec, (name, _) in specs.items()}
     loaded = load(opts.src)
     ref = _exact_reference(loaded, opts.src, opts.perturb, opts.neutral)
-    cache = MatrixCache(opts.src.cache, loaded, ref, opts.src.dtype)
+    cache = matrix_cache(opts.src, loaded, ref)
     extra = {}
     for spec, entry in extra_entries.items():
         ctx = dataclasses.replace(loaded.ctx, options={**loaded.ctx.options, "scorer_options": specs[spec][1]})
@@ -303,7 +262,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
                    "cache_hits": cache.hits,
                    "table": rows, "paper_setting": fid.PAPER_SETTING,
                    "examples": [r.as_dict() for r in results]})
-    report = _clean(report)
+    report = report_json.clean(report)
     write_report(report, opts.out)
     return report
 
@@ -364,7 +323,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     want_exact = opts.scores in ("both", "exact")
     want_sur = opts.scores in ("both", "surrogate")
     ref = _exact_reference(loaded, opts.src, opts.perturb, opts.neutral) if want_exact else None
-    cache = MatrixCache(opts.src.cache, loaded, ref, opts.src.dtype) if want_exact else None
+    cache = matrix_cache(opts.src, loaded, ref) if want_exact else None
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     rng = np.random.default_rng(opts.src.seed)
     levels = list(opts.levels)
@@ -396,7 +355,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     report.update({"examples_used": len(per_example), "seconds": round(time.perf_counter() - started, 1),
                    "cache_hits": cache.hits if cache is not None else 0,
                    "levels": levels, "summary": summary, "examples": per_example})
-    report = _clean(report)
+    report = report_json.clean(report)
     write_report(report, opts.out)
     png = opts.png
     if png is None and not is_stdio(opts.out):
@@ -421,76 +380,6 @@ class RobustnessOptions:
     full: bool = False  # every q's pair and improving swap in the JSON
 
 
-def _abs(positions: np.ndarray, idx) -> list[int]:
-    return positions[np.asarray(idx, dtype=np.int64)].tolist()
-
-
-def robustness_side(side: str, ex: Example, rho_side: float, rho_opp: float, full: bool) -> dict:
-    sc = ex.scores
-    a_x, B = rob.side_problem(side, sc.a.numpy(), sc.c.numpy(), sc.A.numpy())
-    N, n = B.shape
-    own = ex.tokens.prompt_positions() if side == "prompt" else ex.tokens.response_positions()
-    opp = ex.tokens.response_positions() if side == "prompt" else ex.tokens.prompt_positions()
-    b, b_opp = budget(rho_side, N), budget(rho_opp, n)
-    out: dict = {"size": N, "opposite": n, "b": b, "b_opposite": b_opp}
-    if not 1 <= b < N or n == 0:
-        out["undefined"] = "needs 1 <= b < |X| and a non-empty opposite side"
-        return out
-    sel = rob.full_state_selection(a_x, B, b)
-    k = rob.kappa(a_x, B, sel)
-
-    def swap(q: int) -> dict:
-        i, i2 = int(k.pair_in[q - 1]), int(k.pair_out[q - 1])
-        V = rob.witness(B, i, i2, q)
-        s = rob.conditional(a_x, B, V)
-        return {"q": q, "kappa": float(k.kappa[q - 1]), "out": int(own[i]), "in": int(own[i2]),
-                "V": _abs(opp, V), "gain": float(s[i2] - s[i])}
-
-    first_neg = k.first_negative()
-    out.update({
-        "selected": _abs(own, sel),
-        "kappa": [float(x) for x in k.kappa],
-        "pairs": [[int(own[i]), int(own[j])] for i, j in zip(k.pair_in, k.pair_out)],
-        "first_negative_q": first_neg,
-        "robust_from_q": k.robust_from(),
-        "kappa_at_b_opposite": float(k.kappa[b_opp - 1]) if b_opp >= 1 else None,
-        "robust_at_b_opposite": bool(k.kappa[b_opp - 1] >= 0) if b_opp >= 1 else None,
-        "swap_at_first_negative": swap(first_neg) if first_neg is not None else None,
-        "swap_at_b_opposite": swap(b_opp) if b_opp >= 1 and k.kappa[b_opp - 1] < 0 else None,
-    })
-    if full:
-        out["swaps"] = [swap(q) for q in range(1, n + 1) if k.kappa[q - 1] < 0]
-    return out
-
-
-def _robustness_table(examples: list[dict]) -> list[dict]:
-    rows = []
-    for side in ("prompt", "response"):
-        defined = [e[side] for e in examples if "kappa" in e[side]]
-        if not defined:
-            rows.append({"side": side, "examples": 0})
-            continue
-        frac_first = [(d["first_negative_q"] / d["opposite"]) if d["first_negative_q"] else None for d in defined]
-        rows.append({
-            "side": side,
-            "examples": len(defined),
-            "undefined": len(examples) - len(defined),
-            "mean_b": float(np.mean([d["b"] for d in defined])),
-            "mean_b_opposite": float(np.mean([d["b_opposite"] for d in defined])),
-            "robust_at_b_opposite": float(np.mean([d["robust_at_b_opposite"] for d in defined])),
-            "robust_at_every_q": float(np.mean([d["first_negative_q"] is None for d in defined])),
-            "first_negative_fraction": _stats([x for x in frac_first if x is not None]),
-            "robust_from_fraction": _stats([(d["robust_from_q"] - 1) / d["opposite"] for d in defined]),
-        })
-    return rows
-
-
-def _stats(values) -> dict:
-    from ..analysis.metrics import summary
-
-    return summary(values)
-
-
 def run_robustness(opts: RobustnessOptions) -> dict:
     _check_rho(rho_p=opts.rho_p, rho_r=opts.rho_r)
     examples = []
@@ -502,13 +391,13 @@ def run_robustness(opts: RobustnessOptions) -> dict:
             for ex in reader:
                 examples.append({
                     "id": ex.id, "index": ex.index,
-                    "prompt": robustness_side("prompt", ex, opts.rho_p, opts.rho_r, opts.full),
-                    "response": robustness_side("response", ex, opts.rho_r, opts.rho_p, opts.full),
+                    "prompt": rob.example_side("prompt", ex, opts.rho_p, opts.rho_r, opts.full),
+                    "response": rob.example_side("response", ex, opts.rho_r, opts.rho_p, opts.full),
                 })
                 bar.update(task, advance=1)
     report = _header("analyze robustness", None, {"input": source, "rho_p": opts.rho_p, "rho_r": opts.rho_r,
                                                   "model": header.model.source})
-    report.update({"examples_used": len(examples), "table": _robustness_table(examples), "examples": examples})
-    report = _clean(report)
+    report.update({"examples_used": len(examples), "table": rob.table(examples), "examples": examples})
+    report = report_json.clean(report)
     write_report(report, opts.out)
     return report
