@@ -12,7 +12,6 @@ c_j the mass on earlier response tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import torch
@@ -73,12 +72,6 @@ class ScoringContext:
     attention_layers: int = 4
     device: str = "cpu"
     options: dict = field(default_factory=dict)
-
-
-class Scorer(Protocol):
-    name: str
-
-    def score(self, batch: list[Example]) -> list[Scores]: ...
 
 
 def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -33,6 +33,7 @@ from ..data.tokenize import tokenize_pair
 from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
+from ..hookspecs import Selector, as_selector
 from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
@@ -225,7 +226,8 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     if opts.rounds < 1:
         raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
     _check_perturb(opts.perturb)
-    selector = get("selector", opts.method)
+    selector = as_selector(get("selector", opts.method).obj, opts.method)
+    options = selector.parse({"rounds": opts.rounds})
     specs = {spec: plugin_spec(spec, "--proxy") for spec in opts.proxies}
     extra_entries = {spec: get("scorer", name) for spec, (name, _) in specs.items()}
     loaded = load(opts.src)
@@ -251,7 +253,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
             for k, ex in enumerate(chunk):
                 t0 = time.perf_counter()
                 results.append(_fidelity_example(ex, {n: v[k] for n, v in extra_scores.items()}, ref, cache,
-                                                 selector, opts))
+                                                 selector, options, opts))
                 results[-1].seconds = round(time.perf_counter() - t0, 3)
                 bar.update(task, advance=1)
     rows = fid.aggregate(results)
@@ -267,13 +269,13 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     return report
 
 
-def _fidelity_example(ex: Example, extra_scores: dict, ref, cache: MatrixCache, selector,
+def _fidelity_example(ex: Example, extra_scores: dict, ref, cache: MatrixCache, selector: Selector, options: dict,
                       opts: FidelityOptions) -> fid.ExampleFidelity:
     sc = ex.scores
     a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
     m, n = A.shape[1], A.shape[0]
     b_p, b_r = budget(opts.rho_p, m), budget(opts.rho_r, n)
-    sel = selector.obj(ex, b_p, b_r, {"rounds": opts.rounds})
+    sel = selector(ex, b_p, b_r, options)
     s_p, s_r = np.asarray(sel.prompt, dtype=np.int64), np.asarray(sel.response, dtype=np.int64)
     a_full, beta = cache.prompt_matrix(ref, ex)
     a_red = ref.reduced_utilities(ex, [s_p])[0]
