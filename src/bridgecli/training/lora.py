@@ -26,10 +26,6 @@ def wrap(model, settings: LoraSettings):
                          "or all-linear") from None
 
 
-def is_peft(model) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
-
-
 def trainable_counts(model) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     train = sum(p.numel() for p in model.parameters() if p.requires_grad)
