@@ -1,4 +1,4 @@
-"""The compared methods (docs/methods.md): budget matching, each scoring rule against a direct numpy
+"""The compared methods (docs/compared-methods.md): budget matching, each scoring rule against a direct numpy
 computation, the reference step against a direct forward/backward, and every method end to end on a
 tiny-model stream (budgets honoured, deterministic), through the CLI too."""
 

@@ -1,4 +1,4 @@
-"""The compared token-selection methods (docs/methods.md): their scoring rules, budget matching, and
+"""The compared token-selection methods (docs/compared-methods.md): their scoring rules, budget matching, and
 the per-token reference quantities they rank by.
 
 - :mod:`.rules`: the scoring rules (pure numpy)

@@ -48,5 +48,5 @@ def first_pass(selector: Selector, inp: str | None, rho_p: float, rho_r: float, 
     summary = plan.summary
     if summary.get("unmatched_by"):
         note(f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
-             f"tokens: the selected side gets none (see docs/methods.md, budget matching)")
+             f"tokens: the selected side gets none (see docs/compared-methods.md, budget matching)")
     return plan

@@ -1,5 +1,5 @@
 """``bridge reference``: per-token losses (and attention, gradient norms) of one more model, stored in
-every example under a name, for the compared methods (docs/methods.md).
+every example under a name, for the compared methods (docs/compared-methods.md).
 
 One model is in memory at a time: run the step once per model (the base model theta_old, a
 reference model, the warmup checkpoint). The model's tokenizer must be the stream's (checked by
