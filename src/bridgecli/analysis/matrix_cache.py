@@ -41,16 +41,16 @@ class MatrixCache:
         h.update(ex.tokens.kinds)
         return self.folder / f"{h.hexdigest()[:32]}.npz"
 
-    def prompt_matrix(self, ref: PromptMatrices, ex: Example) -> tuple[np.ndarray, np.ndarray]:
-        """(a_full, beta) of ``ex`` from the cache, or computed by ``ref`` and stored."""
+    def prompt_matrix(self, exact: PromptMatrices, ex: Example) -> tuple[np.ndarray, np.ndarray]:
+        """(a_full, beta) of ``ex`` from the cache, or computed by ``exact`` and stored."""
         if self.folder is None:
-            return ref.prompt_matrix(ex)
+            return exact.prompt_matrix(ex)
         path = self.path(ex)
         if path.exists():
             with np.load(path) as z:
                 self.hits += 1
                 return z["a_full"], z["beta"]
-        a_full, beta = ref.prompt_matrix(ex)
+        a_full, beta = exact.prompt_matrix(ex)
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as fh:
                 np.savez(fh, a_full=a_full, beta=beta)

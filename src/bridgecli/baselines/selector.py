@@ -20,7 +20,7 @@ from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..hookspecs import Plan
-from .budgets import MATCH_RULES, matched_budgets, rank_across
+from .matching import MATCH_RULES, matched_budgets, rank_across
 
 #: keys ``bridge select`` itself puts into ``options`` (not the user's)
 STEP_KEYS = ("rounds",)

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..baselines import rules
 from ..baselines.selector import Baseline, Opt
-from ..baselines.sources import WARMUP, attention_rows, losses, quantity
+from ..baselines.quantities import WARMUP, attention_rows, losses, quantity
 from ..errors import UsageError
 from ..format.records import Example
 from ..hookspecs import hookimpl

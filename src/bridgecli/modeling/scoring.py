@@ -23,7 +23,7 @@ from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..format.records import Array, Example, Scores
 from . import ce_kernel, dual_llama, jvp_attention
 from .attention import Routing, routing, use_bridge_attention
-from .batching import ScoreBatch, make_batch
+from .score_batch import ScoreBatch, make_batch
 from ..errors import ModelError
 from .params import blocks_of, tail_layer_indices
 from .tail import Tail

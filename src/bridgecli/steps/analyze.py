@@ -141,8 +141,8 @@ def _check_perturb(perturb: str) -> None:
         raise UsageError(f"unknown perturbation {perturb!r}; choose one of {', '.join(PERTURBATIONS)}")
 
 
-def _exact_reference(loaded: Loaded, src: Source, perturb: str, neutral: str | None):
-    from ..analysis.exact import ExactReference, reference_scorer, neutral_token_id
+def _exact_scores(loaded: Loaded, src: Source, perturb: str, neutral: str | None):
+    from ..analysis.exact import ExactScores, exact_base_scorer, neutral_token_id
 
     neutral_id = None
     if perturb == "replace":
@@ -151,13 +151,13 @@ def _exact_reference(loaded: Loaded, src: Source, perturb: str, neutral: str | N
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
-        return ExactReference(reference_scorer(loaded.ctx), perturb=perturb, neutral_id=neutral_id,
+        return ExactScores(exact_base_scorer(loaded.ctx), perturb=perturb, neutral_id=neutral_id,
                               batch_size=src.batch_size)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
 
-def matrix_cache(src: Source, loaded: Loaded, ref) -> MatrixCache:
+def matrix_cache(src: Source, loaded: Loaded, exact) -> MatrixCache:
     """The cache of exact prompt matrices (``--cache``), keyed by the checkpoint, v, the perturbation
     and the dtype."""
     if src.cache is None:
@@ -168,7 +168,7 @@ def matrix_cache(src: Source, loaded: Loaded, ref) -> MatrixCache:
     direction = run.direction_path
     return MatrixCache(src.cache, [fingerprint(resolve(str(run.checkpoint))),
                                    file_digest(direction) if direction.exists() else None,
-                                   ref.perturb, ref.neutral_id, src.dtype])
+                                   exact.perturb, exact.neutral_id, src.dtype])
 
 
 def _score(loaded: Loaded, examples: list[Example], batch_size: int) -> list[Example]:
@@ -231,8 +231,8 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     specs = {spec: plugin_spec(spec, "--proxy") for spec in opts.proxies}
     extra_entries = {spec: get("scorer", name) for spec, (name, _) in specs.items()}
     loaded = load(opts.src)
-    ref = _exact_reference(loaded, opts.src, opts.perturb, opts.neutral)
-    cache = matrix_cache(opts.src, loaded, ref)
+    exact = _exact_scores(loaded, opts.src, opts.perturb, opts.neutral)
+    cache = matrix_cache(opts.src, loaded, exact)
     extra = {}
     for spec, entry in extra_entries.items():
         ctx = dataclasses.replace(loaded.ctx, options={**loaded.ctx.options, "scorer_options": specs[spec][1]})
@@ -252,14 +252,14 @@ def run_fidelity(opts: FidelityOptions) -> dict:
             extra_scores = {name: s.score(chunk) for name, s in extra.items()}
             for k, ex in enumerate(chunk):
                 t0 = time.perf_counter()
-                results.append(_fidelity_example(ex, {n: v[k] for n, v in extra_scores.items()}, ref, cache,
+                results.append(_fidelity_example(ex, {n: v[k] for n, v in extra_scores.items()}, exact, cache,
                                                  selector, options, opts))
                 results[-1].seconds = round(time.perf_counter() - t0, 3)
                 bar.update(task, advance=1)
     rows = fid.aggregate(results)
     report = _header("analyze fidelity", loaded, {
         **opts.src.describe(), "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds, "method": opts.method,
-        "perturb": opts.perturb, "neutral_token_id": ref.neutral_id, "proxies": list(opts.proxies)})
+        "perturb": opts.perturb, "neutral_token_id": exact.neutral_id, "proxies": list(opts.proxies)})
     report.update({"examples_used": len(results), "seconds": round(time.perf_counter() - started, 1),
                    "cache_hits": cache.hits,
                    "table": rows, "paper_setting": fid.PAPER_SETTING,
@@ -269,7 +269,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     return report
 
 
-def _fidelity_example(ex: Example, extra_scores: dict, ref, cache: MatrixCache, selector: Selector, options: dict,
+def _fidelity_example(ex: Example, extra_scores: dict, exact, cache: MatrixCache, selector: Selector, options: dict,
                       opts: FidelityOptions) -> fid.ExampleFidelity:
     sc = ex.scores
     a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
@@ -277,8 +277,8 @@ def _fidelity_example(ex: Example, extra_scores: dict, ref, cache: MatrixCache, 
     b_p, b_r = budget(opts.rho_p, m), budget(opts.rho_r, n)
     sel = selector(ex, b_p, b_r, options)
     s_p, s_r = np.asarray(sel.prompt, dtype=np.int64), np.asarray(sel.response, dtype=np.int64)
-    a_full, beta = cache.prompt_matrix(ref, ex)
-    a_red = ref.reduced_utilities(ex, [s_p])[0]
+    a_full, beta = cache.prompt_matrix(exact, ex)
+    a_red = exact.reduced_utilities(ex, [s_p])[0]
     p_prox = fid.prompt_proxies(a, A, s_r)
     r_prox = fid.response_proxies(a, c, A, s_p)
     for name, other in extra_scores.items():
@@ -324,8 +324,8 @@ def run_shift(opts: ShiftOptions) -> dict:
     loaded = load(opts.src)
     want_exact = opts.scores in ("both", "exact")
     want_sur = opts.scores in ("both", "surrogate")
-    ref = _exact_reference(loaded, opts.src, opts.perturb, opts.neutral) if want_exact else None
-    cache = matrix_cache(opts.src, loaded, ref) if want_exact else None
+    exact = _exact_scores(loaded, opts.src, opts.perturb, opts.neutral) if want_exact else None
+    cache = matrix_cache(opts.src, loaded, exact) if want_exact else None
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     rng = np.random.default_rng(opts.src.seed)
     levels = list(opts.levels)
@@ -344,8 +344,8 @@ def run_shift(opts: ShiftOptions) -> dict:
                 if want_sur:
                     res["surrogate"] = sh.surrogate_shifts(a, c, A, s_r_levels, s_p_levels)
                 if want_exact:
-                    a_full, beta = cache.prompt_matrix(ref, ex)
-                    a_red = ref.reduced_utilities(ex, s_p_levels)
+                    a_full, beta = cache.prompt_matrix(exact, ex)
+                    a_red = exact.reduced_utilities(ex, s_p_levels)
                     res["exact"] = sh.exact_shifts(beta, a_full, s_r_levels, a_red)
                 per_example.append({"id": ex.id, "index": ex.index, "m": A.shape[1], "n": A.shape[0],
                                     "shift": res})
@@ -353,7 +353,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     summary = sh.aggregate([e["shift"] for e in per_example], levels)
     report = _header("analyze shift", loaded, {**opts.src.describe(), "levels": levels, "subset": opts.subset,
                                                "scores": opts.scores, "perturb": opts.perturb if want_exact else None,
-                                               "neutral_token_id": ref.neutral_id if ref is not None else None})
+                                               "neutral_token_id": exact.neutral_id if exact is not None else None})
     report.update({"examples_used": len(per_example), "seconds": round(time.perf_counter() - started, 1),
                    "cache_hits": cache.hits if cache is not None else 0,
                    "levels": levels, "summary": summary, "examples": per_example})
