@@ -21,6 +21,7 @@ import msgspec
 
 from ..errors import InputError, UsageError
 
+DEFAULT_TRAIN_DIR = Path("runs") / "final"
 SUMMARY = "bridge_train.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"

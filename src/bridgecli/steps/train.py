@@ -17,7 +17,7 @@ import torch
 
 from .. import PRODUCER
 from ..artifacts.rows_meta import read_rows_meta
-from ..artifacts.train_run import ADAPTER, TrainSummary, check_run_dir, write_summary
+from ..artifacts.train_run import ADAPTER, DEFAULT_TRAIN_DIR, TrainSummary, check_run_dir, write_summary
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
@@ -33,7 +33,7 @@ from .common import now
 @dataclass
 class TrainOptions:
     data: str
-    out: str | Path = Path("runs") / "final"
+    out: str | Path = DEFAULT_TRAIN_DIR
     model: str | None = None
     device: str = "auto"
     sft: SFTConfig = field(default_factory=SFTConfig)
