@@ -3,6 +3,8 @@ function gets the rest of the Selector contract, and the plan of a first pass is
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,45 @@ def test_the_plan_is_explicit_and_parse_runs_once(monkeypatch):
 def test_bad_options_fail_in_parse():
     with pytest.raises(UsageError, match="no option 'x'"):
         as_selector(registry.get("selector", "bridge").obj).parse({"x": "1", "rounds": 4})
+
+
+def _imports(path) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function, as an absolute name."""
+    import ast
+
+    package = ".".join(("bridgecli", *path.relative_to(SRC).with_suffix("").parts[:-1]))
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            name = ".".join(x for x in (base, node.module) if x)
+            out.add(name)
+            out.update(f"{name}.{a.name}" for a in node.names)
+    return out
+
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "bridgecli"
+
+
+@pytest.mark.parametrize("files, forbidden", [
+    (["plugins.py"], "bridgecli.registry"),  # the registry reads the manager, not the other way round
+    (["baselines/*.py"], "bridgecli.steps"),  # the steps use the methods, not the other way round
+    (["hookspecs.py", "artifacts/*.py"], "bridgecli.steps"),
+])
+def test_no_import_back(files, forbidden):
+    for pattern in files:
+        for path in SRC.glob(pattern):
+            bad = sorted(m for m in _imports(path) if m == forbidden or m.startswith(forbidden + "."))
+            assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+
+
+def test_artifacts_import_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport bridgecli.artifacts.warmup_run, bridgecli.artifacts.rows_meta, "
+            "bridgecli.artifacts.train_run, bridgecli.artifacts.direction_file\nassert 'torch' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
