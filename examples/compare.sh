@@ -7,7 +7,7 @@
 # Then, per method: select -> close (BRIDGE's schedules only; see below) -> compact -> train -> eval.
 #
 # Tiny CPU settings by default (a smoke comparison, not the paper's numbers); override with env vars:
-#   RHO_P, RHO_R (0.75)        retention ratios (single-side methods get the matched total: docs/methods.md)
+#   RHO_P, RHO_R (0.75)        retention ratios (single-side methods get the matched total: docs/compared-methods.md)
 #   LIMIT (16)                 training examples scored and selected
 #   MAX_STEPS (2)              optimizer steps per method (`bridge train --max-steps`; empty: EPOCHS epochs)
 #   EPOCHS (3), BATCH_SIZE (4), GRAD_ACCUM (1)   the rest of `bridge train`'s schedule

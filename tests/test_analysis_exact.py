@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bridgecli.analysis.exact import ExactReference, neutral_token_id, reduce_prompt, reference_scorer
+from bridgecli.analysis.exact import ExactScores, neutral_token_id, reduce_prompt, exact_base_scorer
 from bridgecli.format.spec import PROMPT
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import ScoringContext
@@ -25,7 +25,7 @@ def setup(tokenizer):
     model = tiny_model(config, dtype=torch.float64)
     torch.manual_seed(1)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
-    scorer = reference_scorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3))
+    scorer = exact_base_scorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3))
     eager = tiny_model(tiny_llama_config(len(tokenizer)), dtype=torch.float64)  # its own config object:
     eager.load_state_dict(model.state_dict())
     eager.set_attn_implementation("eager")  # (a shared config would switch the scorer's model too)
@@ -57,7 +57,7 @@ def eager_a(eager, ex, v, hide: int | None) -> np.ndarray:
 def test_mask_perturbation_hides_the_key_at_every_layer(setup):
     scorer, eager, v, exs = setup
     ex = exs[0]
-    ref = ExactReference(scorer, perturb="mask", batch_size=10)  # two chunks, the last one short
+    ref = ExactScores(scorer, perturb="mask", batch_size=10)  # two chunks, the last one short
     a_full, beta = ref.prompt_matrix(ex)
     prompt = ex.tokens.prompt_positions()
     assert beta.shape == (len(ex.tokens.response_positions()), len(prompt))
@@ -75,7 +75,7 @@ def test_replace_perturbation_and_reduced_prompt_are_the_edited_examples(setup, 
     ex = exs[1]
     nid = neutral_token_id(tokenizer)
     assert tokenizer.decode([nid]) == " "
-    ref = ExactReference(scorer, perturb="replace", neutral_id=nid, batch_size=32)
+    ref = ExactScores(scorer, perturb="replace", neutral_id=nid, batch_size=32)
     a_full, beta = ref.prompt_matrix(ex)
     prompt = ex.tokens.prompt_positions()
     k = 3
@@ -102,8 +102,8 @@ def test_replace_perturbation_and_reduced_prompt_are_the_edited_examples(setup, 
 def test_bad_arguments(setup, tokenizer):
     scorer = setup[0]
     with pytest.raises(ValueError):
-        ExactReference(scorer, perturb="delete")
+        ExactScores(scorer, perturb="delete")
     with pytest.raises(ValueError):
-        ExactReference(scorer, perturb="replace")
+        ExactScores(scorer, perturb="replace")
     with pytest.raises(ValueError):
         neutral_token_id(tokenizer, "two words")

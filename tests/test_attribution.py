@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from bridgecli.analysis.exact import ExactReference, reference_scorer
+from bridgecli.analysis.exact import ExactScores, exact_base_scorer
 from bridgecli.core.budgets import budget
 from bridgecli.core.select import Surrogate, alternate, independent
 from bridgecli.modeling.attention import GATE_EPS
@@ -63,7 +63,7 @@ def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
     """Group effects (the reverse pass through the JVP) against central differences of
     M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
     from bridgecli.modeling.attention import key_gate
-    from bridgecli.modeling.batching import make_batch
+    from bridgecli.modeling.score_batch import make_batch
 
     build, exs = setup
     model, v = build(0.02)
@@ -106,7 +106,7 @@ def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init)
     build, exs = setup
     model, v = build(init)
     scorer = atp(model, tokenizer, v, 10_000)
-    ref = ExactReference(reference_scorer(scorer.ctx), perturb="mask", batch_size=64)
+    ref = ExactScores(exact_base_scorer(scorer.ctx), perturb="mask", batch_size=64)
     for ex, sc in zip(exs, scorer.score(exs)):
         _, beta = ref.prompt_matrix(ex)
         B = sc.B.numpy().astype(np.float64)

@@ -1,4 +1,4 @@
-"""The compared methods (docs/methods.md): budget matching, each scoring rule against a direct numpy
+"""The compared methods (docs/compared-methods.md): budget matching, each scoring rule against a direct numpy
 computation, the reference step against a direct forward/backward, and every method end to end on a
 tiny-model stream (budgets honoured, deterministic), through the CLI too."""
 
@@ -67,10 +67,9 @@ def arr(ex: Example, name: str, field: str) -> np.ndarray:
 def select_all(method: str, examples: list[Example], rho_p: float, rho_r: float, **options) -> list[Example]:
     """bridge select's per-example path, with the selector's first pass when it has one."""
     fn = bl.BASELINES[[b.name for b in bl.BASELINES].index(method)]
-    opts = {k: str(v) for k, v in options.items()}
-    if fn.prepare is not None:
-        fn.prepare(iter(examples), rho_p, rho_r, opts)
-    return [select_example(ex, fn, method, rho_p, rho_r, opts) for ex in examples]
+    opts = fn.parse({k: str(v) for k, v in options.items()})
+    plan = fn.prepare(iter(examples), rho_p, rho_r, opts) if fn.needs_plan(opts) else None
+    return [select_example(ex, fn, method, rho_p, rho_r, opts, plan=plan) for ex in examples]
 
 
 # --- budget arithmetic -----------------------------------------------------------------------------

@@ -13,10 +13,9 @@ import torch
 
 from bridgecli.data.examples import DataOptions, iter_examples
 from bridgecli.format.reader import read_all
-from bridgecli.modeling import direction as direction_mod
 from bridgecli.modeling.loading import load_model, load_tokenizer
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext
-from bridgecli.runfolder import WarmupRun
+from bridgecli.artifacts.warmup_run import WarmupRun
 from bridgecli.steps.close import CloseOptions, run_close
 from bridgecli.steps.compact import CompactOptions, run_compact
 from bridgecli.steps.score import ScoreOptions, run_score
@@ -66,7 +65,7 @@ def test_jvp_matches_exact_on_the_real_checkpoint(run_dir):
     run = WarmupRun.open(run_dir / "warmup")
     tok = load_tokenizer(str(run.checkpoint))
     model = load_model(str(run.checkpoint), dtype=torch.float32)
-    v = direction_mod.load(run.root).v
+    v = run.direction().v
     src = GSM8K if GSM8K.exists() else SAMPLE / "train.jsonl"
     exs = list(iter_examples(src, tok, DataOptions(limit=1)))
     ctx = ScoringContext(model=model, tokenizer=tok, direction=v)

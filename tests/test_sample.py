@@ -1,4 +1,4 @@
-"""bridgecli.sample: the generated GSM8K-style sample and its committed copy in examples/data."""
+"""examples/make_sample.py: the generated GSM8K-style sample and its committed copy in examples/data."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bridgecli import sample
 from bridgecli.data.shapes import to_pair
 from bridgecli.evaluation import gsm8k
+
+from tiny import sample_module
+
+sample = sample_module()
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "examples" / "data"
@@ -211,9 +214,9 @@ def test_committed_copy_matches_the_code(tmp_path):
     paths = sample.write_sample(tmp_path, seed=0)
     for split, path in paths.items():
         committed = COMMITTED / f"{split}.jsonl"
-        assert committed.is_file(), f"missing {committed}; run: python -m bridgecli.sample examples/data"
+        assert committed.is_file(), f"missing {committed}; run: python examples/make_sample.py examples/data"
         assert committed.read_bytes() == path.read_bytes(), (
-            f"{committed} drifted from bridgecli.sample; rerun: python -m bridgecli.sample examples/data")
+            f"{committed} drifted from examples/make_sample.py; rerun: python examples/make_sample.py examples/data")
     assert (COMMITTED / "README.md").is_file()
 
 

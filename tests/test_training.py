@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bridgecli.artifacts.direction_file import Direction, DirectionMeta, load_direction, save_direction
 from bridgecli.errors import UsageError
 from bridgecli.format.records import Tokens
 from bridgecli.modeling import direction
@@ -118,7 +119,7 @@ def test_direction_formula_and_validation_gradient():
     v, meta = direction.combine(g_t, g_a, lam=0.2)
     torch.testing.assert_close(v["a"], torch.tensor([0.8 * 0.6, 0.8 * 0.8]))
     torch.testing.assert_close(v["b"], torch.tensor([0.2]))
-    assert meta["g_target_norm"] == pytest.approx(5.0) and meta["g_anchor_norm"] == pytest.approx(2.0)
+    assert meta.g_target_norm == pytest.approx(5.0) and meta.g_anchor_norm == pytest.approx(2.0)
 
     rows = rand_rows(3)
     model = tiny_model(tiny_llama_config(VOCAB, layers=3), dtype=torch.float64)
@@ -141,10 +142,10 @@ def test_direction_formula_and_validation_gradient():
 
 def test_direction_save_load(tmp_path):
     v = {"model.layers.1.mlp.up_proj.weight": torch.randn(3, 2)}
-    direction.save(direction.Direction(v, {"lambda": 0.2, "layers": 4}), tmp_path)
-    got = direction.load(tmp_path)
+    save_direction(Direction(v, DirectionMeta(lam=0.2, layers=4)), tmp_path)
+    got = load_direction(tmp_path)
     torch.testing.assert_close(got.v["model.layers.1.mlp.up_proj.weight"], v["model.layers.1.mlp.up_proj.weight"])
-    assert got.meta == {"lambda": 0.2, "layers": 4}
+    assert got.meta == DirectionMeta(lam=0.2, layers=4)
 
 
 # --- packing, micro-batching and Z_r under every way of cutting a step ----------------------------

@@ -27,8 +27,10 @@ def _tail(path) -> bytes:
 def scored(tmp_path_factory, tokenizer):
     from bridgecli.data.examples import DataOptions, iter_examples
     from bridgecli.format.records import Array, Scores
-    from bridgecli.sample import generate
     from test_show import write_stream
+    from tiny import sample_module
+
+    generate = sample_module().generate
 
     folder = tmp_path_factory.mktemp("workers")
     data = folder / "data.jsonl"

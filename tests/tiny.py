@@ -15,6 +15,20 @@ RECORDS = [
 ]
 
 
+def sample_module():
+    """examples/make_sample.py, the generator of the example data (outside the package)."""
+    import importlib.util
+    import sys
+
+    if "make_sample" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "examples" / "make_sample.py"
+        spec = importlib.util.spec_from_file_location("make_sample", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["make_sample"] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["make_sample"]
+
+
 def head(src: Path, dst: Path, n: int) -> Path:
     """The first ``n`` lines of ``src`` written to ``dst``."""
     dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))

@@ -64,9 +64,14 @@ def make(data: str | None, n: int, out: Path, seed: int) -> None:
     if data:
         records = [json.loads(line) for line in open(data) if line.strip()]
     else:
-        from bridgecli.sample import generate
+        import importlib.util
 
-        records = [{"question": r["question"], "answer": r["answer"]} for r in generate(2000, seed=seed)]
+        spec = importlib.util.spec_from_file_location(
+            "make_sample", Path(__file__).resolve().parents[2] / "examples" / "make_sample.py")
+        make_sample = importlib.util.module_from_spec(spec)
+        sys.modules["make_sample"] = make_sample  # (its dataclasses look their module up)
+        spec.loader.exec_module(make_sample)
+        records = [{"question": r["question"], "answer": r["answer"]} for r in make_sample.generate(2000, seed=seed)]
     tok = load_tokenizer(None)
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory() as tmp:

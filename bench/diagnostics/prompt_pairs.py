@@ -19,7 +19,7 @@ import numpy as np
 
 from bridgecli.analysis.metrics import spearman
 from bridgecli.data.examples import DataOptions
-from bridgecli.steps.analyze import MatrixCache, Source, _exact_reference, _score, load, pick_examples
+from bridgecli.steps.analyze import Source, _exact_scores, _score, load, matrix_cache, pick_examples
 
 STATS = {
     "pair_pearson": "Pearson(beta, A a) over all (j, i) pairs",
@@ -47,12 +47,12 @@ def main() -> None:
                  data_opts=DataOptions(max_length=args.max_length), cache=args.cache)
     loaded = load(src)
     examples = _score(loaded, pick_examples(src, loaded.ctx.tokenizer, loaded.meta), src.batch_size)
-    ref = _exact_reference(loaded, src, args.perturb, None)
-    cache = MatrixCache(src.cache, loaded, ref, src.dtype)
+    exact = _exact_scores(loaded, src, args.perturb, None)
+    cache = matrix_cache(src, loaded, exact)
     rows = []
     for ex in examples:
         a, A = ex.scores.a.numpy().astype(np.float64), ex.scores.A.numpy().astype(np.float64)
-        _, beta = cache.prompt_matrix(ref, ex)  # [n, m]
+        _, beta = cache.prompt_matrix(exact, ex)  # [n, m]
         sur = A * a[:, None]
         big = np.abs(beta) >= np.quantile(np.abs(beta), 0.9)
         rows.append({

@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from bridgecli.data.examples import DataOptions, iter_examples  # noqa: E402
-from bridgecli.modeling import direction as direction_mod  # noqa: E402
+from bridgecli.artifacts.direction_file import load_direction  # noqa: E402
 from bridgecli.modeling.loading import load_model, load_tokenizer  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
 from bridgecli.steps.warmup import WarmupOptions, run_warmup  # noqa: E402
@@ -63,7 +63,7 @@ def main(argv=None):
     t_warm = time.time() - t0
     ckpt = str(work / "warmup" / "checkpoint")
     tok = load_tokenizer(ckpt)
-    v = direction_mod.load(work / "warmup").v
+    v = load_direction(work / "warmup").v
     exs = list(iter_examples(test, tok, DataOptions()))
 
     def score(dtype, tf32: bool, fused: bool, round_bf16: bool = False):

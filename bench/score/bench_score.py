@@ -149,7 +149,7 @@ def breakdown(scorer, batches) -> dict:
     """Seconds spent in the prefix blocks, the dual tail (incl. head), and packing, over all batches."""
     import torch.autograd.forward_ad as fwAD
 
-    from bridgecli.modeling.batching import make_batch
+    from bridgecli.modeling.score_batch import make_batch
 
     t = {"prefix_s": 0.0, "tail_s": 0.0, "pack_s": 0.0}
     for b in batches:

@@ -67,7 +67,7 @@ def main() -> None:
     # making its records (the row gather runs on the CPU here, on the GPU in a real run)
     import torch
 
-    from bridgecli.modeling.batching import make_batch
+    from bridgecli.modeling.score_batch import make_batch
     from bridgecli.modeling.scoring import split_rows
 
     group = examples[:args.batch_examples]

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 def build(tok_dir: str, work: Path) -> Path:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from bridgecli.modeling import direction as direction_mod
+    from bridgecli.artifacts.direction_file import Direction, DirectionMeta, save_direction
     from bridgecli.modeling.params import tail_parameters
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
@@ -42,7 +42,7 @@ def build(tok_dir: str, work: Path) -> Path:
     tail = tail_parameters(model, 4)
     v = {n: torch.randn(p.shape) for n, p in tail.items()}
     norm = float(torch.sqrt(sum((t ** 2).sum() for t in v.values())))
-    direction_mod.save(direction_mod.Direction({n: t / norm for n, t in v.items()}, {"layers": 4, "lambda": 0.2}), run)
+    save_direction(Direction({n: t / norm for n, t in v.items()}, DirectionMeta(layers=4, lam=0.2)), run)
     (run / "warmup.json").write_text(json.dumps({"base_model": str(run / "checkpoint")}))
     return run
 

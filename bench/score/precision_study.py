@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from bridgecli.data.examples import DataOptions, iter_examples  # noqa: E402
-from bridgecli.modeling import direction as direction_mod  # noqa: E402
+from bridgecli.artifacts.direction_file import load_direction  # noqa: E402
 from bridgecli.modeling.loading import load_model, load_tokenizer  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
 
@@ -54,7 +54,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     ckpt = str(Path(args.run) / "checkpoint")
     tok = load_tokenizer(ckpt)
-    v = direction_mod.load(args.run).v
+    v = load_direction(args.run).v
     exs = list(iter_examples(args.data, tok, DataOptions(limit=args.n)))
     results, ref = {}, None
     for name, (dtype, tf32, fused, options, round_bf16) in POLICIES.items():

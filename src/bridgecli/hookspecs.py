@@ -1,6 +1,10 @@
-"""The plugin hooks. Each hook receives a ``register`` callback; built-ins use the same hooks.
+"""The plugin hooks and the contract of every kind of plugin.
 
-A plugin module implements any of these with ``@bridgecli.hookimpl`` and is published under the
+Each hook receives a ``register(name, obj, description="")`` callback; built-ins use the same hooks.
+What ``obj`` must be is a Protocol below: :class:`Segmenter`, :class:`ScorerFactory` (building a
+:class:`Scorer`), :class:`Selector` (or the plain :class:`SelectorFunction`) and :class:`EvalTask`.
+
+A plugin module implements any of the hooks with ``@bridgecli.hookimpl`` and is published under the
 ``bridgecli`` entry-point group (see plugins/ for a complete example package)::
 
     @hookimpl
@@ -10,40 +14,199 @@ A plugin module implements any of these with ``@bridgecli.hookimpl`` and is publ
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+
 import pluggy
+
+from .errors import FormatError, PluginError
+
+if TYPE_CHECKING:
+    from .core.select import SelectionResult
+    from .evaluation.tasks import EvalOptions, EvalRun
+    from .format.records import Example, Scores
+    from .modeling.scoring import ScoringContext
 
 hookspec = pluggy.HookspecMarker("bridgecli")
 hookimpl = pluggy.HookimplMarker("bridgecli")
 
 
+# ------------------------------------------------------------------------------------------ segmenters
+
+class Segmenter(Protocol):
+    """``bridge close --segmenter NAME``: sorted, non-overlapping, non-empty ``[start, end)``
+    character spans of ``text`` (the response). Characters outside every span become one-token
+    units. Deterministic; never raises."""
+
+    def __call__(self, text: str) -> list[tuple[int, int]]: ...
+
+
+# ------------------------------------------------------------------------------------------ scorers
+
+class Scorer(Protocol):
+    """Scores a batch of tokenised examples: for each, ``Scores`` with a_j for every eligible
+    response token, the routing rows A [n, m] and the history mass c [n], and optionally B [n, m]
+    (the effect of prompt token i on a_j), which ``select`` then uses in place of A x a."""
+
+    def score(self, batch: list[Example]) -> list[Scores]: ...
+
+
+class ScorerFactory(Protocol):
+    """``bridge score --scorer NAME``: builds the scorer from the scoring context (checkpoint,
+    tokenizer, direction v, device, and ``ctx.options["scorer_options"]``: the ``--scorer-option
+    KEY=VALUE`` pairs, as strings). Raise ``ValueError`` for an option it does not take: the user
+    gets one line, exit 2. A scorer may set ``max_tokens_cuda`` to ask for smaller passes."""
+
+    def __call__(self, ctx: ScoringContext) -> Scorer: ...
+
+
+# ------------------------------------------------------------------------------------------ selectors
+
+@dataclass(frozen=True)
+class Plan:
+    """What a selector's first pass over the whole stream decided: the budgets (b_p, b_r) of every
+    example, by example index, and a summary that ``select`` records in the step parameters."""
+
+    budgets: dict[int, tuple[int, int]]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def budgets_of(self, example: Example) -> tuple[int, int]:
+        if example.index not in self.budgets:
+            raise FormatError("this example was not in the stream's first pass", record=example.index)
+        return self.budgets[example.index]
+
+
+class SelectorFunction(Protocol):
+    """The least a selector is: a function of one scored example and its budgets returning a
+    ``SelectionResult`` (indices into the eligible prompt and response positions, the response scores
+    the closure projects, a U_sur history). ``options`` holds ``--option KEY=VALUE`` (strings) and
+    ``rounds`` (-T). The step checks that exactly ``min(b, eligible)`` tokens come back per side.
+    A function may also carry the attributes ``protects``, ``surrogate`` and ``parse`` of
+    :class:`Selector`; :func:`as_selector` gives it the rest."""
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult: ...
+
+
+@runtime_checkable
+class Selector(Protocol):
+    """``bridge select --method NAME``, the whole contract. ``select`` calls, in this order:
+
+    1. ``parse(options)`` once, before reading anything: the ``--option`` values checked and
+       converted (raise ``UsageError`` for a bad one). What it returns is the ``options`` of every
+       later call.
+    2. when ``needs_plan(options)``, ``prepare(examples, rho_p, rho_r, options)``: a first pass over
+       the whole stream for budgets that depend on it (budget matching, global or batch ranking).
+       The :class:`Plan` it returns gives each example its budgets (stdin is then copied to a
+       temporary file, to be read twice).
+    3. per example, the budgets: the plan's, else ``budgets(example, rho_p, rho_r, options)``
+       (default: b = ceil(rho * eligible) per side);
+    4. then ``selector(example, b_p, b_r, options)``.
+
+    ``protects``: whether it honours ``--protect-prompt/--protect-response`` (it then keeps the
+    indices in ``options["_protect_prompt"]`` / ``options["_protect_response"]``, which the step adds).
+    ``surrogate``: whether it ranks by BRIDGE's surrogate (``--budget global`` needs that).
+    """
+
+    protects: bool
+    surrogate: bool
+
+    def parse(self, options: dict[str, Any]) -> dict[str, Any]: ...
+
+    def needs_plan(self, options: dict[str, Any]) -> bool: ...
+
+    def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, options: dict[str, Any]) -> Plan: ...
+
+    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict[str, Any]) -> tuple[int, int]: ...
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult: ...
+
+
+def default_budgets(example: Example, rho_p: float, rho_r: float) -> tuple[int, int]:
+    """b = ceil(rho * eligible) on each side."""
+    from .core.budgets import budget
+
+    return (budget(rho_p, len(example.tokens.prompt_positions())),
+            budget(rho_r, len(example.tokens.response_positions())))
+
+
+class FunctionSelector:
+    """A :class:`SelectorFunction` with the rest of :class:`Selector`: its own ``protects``,
+    ``surrogate`` and ``parse`` when it carries them, else no protection, no surrogate, the options
+    as given; no first pass; the default budgets."""
+
+    def __init__(self, fn: SelectorFunction):
+        self.fn = fn
+        self.protects = bool(getattr(fn, "protects", False))
+        self.surrogate = bool(getattr(fn, "surrogate", False))
+        self._parse = getattr(fn, "parse", None)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def parse(self, options: dict[str, Any]) -> dict[str, Any]:
+        if callable(self._parse):
+            parsed = self._parse(dict(options))
+            return dict(options) if parsed is None else parsed
+        return dict(options)
+
+    def needs_plan(self, options: dict[str, Any]) -> bool:
+        return False
+
+    def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, options: dict[str, Any]) -> Plan:
+        raise NotImplementedError("a plain selector function has no first pass")
+
+    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict[str, Any]) -> tuple[int, int]:
+        return default_budgets(example, rho_p, rho_r)
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult:
+        return self.fn(example, b_p, b_r, options)
+
+
+def as_selector(obj: Any, name: str = "?") -> Selector:
+    """``obj`` as a full :class:`Selector`: itself when it is one, a :class:`FunctionSelector` when it
+    is a plain function. A function that carries ``budgets`` or ``prepare`` (the contract before
+    :class:`Plan`) is refused: those must now be methods of a :class:`Selector` object."""
+    if isinstance(obj, Selector):
+        return obj
+    if not callable(obj):
+        raise PluginError(f"selector '{name}' is not callable")
+    stale = [a for a in ("budgets", "prepare") if getattr(obj, a, None) is not None]
+    if stale:
+        raise PluginError(f"selector '{name}' carries {' and '.join(stale)} as attributes of a function",
+                          hint="make it an object with parse, prepare, budgets and __call__ "
+                               "(bridgecli.hookspecs.Selector)")
+    return FunctionSelector(obj)
+
+
+# ------------------------------------------------------------------------------------------ eval tasks
+
+class EvalTask(Protocol):
+    """``bridge eval --task NAME``: reads ``options.data``, generates or scores with the model,
+    grades, and returns a summary and one record per item (``bridgecli.evaluation.tasks``). It may
+    carry ``default_data``: where its data lies under a ``--data-dir`` folder."""
+
+    def __call__(self, model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun: ...
+
+
+# ------------------------------------------------------------------------------------------ the hooks
+
 @hookspec
 def register_segmenters(register):
-    """Register response segmenters for ``bridge close``.
-
-    ``register(name, fn, description="")`` where ``fn(text: str) -> list[tuple[int, int]]`` returns
-    non-overlapping ``[start, end)`` character spans of ``text`` (the response). Characters outside
-    every span become one-token units."""
+    """Register response segmenters for ``bridge close``: ``register(name, segmenter, description="")``
+    with a :class:`Segmenter`."""
 
 
 @hookspec
 def register_scorers(register):
-    """Register scorers for ``bridge score``.
-
-    ``register(name, factory, description="")`` where ``factory(context: ScoringContext)`` returns an
-    object with ``score(batch: list[Example]) -> list[Scores]`` (see bridgecli.modeling.scoring)."""
+    """Register scorers for ``bridge score``: ``register(name, factory, description="")`` with a
+    :class:`ScorerFactory`."""
 
 
 @hookspec
 def register_selectors(register):
-    """Register token selectors for ``bridge select --method NAME``.
-
-    ``register(name, fn, description="")`` where ``fn(example, b_p, b_r, options) -> SelectionResult``
-    with indices into the eligible prompt/response positions (see bridgecli.core.select)."""
+    """Register token selectors for ``bridge select --method NAME``: ``register(name, selector,
+    description="")`` with a :class:`Selector` or a plain :class:`SelectorFunction`."""
 
 
 @hookspec
 def register_eval_tasks(register):
-    """Register evaluation tasks for ``bridge eval --task NAME``.
-
-    ``register(name, task, description="")`` where ``task(model, tokenizer, options) -> EvalRun``
-    (see bridgecli.evaluation.tasks)."""
+    """Register evaluation tasks for ``bridge eval --task NAME``: ``register(name, task,
+    description="")`` with an :class:`EvalTask`."""

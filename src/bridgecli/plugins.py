@@ -48,11 +48,9 @@ def get_manager() -> pluggy.PluginManager:
 
 
 def reset() -> None:
-    """Forget the loaded plugins (tests register and unregister their own)."""
+    """Forget the loaded plugins (tests register and unregister their own); the next
+    :func:`get_manager` loads them afresh, and :mod:`bridgecli.registry` collects from it anew."""
     get_manager.cache_clear()
-    from . import registry
-
-    registry.clear_cache()
 
 
 def describe_plugins() -> list[dict]:

@@ -1,4 +1,8 @@
-"""Collect what plugins register, resolve name collisions in one place, look things up by name."""
+"""Collect what plugins register, resolve name collisions in one place, look things up by name.
+
+This module reads the plugin manager (:mod:`bridgecli.plugins`); the manager knows nothing of it.
+What is collected is cached per manager, so that :func:`bridgecli.plugins.reset` (a new manager)
+forgets it too."""
 
 from __future__ import annotations
 
@@ -6,7 +10,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
+import pluggy
+
 from .errors import PluginError
+from . import plugins
 
 KINDS = {
     "segmenter": "register_segmenters",
@@ -24,11 +31,13 @@ class Entry:
     plugin: str
 
 
-@lru_cache(maxsize=None)
 def collect(kind: str) -> dict[str, Entry]:
-    from .plugins import get_manager
+    """Every ``kind`` registered by the loaded plugins, by name."""
+    return _collect(plugins.get_manager(), kind)
 
-    pm = get_manager()
+
+@lru_cache(maxsize=32)
+def _collect(pm: pluggy.PluginManager, kind: str) -> dict[str, Entry]:
     hook = getattr(pm.hook, KINDS[kind])
     found: dict[str, Entry] = {}
     # Call each implementation separately so a collision can name both plugins.
@@ -63,4 +72,4 @@ def names(kind: str) -> list[str]:
 
 
 def clear_cache() -> None:
-    collect.cache_clear()
+    _collect.cache_clear()

@@ -12,7 +12,7 @@
   what ``bridge compact`` executes).
 
 Every a_j comes from the scorer's public ``score`` (for BRIDGE: one forward-mode JVP along v), so
-the exact references and the surrogate share one definition of a_j.
+the exact scores and the surrogate share one definition of a_j.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from ..modeling.attention import hidden_keys
 PERTURBATIONS = ("mask", "replace")
 
 
-def reference_scorer(ctx):
-    """The BRIDGE scorer the exact references use: the generic forward-mode path, whose attention
+def exact_base_scorer(ctx):
+    """The BRIDGE scorer the exact scores use: the generic forward-mode path, whose attention
     goes through the registered ``bridge`` attention function (where :func:`hidden_keys` acts);
     fused tails with attention of their own (``fast_tail``) are turned off."""
     import dataclasses
@@ -71,8 +71,8 @@ def reduce_prompt(example: Example, keep: np.ndarray) -> Example:
 
 
 @dataclass
-class ExactReference:
-    """Exact references for one scoring checkpoint. ``scorer`` is a BRIDGE scorer (anything with
+class ExactScores:
+    """Exact state-conditioned scores for one scoring checkpoint. ``scorer`` is a BRIDGE scorer (anything with
     ``score(list[Example]) -> list[Scores]`` whose ``a`` is v . grad l_j); ``neutral_id`` is needed
     for ``replace``."""
 

@@ -26,7 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.budgets import budget
 from ..core.topk import top_b
+from ..format.records import Example
+from .metrics import summary
 
 #: cap on the number of floats in one chunk of sorted differences
 CHUNK_FLOATS = 1 << 22
@@ -137,3 +140,75 @@ def side_problem(side: str, a: np.ndarray, c: np.ndarray, A: np.ndarray) -> tupl
     if side == "response":
         return a * c, beta
     raise ValueError(f"unknown side {side!r}")
+
+
+# ------------------------------------------------------------------------------------ the report
+
+def _abs(positions: np.ndarray, idx) -> list[int]:
+    return positions[np.asarray(idx, dtype=np.int64)].tolist()
+
+
+def example_side(side: str, ex: Example, rho_side: float, rho_opp: float, full: bool) -> dict:
+    """Theorem 1 on one side of one scored example at budgets b = ceil(rho * size): the full-state
+    selection, kappa_q for every q, its first negative q, and the improving swaps that witness it
+    (positions are the example's token positions). ``full``: every q's swap, not only two."""
+    sc = ex.scores
+    a_x, B = side_problem(side, sc.a.numpy(), sc.c.numpy(), sc.A.numpy())
+    N, n = B.shape
+    own = ex.tokens.prompt_positions() if side == "prompt" else ex.tokens.response_positions()
+    opp = ex.tokens.response_positions() if side == "prompt" else ex.tokens.prompt_positions()
+    b, b_opp = budget(rho_side, N), budget(rho_opp, n)
+    out: dict = {"size": N, "opposite": n, "b": b, "b_opposite": b_opp}
+    if not 1 <= b < N or n == 0:
+        out["undefined"] = "needs 1 <= b < |X| and a non-empty opposite side"
+        return out
+    sel = full_state_selection(a_x, B, b)
+    k = kappa(a_x, B, sel)
+
+    def swap(q: int) -> dict:
+        i, i2 = int(k.pair_in[q - 1]), int(k.pair_out[q - 1])
+        V = witness(B, i, i2, q)
+        s = conditional(a_x, B, V)
+        return {"q": q, "kappa": float(k.kappa[q - 1]), "out": int(own[i]), "in": int(own[i2]),
+                "V": _abs(opp, V), "gain": float(s[i2] - s[i])}
+
+    first_neg = k.first_negative()
+    out.update({
+        "selected": _abs(own, sel),
+        "kappa": [float(x) for x in k.kappa],
+        "pairs": [[int(own[i]), int(own[j])] for i, j in zip(k.pair_in, k.pair_out)],
+        "first_negative_q": first_neg,
+        "robust_from_q": k.robust_from(),
+        "kappa_at_b_opposite": float(k.kappa[b_opp - 1]) if b_opp >= 1 else None,
+        "robust_at_b_opposite": bool(k.kappa[b_opp - 1] >= 0) if b_opp >= 1 else None,
+        "swap_at_first_negative": swap(first_neg) if first_neg is not None else None,
+        "swap_at_b_opposite": swap(b_opp) if b_opp >= 1 and k.kappa[b_opp - 1] < 0 else None,
+    })
+    if full:
+        out["swaps"] = [swap(q) for q in range(1, n + 1) if k.kappa[q - 1] < 0]
+    return out
+
+
+def table(examples: list[dict]) -> list[dict]:
+    """One row per side over the examples' :func:`example_side` results (``{"prompt": ...,
+    "response": ...}`` each): how many are defined, mean budgets, the share robust at the opposite
+    budget and at every q, and where kappa first turns negative (as a fraction of the opposite side)."""
+    rows = []
+    for side in ("prompt", "response"):
+        defined = [e[side] for e in examples if "kappa" in e[side]]
+        if not defined:
+            rows.append({"side": side, "examples": 0})
+            continue
+        frac_first = [(d["first_negative_q"] / d["opposite"]) if d["first_negative_q"] else None for d in defined]
+        rows.append({
+            "side": side,
+            "examples": len(defined),
+            "undefined": len(examples) - len(defined),
+            "mean_b": float(np.mean([d["b"] for d in defined])),
+            "mean_b_opposite": float(np.mean([d["b_opposite"] for d in defined])),
+            "robust_at_b_opposite": float(np.mean([d["robust_at_b_opposite"] for d in defined])),
+            "robust_at_every_q": float(np.mean([d["first_negative_q"] is None for d in defined])),
+            "first_negative_fraction": summary([x for x in frac_first if x is not None]),
+            "robust_from_fraction": summary([(d["robust_from_q"] - 1) / d["opposite"] for d in defined]),
+        })
+    return rows

@@ -1,4 +1,4 @@
-"""The compared token-selection methods (docs/methods.md): their scoring rules, budget matching, and
+"""The compared token-selection methods (docs/compared-methods.md): their scoring rules, budget matching, and
 the per-token reference quantities they rank by.
 
 - :mod:`.rules`: the scoring rules (pure numpy)
@@ -9,7 +9,7 @@ the per-token reference quantities they rank by.
 - :mod:`.lingua2`: LLMLingua-2 with a local token classifier (imports torch/transformers)
 """
 
-from .budgets import MATCH_RULES, RANKINGS, SCOPES, apportion, matched_budgets, rank_across
+from .matching import MATCH_RULES, RANKINGS, SCOPES, apportion, matched_budgets, rank_across
 from .selector import Baseline, Opt
 
 __all__ = ["Baseline", "Opt", "MATCH_RULES", "RANKINGS", "SCOPES", "apportion", "matched_budgets", "rank_across"]

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..format.records import Example
 from ..modeling.attention import Routing, routing, use_bridge_attention
-from ..modeling.batching import make_batch
+from ..modeling.score_batch import make_batch
 from ..modeling.params import decoder_of, num_blocks
 
 

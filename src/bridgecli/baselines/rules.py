@@ -1,4 +1,4 @@
-"""The scoring rules of the compared methods, as pure numpy functions (docs/methods.md).
+"""The scoring rules of the compared methods, as pure numpy functions (docs/compared-methods.md).
 
 Each returns one score per eligible token; the selectors keep the top-b (ties: lower position first,
 bridgecli.core.topk.top_b), so every rule here is tested against a direct computation.

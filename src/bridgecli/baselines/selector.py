@@ -1,14 +1,10 @@
 """A compared method as a ``bridge select`` selector: per-token scores, declared budgets, top-b.
 
-A selector registered through ``register_selectors`` is called as ``fn(example, b_p, b_r, options)``.
-:class:`Baseline` objects are such callables and also expose what ``bridge select`` uses when present:
-
-- ``budgets(example, rho_p, rho_r, options) -> (b_p, b_r)``: the per-example budgets the method
-  declares (default: b = ceil(rho * eligible) per side). The step checks the result against them.
-- ``prepare(examples, rho_p, rho_r, options) -> dict``: a first pass over the stream, for budgets that
-  depend on the whole stream (the total-token matching rule, global or batch ranking). It stores the
-  per-example budgets in ``options`` and returns a summary for the header's step parameters.
-  ``None`` when the method needs no first pass.
+:class:`Baseline` is a :class:`bridgecli.hookspecs.Selector`: ``parse`` converts the ``--option``
+values once (every other method takes what it returns); ``prepare`` is the first pass over the
+stream for budgets that depend on the whole stream (the total-token matching rule, global or batch
+ranking) and returns the :class:`~bridgecli.hookspecs.Plan`; ``budgets`` declares the per-example
+budgets when there is no plan (the step checks the result against them).
 """
 
 from __future__ import annotations
@@ -23,11 +19,11 @@ from ..core.select import SelectionResult
 from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from .budgets import MATCH_RULES, matched_budgets, rank_across
+from ..hookspecs import Plan
+from .matching import MATCH_RULES, matched_budgets, rank_across
 
 #: keys ``bridge select`` itself puts into ``options`` (not the user's)
 STEP_KEYS = ("rounds",)
-PLAN_KEY = "_budgets"
 
 Score = Callable[[Example, dict], np.ndarray]
 
@@ -100,20 +96,14 @@ class Baseline:
         return out
 
     # -- budgets -------------------------------------------------------------------------------
-    def _needs_plan(self, o: dict) -> bool:
+    surrogate = False  # ranks by its own scores, not BRIDGE's surrogate
+
+    def needs_plan(self, o: dict) -> bool:
+        """Whether the budgets depend on the whole stream (``o``: what :meth:`parse` returned)."""
         return (self.scope != "both" and o.get("match") == "tokens") or o.get("ranking", "sample") != "sample"
 
-    @property
-    def prepare(self):
-        # only methods whose budgets can depend on the whole stream get a first pass
-        if self.scope == "both" and len(self.rankings) == 1:
-            return None
-        return self._prepare
-
-    def _prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, options: dict) -> dict:
-        o = self.parse(options)
-        if not self._needs_plan(o):
-            return {}
+    def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, o: dict) -> Plan:
+        """The first pass: every example's budgets under the matching rule and the ranking."""
         indices, sizes, scores = [], [], []
         seen = set()
         for ex in examples:
@@ -136,16 +126,10 @@ class Baseline:
             summary["ranking"] = ranking
             if group is not None:
                 summary["batch"] = group
-        options[PLAN_KEY] = dict(zip(indices, budgets))
-        return summary
+        return Plan(dict(zip(indices, budgets)), summary)
 
-    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict) -> tuple[int, int]:
-        o = self.parse(options)
-        plan = options.get(PLAN_KEY)
-        if plan:
-            if example.index not in plan:
-                raise FormatError("this example was not in the stream's first pass", record=example.index)
-            return plan[example.index]
+    def budgets(self, example: Example, rho_p: float, rho_r: float, o: dict) -> tuple[int, int]:
+        """The budgets without a first pass (a direct call, or options that need none)."""
         m, n = len(example.tokens.prompt_positions()), len(example.tokens.response_positions())
         if self.joint is not None and o.get("joint", True):
             p, r = self._joint_pick(example, o, budget(rho_p, m) + budget(rho_r, n))
@@ -170,8 +154,7 @@ class Baseline:
         picked = top_b(np.concatenate([p_scores, r_scores]), total)
         return picked[picked < m], picked[picked >= m] - m
 
-    def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
-        o = self.parse(options)
+    def __call__(self, example: Example, b_p: int, b_r: int, o: dict) -> SelectionResult:
         m = len(example.tokens.prompt_positions())
         if self.joint is not None:
             p_scores, r_scores = self.joint(example, o)
@@ -186,8 +169,8 @@ class Baseline:
         p_scores = self.prompt_score(example, o) if self.prompt_score is not None else np.ones(m)
         r_scores = self._response_scores(example, o)
         # protected tokens (select --protect-*): kept / supervised always, the rest by the method's ranking
-        return SelectionResult(prompt=top_b_forced(p_scores, b_p, options.get("_protect_prompt")),
-                               response=top_b_forced(r_scores, b_r, options.get("_protect_response")),
+        return SelectionResult(prompt=top_b_forced(p_scores, b_p, o.get("_protect_prompt")),
+                               response=top_b_forced(r_scores, b_r, o.get("_protect_response")),
                                response_scores=r_scores)
 
     @property

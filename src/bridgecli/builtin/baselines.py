@@ -1,8 +1,8 @@
-"""Built-in selectors for the compared methods (docs/methods.md), registered through the same hook a
+"""Built-in selectors for the compared methods (docs/compared-methods.md), registered through the same hook a
 third-party plugin uses. Each is a :class:`bridgecli.baselines.Baseline`: per-token scores from the
 stream (``bridge score`` and ``bridge reference``), declared budgets, top-b.
 
-Options come from ``bridge select --option key=value``; ``bridge plugins`` and docs/methods.md list them.
+Options come from ``bridge select --option key=value``; ``bridge plugins`` and docs/compared-methods.md list them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 
 from ..baselines import rules
 from ..baselines.selector import Baseline, Opt
-from ..baselines.sources import WARMUP, attention_rows, losses, quantity
+from ..baselines.quantities import WARMUP, attention_rows, losses, quantity
 from ..errors import UsageError
 from ..format.records import Example
 from ..hookspecs import hookimpl

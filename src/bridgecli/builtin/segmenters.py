@@ -2,7 +2,7 @@
 
 A segmenter is a pure function ``fn(text) -> list[tuple[int, int]]``: sorted, non-overlapping
 ``[start, end)`` character spans of the response, each one structural unit that closure keeps or
-drops as a whole (METHOD_NOTES "Structure-aware projection"). Characters outside every span become
+drops as a whole (docs/method.md, "Closure"). Characters outside every span become
 one-token units. Every segmenter here is deterministic, never raises on a ``str``, and returns spans
 that are non-empty and stripped of surrounding whitespace.
 

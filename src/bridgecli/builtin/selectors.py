@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..core.select import SelectionResult, Surrogate, select
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import hookimpl
+from ..hookspecs import Plan, default_budgets, hookimpl
 
 
 def surrogate_of(example: Example) -> Surrogate:
@@ -17,27 +17,40 @@ def surrogate_of(example: Example) -> Surrogate:
     return Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
 
 
-def _schedule(name: str):
-    def run(example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
-        return select(surrogate_of(example), b_p, b_r, name, int(options.get("rounds", 4)),
-                      options.get("_protect_prompt"), options.get("_protect_response"))
+class Schedule:
+    """One of BRIDGE's schedules as a :class:`~bridgecli.hookspecs.Selector`: the default budgets,
+    no first pass, protected tokens honoured, ranked by the surrogate (``--budget global`` can use it)."""
 
-    def parse(options: dict) -> dict:
+    protects = True
+    surrogate = True
+
+    def __init__(self, name: str):
+        self.name = name
+        self.__name__ = f"select_{name.replace('-', '_')}"
+
+    def parse(self, options: dict) -> dict:
         """Only -T (``rounds``) applies to the BRIDGE schedules: any other --option is a mistake."""
         for key in options:
             if key != "rounds" and not key.startswith("_"):
-                raise UsageError(f"selector '{name}' has no option '{key}' (its only setting is -T/--rounds)")
-        return options
+                raise UsageError(f"selector '{self.name}' has no option '{key}' (its only setting is -T/--rounds)")
+        return {**options, "rounds": int(options.get("rounds", 4))}
 
-    run.__name__ = f"select_{name.replace('-', '_')}"
-    run.protects = True  # honours select --protect-prompt / --protect-response
-    run.surrogate = True  # ranks by BRIDGE's surrogate: select --budget global can use it
-    run.parse = parse
-    return run
+    def needs_plan(self, options: dict) -> bool:
+        return False
+
+    def prepare(self, examples, rho_p: float, rho_r: float, options: dict) -> Plan:
+        raise NotImplementedError("the BRIDGE schedules have no first pass (--budget global plans in the step)")
+
+    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict) -> tuple[int, int]:
+        return default_budgets(example, rho_p, rho_r)
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
+        return select(surrogate_of(example), b_p, b_r, self.name, int(options.get("rounds", 4)),
+                      options.get("_protect_prompt"), options.get("_protect_response"))
 
 
 @hookimpl(trylast=True)
 def register_selectors(register):
-    register("bridge", _schedule("bridge"), "alternating coupled selection, T rounds (-T)")
-    register("one-pass", _schedule("one-pass"), "one alternating round (T = 1)")
-    register("independent", _schedule("independent"), "each side ranked by its full-state score")
+    register("bridge", Schedule("bridge"), "alternating coupled selection, T rounds (-T)")
+    register("one-pass", Schedule("one-pass"), "one alternating round (T = 1)")
+    register("independent", Schedule("independent"), "each side ranked by its full-state score")

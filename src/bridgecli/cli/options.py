@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -33,4 +32,3 @@ def data_options(prompt_field, response_field, chat_template, max_length, split,
                        max_length=max_length, split=split, limit=limit)
 
 
-OutDir = Annotated[Path, typer.Option("--output", "-o", help="Output folder.")]

@@ -13,7 +13,7 @@ def select(
     output: StreamOut = "-",
     method: Annotated[str, typer.Option(help=(
         "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-        "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/methods.md) or a plugin's."))] = "bridge",
+        "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's."))] = "bridge",
     rho_p: Annotated[float, typer.Option("--rho-p", help="Prompt retention ratio: b_p = ceil(rho_p * eligible).")] = 0.75,
     rho_r: Annotated[float, typer.Option("--rho-r", help=(
         "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..runfolder import DEFAULT_WARMUP_DIR
+from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
 from ..training.config import SFTConfig
 from .options import (ChatTemplate, Device, Limit, MaxLength, Model, PromptField, ResponseField, Seed, Split,
                       data_options)

@@ -2,7 +2,7 @@
 
 q(u) = |u|^(-alpha) * sum_{j in u} score_j. Choose units maximising sum q(u) subject to
 sum |u| <= b_r; units with q(u) <= 0 are never chosen (paper eq. "closure_projection",
-METHOD_NOTES "Structure-aware projection").
+docs/method.md, "Closure").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""BRIDGE's budgeted alternating selection (paper Algorithm 1, METHOD_NOTES "Conditional scores").
+"""BRIDGE's budgeted alternating selection (paper Algorithm 1; docs/method.md, "Selection").
 
 All quantities are per example, over eligible positions only:
 

@@ -34,8 +34,6 @@ from ..errors import InputError, UsageError
 from .readers import check_limit, field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
-HUMANEVAL_DATA = "humaneval/HumanEval.jsonl.gz"
-MBPP_DATA = "mbpp/mbpp.jsonl"
 MAX_NEW_TOKENS = 512
 HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MBPP_STOP = ("[DONE]",)

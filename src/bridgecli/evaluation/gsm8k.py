@@ -27,7 +27,6 @@ from .readers import field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
 TASK = "gsm8k"
-DEFAULT_DATA = "gsm8k/test.jsonl"  # under a --data-dir such as data/
 MAX_NEW_TOKENS = 256
 PLAIN_STOP = ("\nQ:", "\n\n\n")
 

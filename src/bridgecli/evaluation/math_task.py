@@ -24,7 +24,6 @@ from .readers import check_limit, field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
 TASK = "math"
-DEFAULT_DATA = "math/math500_test.jsonl"
 MAX_NEW_TOKENS = 512
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 PLAIN_STOP = ("\nProblem:", "\n\n\n\n")

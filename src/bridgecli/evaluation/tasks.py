@@ -9,7 +9,9 @@ get exactly the same options as the built-ins.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
+
+from ..hookspecs import EvalTask  # the contract, with every other plugin kind's
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,4 @@ class EvalRun(TypedDict):
     summary: dict[str, Any]
     items: list[dict[str, Any]]
 
-
-class EvalTask(Protocol):
-    def __call__(self, model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun: ...
+__all__ = ["EvalOptions", "EvalRun", "EvalTask", "model_name"]

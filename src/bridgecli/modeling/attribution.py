@@ -31,7 +31,7 @@ import torch.autograd.forward_ad as fwAD
 
 from ..format.records import Array, Example, Scores
 from .attention import Routing, key_gate, routing
-from .batching import ScoreBatch, make_batch
+from .score_batch import ScoreBatch, make_batch
 from .scoring import BridgeScorer, ScoringContext
 
 

@@ -1,4 +1,5 @@
-"""The scoring direction v (METHOD_NOTES "Scoring checkpoint and direction v").
+"""The scoring direction v (docs/method.md, "Warmup and the direction v"); the file it is
+stored in is :mod:`bridgecli.artifacts.direction_file`.
 
 v = (1 - lambda) g_target / (||g_target|| + eps) + lambda g_anchor / (||g_anchor|| + eps), over the
 parameters of the final K blocks, where g_target is the gradient of the mean validation loss
@@ -7,24 +8,14 @@ parameters of the final K blocks, where g_target is the gradient of the mean val
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from ..artifacts.direction_file import DirectionStats
 from ..errors import ModelError
 from ..training.rows import Row
 from ..training.sft import accumulate
-
-FILENAME = "direction.safetensors"
-
-
-@dataclass
-class Direction:
-    v: dict[str, torch.Tensor]
-    meta: dict
 
 
 def flat_norm(tensors: dict[str, torch.Tensor]) -> float:
@@ -58,31 +49,8 @@ def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad
 
 
 def combine(g_target: dict[str, torch.Tensor], g_anchor: dict[str, torch.Tensor], lam: float = 0.2,
-            eps: float = 1e-8) -> tuple[dict[str, torch.Tensor], dict]:
+            eps: float = 1e-8) -> tuple[dict[str, torch.Tensor], DirectionStats]:
     nt, na = flat_norm(g_target), flat_norm(g_anchor)
     v = {n: ((1 - lam) * g_target[n].double() / (nt + eps) + lam * g_anchor[n].double() / (na + eps)).float()
          for n in g_target}
-    return v, {"lambda": lam, "eps": eps, "g_target_norm": nt, "g_anchor_norm": na, "v_norm": flat_norm(v)}
-
-
-def save(direction: Direction, folder: str | Path) -> Path:
-    from safetensors.torch import save_file
-
-    path = Path(folder) / FILENAME
-    meta = {k: json.dumps(v) for k, v in direction.meta.items()}
-    save_file({k: t.contiguous().cpu() for k, t in direction.v.items()}, str(path), metadata=meta)
-    return path
-
-
-def load(folder: str | Path) -> Direction:
-    from safetensors import safe_open
-
-    path = Path(folder) / FILENAME
-    if not path.exists():
-        raise ModelError(f"{path} not found", hint="run `bridge warmup` to make it")
-    tensors = {}
-    with safe_open(str(path), framework="pt") as fh:
-        meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
-        for k in fh.keys():
-            tensors[k] = fh.get_tensor(k)
-    return Direction(tensors, meta)
+    return v, DirectionStats(lam=lam, eps=eps, g_target_norm=nt, g_anchor_norm=na, v_norm=flat_norm(v))

@@ -26,8 +26,6 @@ import torch.nn.functional as F
 from . import jvp_attention
 
 FAMILIES = ("llama", "mistral", "qwen2")
-LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 
 
 def supported(model, blocks) -> bool:

@@ -23,7 +23,6 @@ primal and tangent of q, k, v, computes both with fused kernels and packs the re
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -217,7 +216,3 @@ def supported(module, query: torch.Tensor, kwargs: dict) -> bool:
     if mode == "force":
         return plain
     return plain and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16, torch.float32)
-
-
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)

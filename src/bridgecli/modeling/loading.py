@@ -30,7 +30,7 @@ def cache_root() -> Path:
 
 
 @dataclass(frozen=True)
-class ModelRef:
+class ResolvedModel:
     """A resolved model: where transformers loads it from, and a display name."""
 
     spec: str  # what the user asked for
@@ -56,27 +56,27 @@ def default_gguf() -> Path:
     return found[0]
 
 
-def resolve(spec: str | None) -> ModelRef:
-    """Turn a ``--model`` value into a :class:`ModelRef`. ``None``/``smollm2`` is the default."""
+def resolve(spec: str | None) -> ResolvedModel:
+    """Turn a ``--model`` value into a :class:`ResolvedModel`. ``None``/``smollm2`` is the default."""
     if spec is None or spec == DEFAULT_MODEL:
         gguf = default_gguf()
-        return ModelRef(spec=DEFAULT_MODEL, path=str(gguf.parent), gguf_file=gguf.name)
+        return ResolvedModel(spec=DEFAULT_MODEL, path=str(gguf.parent), gguf_file=gguf.name)
     p = Path(spec).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
             raise ModelError(f"{p} is a file but not a .gguf model", hint="pass a model folder, a .gguf file or an HF id")
-        return ModelRef(spec=spec, path=str(p.parent), gguf_file=p.name)
+        return ResolvedModel(spec=spec, path=str(p.parent), gguf_file=p.name)
     if p.is_dir():
         if (p / "config.json").exists():
-            return ModelRef(spec=spec, path=str(p))
+            return ResolvedModel(spec=spec, path=str(p))
         ggufs = sorted(p.glob("*.gguf"))
         if len(ggufs) == 1:
-            return ModelRef(spec=spec, path=str(p), gguf_file=ggufs[0].name)
+            return ResolvedModel(spec=spec, path=str(p), gguf_file=ggufs[0].name)
         raise ModelError(f"{p} holds no config.json and {len(ggufs)} .gguf files", hint="point at one model")
     if _looks_like_path(spec):
         raise ModelError("no such model folder or file", file=spec,
                          hint="pass an HF model folder, a .gguf file or an HF id such as org/name")
-    return ModelRef(spec=spec, path=spec)
+    return ResolvedModel(spec=spec, path=spec)
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -126,7 +126,7 @@ def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
     return bool(ok)
 
 
-def hub_kwargs(ref: ModelRef) -> dict:
+def hub_kwargs(ref: ResolvedModel) -> dict:
     """``from_pretrained`` keywords for ``ref``: nothing for local folders; for an HF id, fail at once
     (one line) when it is not in the HF cache and cannot be downloaded, instead of a minute of retries,
     and read the cache alone (``local_files_only``) when the hub cannot be reached."""
@@ -164,7 +164,7 @@ def _hash_file_sample(h, path: Path, chunk: int = 1 << 20) -> None:
             h.update(fh.read(chunk))
 
 
-def fingerprint(ref: ModelRef) -> str:
+def fingerprint(ref: ResolvedModel) -> str:
     """A cheap identity of the weights: config plus size, head and tail of every weight file.
     (Not a full hash: multi-GB checkpoints would take too long.)"""
     h = hashlib.sha256()
@@ -194,7 +194,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return "sha256:" + h.hexdigest()[:32]
 
 
-def _converted_dir(ref: ModelRef) -> Path:
+def _converted_dir(ref: ResolvedModel) -> Path:
     stem = Path(ref.gguf_file or "model").stem.lower()
     return cache_root() / "models" / f"{stem}-{fingerprint(ref).split(':')[1][:16]}"
 
@@ -208,7 +208,7 @@ def _quiet():
         hf_logging.disable_progress_bar()
 
 
-def _convert_gguf(ref: ModelRef) -> Path:
+def _convert_gguf(ref: ResolvedModel) -> Path:
     """Dequantise a GGUF once and save an HF folder in the cache; return that folder."""
     target = _converted_dir(ref)
     if (target / "config.json").exists():
@@ -245,15 +245,15 @@ def _convert_gguf(ref: ModelRef) -> Path:
     return target
 
 
-def local_path(ref: ModelRef) -> str:
+def local_path(ref: ResolvedModel) -> str:
     """Where transformers should load ``ref`` from (a converted cache folder for GGUF)."""
     return str(_convert_gguf(ref)) if ref.gguf_file else ref.path
 
 
-def load_tokenizer(spec: str | ModelRef | None):
+def load_tokenizer(spec: str | ResolvedModel | None):
     from transformers import AutoTokenizer
 
-    ref = spec if isinstance(spec, ModelRef) else resolve(spec)
+    ref = spec if isinstance(spec, ResolvedModel) else resolve(spec)
     _quiet()
     try:
         tok = AutoTokenizer.from_pretrained(local_path(ref), **hub_kwargs(ref))
@@ -267,12 +267,12 @@ def load_tokenizer(spec: str | ModelRef | None):
     return tok
 
 
-def load_model(spec: str | ModelRef | None, *, dtype=None, device: str = "cpu", attn_implementation: str | None = None):
+def load_model(spec: str | ResolvedModel | None, *, dtype=None, device: str = "cpu", attn_implementation: str | None = None):
     """Load a causal LM. ``dtype`` is a torch dtype (default float32)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    ref = spec if isinstance(spec, ModelRef) else resolve(spec)
+    ref = spec if isinstance(spec, ResolvedModel) else resolve(spec)
     _quiet()
     kwargs = {"dtype": dtype or torch.float32, **hub_kwargs(ref)}
     if attn_implementation:

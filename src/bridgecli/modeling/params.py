@@ -57,14 +57,3 @@ def tail_parameters(model: nn.Module, k: int) -> dict[str, torch.Tensor]:
         for name, p in blocks[i].named_parameters():
             out[f"{prefix}{i}.{name}"] = p
     return out
-
-
-def relative_names(model: nn.Module, names: list[str]) -> dict[str, str]:
-    """Map full parameter names to names relative to the decoder (for functional_call on it)."""
-    prefix = _prefix(model, decoder_of(model))
-    out = {}
-    for n in names:
-        if not n.startswith(prefix):
-            raise ModelError(f"parameter {n} is not inside the decoder")
-        out[n] = n[len(prefix):]
-    return out

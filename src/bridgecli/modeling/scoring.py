@@ -12,20 +12,54 @@ c_j the mass on earlier response tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
+from ..artifacts.direction_file import Direction
+from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..format.records import Array, Example, Scores
 from . import ce_kernel, dual_llama, jvp_attention
 from .attention import Routing, routing, use_bridge_attention
-from .batching import ScoreBatch, make_batch
+from .score_batch import ScoreBatch, make_batch
 from ..errors import ModelError
 from .params import blocks_of, tail_layer_indices
 from .tail import Tail
+
+
+@dataclass
+class ScoringCheckpoint:
+    """A warmup run loaded for scoring: its record, the checkpoint (eval mode), its tokenizer and
+    that tokenizer's fingerprint, and v."""
+
+    run: WarmupRun
+    meta: WarmupMeta
+    tokenizer: object
+    tokenizer_fingerprint: str
+    model: torch.nn.Module
+    direction: Direction
+
+
+def load_scoring_checkpoint(run: WarmupRun, dtype: str, device: str) -> ScoringCheckpoint:
+    """A warmup run's checkpoint, tokenizer and v, checked against each other: the tokenizer warmup
+    recorded, every direction parameter present in the model."""
+    from .loading import load_model, load_tokenizer, tokenizer_fingerprint
+
+    meta = run.meta()
+    tokenizer = load_tokenizer(str(run.checkpoint))
+    tok_fp = tokenizer_fingerprint(tokenizer)
+    if meta.tokenizer_fingerprint and meta.tokenizer_fingerprint != tok_fp:
+        raise ModelError("the checkpoint's tokenizer differs from the one warmup recorded", file=str(run.root))
+    model = load_model(str(run.checkpoint), dtype=getattr(torch, dtype), device=device)
+    model.eval()
+    direction = run.direction()
+    params = dict(model.named_parameters())
+    missing = [n for n in direction.v if n not in params]
+    if missing:
+        raise ModelError(f"direction parameter {missing[0]} is not in the checkpoint", file=str(run.root))
+    return ScoringCheckpoint(run, meta, tokenizer, tok_fp, model, direction)
 
 
 @dataclass
@@ -38,12 +72,6 @@ class ScoringContext:
     attention_layers: int = 4
     device: str = "cpu"
     options: dict = field(default_factory=dict)
-
-
-class Scorer(Protocol):
-    name: str
-
-    def score(self, batch: list[Example]) -> list[Scores]: ...
 
 
 def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> list[tuple[np.ndarray, np.ndarray]]:

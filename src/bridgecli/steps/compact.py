@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
 from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
@@ -39,7 +40,6 @@ PRESETS = {  # column -> arrow type name
     "torchtune": {"tokens": "int64", "mask": "bool"},
     "loss-mask": {"input_ids": "int64", "loss_mask": "int8"},
 }
-META_SUFFIX = ".bridge.json"
 
 
 @dataclass
@@ -301,18 +301,12 @@ def run_compact(opts: CompactOptions) -> CompactStats:
              f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
              f"{stats.response_tokens} response tokens")
     if not is_stdio(opts.out) and opts.format != "text":
-        meta = {
-            "created": now(), "format": opts.format, "columns": list(PRESETS[opts.columns]),
-            "model": header.model.source, "model_fingerprint": header.model.fingerprint,
-            "tokenizer_fingerprint": header.model.tokenizer_fingerprint,
-            "steps": [{"step": s.step, "params": s.params} for s in header.steps],
-            "rows": stats.rows, "dropped": stats.dropped, "tokens_executed": stats.tokens_after,
-            "tokens_original": stats.tokens_before, "supervised": stats.supervised,
-        }
-        with atomic_path(meta_path(opts.out)) as tmp:
-            Path(tmp).write_text(json.dumps(meta, indent=2))
+        write_rows_meta(opts.out, RowsMeta(
+            created=now(), format=opts.format, columns=list(PRESETS[opts.columns]),
+            model=header.model.source, model_fingerprint=header.model.fingerprint,
+            tokenizer_fingerprint=header.model.tokenizer_fingerprint,
+            steps=[StepParams(s.step, s.params) for s in header.steps],
+            rows=stats.rows, dropped=stats.dropped, tokens_executed=stats.tokens_after,
+            tokens_original=stats.tokens_before, supervised=stats.supervised,
+        ))
     return stats
-
-
-def meta_path(out: str | Path) -> Path:
-    return Path(str(out) + META_SUFFIX)

@@ -17,13 +17,14 @@ from ..core.budgets import budget
 from ..errors import FormatError
 from ..format.reader import open_reader
 from ..format.records import Example
+from ..hookspecs import Plan, Selector
 from .common import naming, require_stage
 
 #: --budget choice -> allocate pool
 MODES = {"global": "shared", "global-sides": "sides"}
 
 
-def example_gains(example: Example, fn, b_p: int, b_r: int, options: dict, f_p: np.ndarray,
+def example_gains(example: Example, selector: Selector, b_p: int, b_r: int, options: dict, f_p: np.ndarray,
                   f_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(prompt gains [m], response gains [n]) of one example at its per-example solution."""
     from ..builtin.selectors import surrogate_of
@@ -31,7 +32,7 @@ def example_gains(example: Example, fn, b_p: int, b_r: int, options: dict, f_p: 
     sur = surrogate_of(example)
     if len(f_p) or len(f_r):
         options = {**options, "_protect_prompt": f_p, "_protect_response": f_r}
-    res = fn(example, b_p, b_r, options)
+    res = selector(example, b_p, b_r, options)
     gp = sur.delta_p(np.asarray(res.response, dtype=np.int64)).astype(np.float64)
     gr = sur.delta_r(np.asarray(res.prompt, dtype=np.int64)).astype(np.float64)
     if np.isnan(gp).any() or np.isnan(gr).any():
@@ -41,9 +42,10 @@ def example_gains(example: Example, fn, b_p: int, b_r: int, options: dict, f_p: 
     return gp, gr
 
 
-def plan_global(inp: str | None, display: str, fn, mode: str, rho_p: float, rho_r: float, options: dict,
-                protect: tuple[list, list]) -> tuple[dict, dict]:
-    """Read the stream once; returns (example index -> (b_p, b_r), summary for the step parameters)."""
+def plan_global(inp: str | None, display: str, selector: Selector, mode: str, rho_p: float, rho_r: float,
+                options: dict, protect: tuple[list, list]) -> Plan:
+    """Read the stream once; returns every example's budgets and a summary for the step parameters
+    (``options``: what ``selector.parse`` returned)."""
     from .select import protected_sets
 
     indices: list[int] = []
@@ -64,16 +66,16 @@ def plan_global(inp: str | None, display: str, fn, mode: str, rho_p: float, rho_
                     m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
                     b_p, b_r = budget(rho_p, m), budget(rho_r, n)
                     f_p, f_r = protected_sets(ex, *protect)
-                    spill.add(*example_gains(ex, fn, b_p, b_r, options, f_p, f_r))
+                    spill.add(*example_gains(ex, selector, b_p, b_r, options, f_p, f_r))
                 indices.append(ex.index)
                 total_p += b_p
                 total_r += b_r
         pool = MODES[mode]
         result = spill.allocate(pool, total=total_p + total_r, totals=(total_p, total_r))
-    plan = dict(zip(indices, result["budgets"]))
+    budgets = dict(zip(indices, (tuple(b) for b in result["budgets"])))
     spent_p = sum(b for b, _ in result["budgets"])
     spent_r = sum(b for _, b in result["budgets"])
     summary = {"budget": mode, "pool": pool, "total": total_p + total_r, "total_p": spent_p, "total_r": spent_r,
                "per_example_total_p": total_p, "per_example_total_r": total_r,
                "threshold": result["threshold"]}
-    return plan, summary
+    return Plan(budgets, summary)

@@ -1,5 +1,5 @@
 """``bridge reference``: per-token losses (and attention, gradient norms) of one more model, stored in
-every example under a name, for the compared methods (docs/methods.md).
+every example under a name, for the compared methods (docs/compared-methods.md).
 
 One model is in memory at a time: run the step once per model (the base model theta_old, a
 reference model, the warmup checkpoint). The model's tokenizer must be the stream's (checked by
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from ..artifacts.warmup_run import WarmupRun
 from ..errors import ModelError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Array, Header, Reference
@@ -29,7 +30,6 @@ from ..modeling.loading import (
     tokenizer_fingerprint,
 )
 from ..progress import note, progress_bar
-from ..runfolder import META
 from .common import next_header, step_record
 
 TOKENIZER_CHECKS = ("strict", "vocab")
@@ -56,8 +56,8 @@ def resolve_reference(model: str | None, header: Header) -> tuple[str, str]:
     if model is None:
         return header.model.source, "base"
     p = Path(model).expanduser()
-    if (p / META).is_file() and (p / "checkpoint").is_dir():
-        return str(p / "checkpoint"), "warmup"
+    if WarmupRun.is_run(p):
+        return str(WarmupRun(p).checkpoint), "warmup"
     return model, "ref"
 
 

@@ -22,20 +22,19 @@ import msgspec
 import torch
 
 from .. import PRODUCER
+from ..artifacts.warmup_run import WarmupRun
 from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records, require_records
-from ..errors import EmptyResultError, ModelError, UsageError
+from ..errors import EmptyResultError, UsageError
 from ..format.merge import merge_streams
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
-from ..modeling import direction as direction_mod
-from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..modeling.scoring import ScoringContext
+from ..modeling.loading import fingerprint, resolve, resolve_device
+from ..modeling.scoring import ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
-from ..runfolder import WarmupRun
 from .common import now, step_record
 from .resumable import ResumableOutput
 
@@ -102,32 +101,13 @@ def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int,
     return scored
 
 
-def load_checkpoint(run: WarmupRun, dtype: str, device: str):
-    """A warmup run's checkpoint (eval mode), its tokenizer and fingerprint, and v, checked against
-    each other: the tokenizer warmup recorded, every direction parameter present in the model."""
-    meta = run.meta()
-    tokenizer = load_tokenizer(str(run.checkpoint))
-    tok_fp = tokenizer_fingerprint(tokenizer)
-    if meta.get("tokenizer_fingerprint") and meta["tokenizer_fingerprint"] != tok_fp:
-        raise ModelError("the checkpoint's tokenizer differs from the one warmup recorded", file=str(run.root))
-    model = load_model(str(run.checkpoint), dtype=getattr(torch, dtype), device=device)
-    model.eval()
-    direction = direction_mod.load(run.root)
-    params = dict(model.named_parameters())
-    missing = [n for n in direction.v if n not in params]
-    if missing:
-        raise ModelError(f"direction parameter {missing[0]} is not in the checkpoint", file=str(run.root))
-    return meta, tokenizer, tok_fp, model, direction
-
-
 def _load(opts: ScoreOptions, device: str):
     run = WarmupRun.open(opts.run)
     dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = opts.tf32
         torch.backends.cudnn.allow_tf32 = opts.tf32
-    meta, tokenizer, tok_fp, model, direction = load_checkpoint(run, dtype, device)
-    return run, meta, tokenizer, tok_fp, dtype, model, direction
+    return load_scoring_checkpoint(run, dtype, device), dtype
 
 
 def check_score_options(opts: ScoreOptions) -> None:
@@ -177,7 +157,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     scorer_entry = get("scorer", opts.scorer)
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
-    run, meta, tokenizer, tok_fp, dtype, model, direction = _load(opts, device)
+    ck, dtype = _load(opts, device)
+    run, meta, tokenizer, model, direction = ck.run, ck.meta, ck.tokenizer, ck.model, ck.direction
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=direction.v,
                          attention_layers=opts.attention_layers, device=device,
                          options={"scorer_options": dict(opts.scorer_options)})
@@ -190,12 +171,12 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
 
     data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
-    if meta.get("data_digest") == digest:
-        leave_out = set(meta.get("warm_ids") or []) | set(meta.get("val_ids") or [])
-        data_opts = dataclasses.replace(data_opts, exclude_ids=frozenset(leave_out))
+    leave_out = meta.leave_out(opts.data, digest)
+    if leave_out is not None:
+        data_opts = dataclasses.replace(data_opts, exclude_ids=leave_out)
     params = {
         "scorer": opts.scorer, "scorer_options": dict(opts.scorer_options), "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
-        "direction_layers": direction.meta.get("layers"), "lambda": direction.meta.get("lambda"),
+        "direction_layers": direction.meta.layers, "lambda": direction.meta.lam,
         "attention_layers": opts.attention_layers, "dtype": dtype,
         "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
         "device": device.split(":")[0], "max_tokens": max_tokens, "batch_size": opts.batch_size, "window": opts.window,
@@ -208,8 +189,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         params["shard"] = [dist.rank, dist.world]
     header = Header(
         stage="scores", producer=PRODUCER, created=started,
-        model=ModelInfo(source=meta["base_model"], fingerprint=meta.get("base_fingerprint") or fingerprint(resolve(meta["base_model"])),
-                        tokenizer_fingerprint=tok_fp, chat_template=data_opts.chat_template),
+        model=ModelInfo(source=meta.base_model, fingerprint=meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
+                        tokenizer_fingerprint=ck.tokenizer_fingerprint, chat_template=data_opts.chat_template),
         steps=[msgspec.structs.replace(step_record("score", params), time=started)],
         source=str(opts.data),
     )

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from ..core.budgets import budget
 from ..core.protect import compile_patterns, protected_tokens, region
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
+from ..hookspecs import Plan, Selector, as_selector
 from ..registry import get
 from .common import map_stream, step_record
 
@@ -47,27 +47,23 @@ def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, 
     return out[0], out[1]
 
 
-def select_example(example: Example, fn, method: str, rho_p: float, rho_r: float, options: dict,
-                   protect: tuple[list, list] = ([], []), plan: dict | None = None) -> Example:
-    """Select one example. ``protect`` holds the finders of the protected prompt / response tokens;
-    ``plan`` maps example index -> (b_p, b_r) when the budgets come from a first pass (--budget global)."""
+def select_example(example: Example, selector: Selector, method: str, rho_p: float, rho_r: float, options: dict,
+                   protect: tuple[list, list] = ([], []), plan: Plan | None = None) -> Example:
+    """Select one example. ``options`` is what ``selector.parse`` returned; ``protect`` holds the
+    finders of the protected prompt / response tokens; ``plan`` gives the budgets when they come
+    from a first pass over the stream (the selector's ``prepare``, or --budget global)."""
     if example.scores is None:
         raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
     prompt = example.tokens.prompt_positions()
     resp = example.tokens.response_positions()
-    declared = getattr(fn, "budgets", None)  # a selector may declare its own per-side budgets
     if plan is not None:
-        if example.index not in plan:
-            raise FormatError("this example was not in the stream's first pass", record=example.index)
-        b_p, b_r = plan[example.index]
-    elif declared is not None:
-        b_p, b_r = (int(b) for b in declared(example, rho_p, rho_r, options))
+        b_p, b_r = plan.budgets_of(example)
     else:
-        b_p, b_r = budget(rho_p, len(prompt)), budget(rho_r, len(resp))
+        b_p, b_r = (int(b) for b in selector.budgets(example, rho_p, rho_r, options))
     f_p, f_r = protected_sets(example, *protect)
     if len(f_p) or len(f_r):
         options = {**options, "_protect_prompt": f_p, "_protect_response": f_r}
-    result = fn(example, b_p, b_r, options)
+    result = selector(example, b_p, b_r, options)
     # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
     want_p, want_r = min(max(b_p, len(f_p)), len(prompt)), min(max(b_r, len(f_r)), len(resp))
     if len(result.prompt) != want_p or len(result.response) != want_r:
@@ -111,19 +107,18 @@ def run_select(opts: SelectOptions) -> int:
     if opts.budget != "example" and opts.budget not in MODES:
         raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
     entry = get("selector", opts.method)
-    if opts.budget != "example" and not getattr(entry.obj, "surrogate", False):
+    selector = as_selector(entry.obj, opts.method)
+    if opts.budget != "example" and not selector.surrogate:
         raise UsageError(f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
                          f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)")
-    options = {**opts.options, "rounds": opts.rounds}
+    options = selector.parse({**opts.options, "rounds": opts.rounds})  # once, before reading anything
     params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,
               "plugin": entry.plugin}
     if opts.options:
         params["options"] = dict(opts.options)
-    if callable(getattr(entry.obj, "parse", None)):
-        entry.obj.parse(options)  # report bad --option values before reading anything
     protect = _finders(opts)
     if opts.protect_prompt or opts.protect_response:
-        if not getattr(entry.obj, "protects", False):
+        if not selector.protects:
             raise UsageError(f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
                              f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
                              f"declare `protects`")
@@ -131,31 +126,33 @@ def run_select(opts: SelectOptions) -> int:
         params["protect_response"] = list(opts.protect_response)
 
     over = [0]  # examples whose protected tokens alone exceed a budget
-    budgets: dict | None = None  # --budget global: example index -> (b_p, b_r) from the first pass
+    plan: Plan | None = None  # the budgets from a first pass: the selector's own, or --budget global
 
     def over_budget(new: Example) -> int:
         sel = new.selection
         return int(len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r)
 
     def fn(ex: Example, header: Header) -> Example:
-        new = select_example(ex, entry.obj, opts.method, opts.rho_p, opts.rho_r, options, protect, budgets)
+        new = select_example(ex, selector, opts.method, opts.rho_p, opts.rho_r, options, protect, plan)
         if opts.workers == 1:
             over[0] += over_budget(new)
         return new
 
-    prepare = getattr(entry.obj, "prepare", None)  # budgets that depend on the whole stream: read it twice
-    from ..baselines.passes import first_pass, rereadable
+    from .first_pass import first_pass, rereadable
 
     display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
-    twice = prepare is not None or opts.budget != "example"
+    own_plan = selector.needs_plan(options)  # budgets that depend on the whole stream: read it twice
+    twice = own_plan or opts.budget != "example"
     with (rereadable(opts.inp) if twice else nullcontext(opts.inp)) as inp:
-        if prepare is not None and (plan := first_pass(prepare, inp, opts.rho_p, opts.rho_r, options, display)):
-            params["budgets"] = plan
+        if own_plan:
+            plan = first_pass(selector, inp, opts.rho_p, opts.rho_r, options, display)
+            if plan.summary:
+                params["budgets"] = plan.summary
         if opts.budget != "example":
             from .global_budget import plan_global
 
-            budgets, params["global_budget"] = plan_global(inp, display, entry.obj, opts.budget, opts.rho_p,
-                                                           opts.rho_r, options, protect)
+            plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
+            params["global_budget"] = plan.summary
         kwargs = dict(step=step_record("select", params), stage="selection", needs="scores",
                       hint="run `bridge score` first", fn=fn, label="selecting", display=display)
         if opts.workers > 1:

@@ -1,12 +1,5 @@
-"""``bridge train``: SFT from theta_old on compacted rows (or any input_ids/labels JSONL).
-
-The run folder OUT:
-
-    OUT/config.json, model.safetensors, tokenizer files   the trained model (merged, with --lora)
-    OUT/adapter/                                          the LoRA adapter alone (--lora)
-    OUT/metrics.jsonl                                     one line per optimizer step, as it runs
-    OUT/checkpoints/step-NNNNNN/                          every --save-every steps (see training/checkpoint.py)
-    OUT/bridge_train.json                                 the summary, written last (the run is complete)
+"""``bridge train``: SFT from theta_old on compacted rows (or any input_ids/labels JSONL), into the
+run folder OUT that :mod:`bridgecli.artifacts.train_run` lays out.
 
 Single process: ``bridge train ...``. Several GPUs: ``torchrun --nproc-per-node N -m bridgecli
 train ...`` or ``accelerate launch [--config_file fsdp.yaml] -m bridgecli train ...``: the same
@@ -15,7 +8,6 @@ flags, rank 0 writes.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -24,29 +16,24 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
+from ..artifacts.rows_meta import read_rows_meta
+from ..artifacts.train_run import ADAPTER, DEFAULT_TRAIN_DIR, TrainSummary, check_run_dir, write_summary
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..io import check_input
 from ..progress import note
-from ..training import checkpoint
 from ..training import lora as lora_mod
 from ..training.config import SFTConfig, config_dict
 from ..training.rows import IGNORE, Row
 from ..training.sft import FitResult, fit, make_accelerator
 from .common import now
-from .compact import meta_path
-
-SUMMARY = "bridge_train.json"
-METRICS = "metrics.jsonl"
-#: what a folder may hold for a fresh run to clear it (anything else: refuse, it is not ours)
-_RUN_MARKERS = (SUMMARY, METRICS, checkpoint.CHECKPOINTS)
 
 
 @dataclass
 class TrainOptions:
     data: str
-    out: str | Path = Path("runs") / "final"
+    out: str | Path = DEFAULT_TRAIN_DIR
     model: str | None = None
     device: str = "auto"
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -102,25 +89,6 @@ def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None
     return rows
 
 
-def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
-    """Whether a fresh run must clear ``out`` first (every rank checks, so every rank raises alike).
-    A fresh run starts from an empty folder; a folder with checkpoints is only continued (--resume)
-    or cleared on request (--overwrite); a non-empty folder that is not a training run is never
-    touched."""
-    if resume or not out.exists():
-        return False
-    if not out.is_dir():
-        raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
-    if not any(out.iterdir()):
-        return False
-    if not any((out / m).exists() for m in _RUN_MARKERS):
-        raise UsageError(f"{out} is not empty and holds no training run", hint="pass another -o, or empty it")
-    if checkpoint.complete(out) and not overwrite:
-        raise UsageError(f"{out} holds checkpoints of an earlier run",
-                         hint="pass --resume to continue it, or --overwrite to start over")
-    return True
-
-
 def _install(tmp: Path, out: Path) -> None:
     """Move everything in ``tmp`` into ``out`` (replacing), then remove ``tmp``."""
     for child in tmp.iterdir():
@@ -131,7 +99,7 @@ def _install(tmp: Path, out: Path) -> None:
     tmp.rmdir()
 
 
-def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: bool) -> None:
+def save_final(result: FitResult, tokenizer, out: Path, summary: TrainSummary, *, lora: bool) -> None:
     """Write the trained model into ``out`` (rank 0), the summary last. Every rank calls this
     (FSDP gathers the full state dict collectively)."""
     from accelerate.utils import DistributedType
@@ -146,16 +114,14 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: dict, *, lora: 
         tmp.mkdir(parents=True)
         model = result.model
         if lora:
-            model.save_pretrained(tmp / lora_mod.ADAPTER_DIR)
+            model.save_pretrained(tmp / ADAPTER)
             model = model.merge_and_unload()
             model.save_pretrained(tmp)
         else:
             model.save_pretrained(tmp, state_dict=state)
         tokenizer.save_pretrained(tmp)
         _install(tmp, out)
-        part = out / f".{SUMMARY}.partial"
-        part.write_text(json.dumps(summary, indent=2))
-        os.replace(part, out / SUMMARY)
+        write_summary(out, summary)
     acc.wait_for_everyone()
 
 
@@ -201,17 +167,14 @@ def _run_train(opts: TrainOptions) -> dict:
             shutil.rmtree(out)
     acc.wait_for_everyone()
 
-    side = {}
-    mp = meta_path(opts.data)
-    if mp.exists():
-        side = json.loads(mp.read_text())
-    model_spec = opts.model or side.get("model")
+    side = read_rows_meta(opts.data)
+    model_spec = opts.model or (side.model if side is not None else None)
     ref = resolve(model_spec)
     if main:
         note(f"training {ref.spec} (theta_old) on {opts.data} on {device}"
              + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else ""))
     tokenizer = load_tokenizer(ref)
-    if side.get("tokenizer_fingerprint") and side["tokenizer_fingerprint"] != tokenizer_fingerprint(tokenizer):
+    if side is not None and side.tokenizer_fingerprint and side.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
         raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
                          hint="train the model the data was scored for, or re-run the pipeline")
     model = load_model(ref, device=device)
@@ -236,19 +199,19 @@ def _run_train(opts: TrainOptions) -> dict:
         raise EmptyResultError("training ran 0 optimizer steps: no model written", file=str(opts.data),
                                hint="check --max-steps and --epochs")
     used = [r for r in rows if r.supervised > 0]
-    summary = {
-        "producer": PRODUCER, "created": now(), "base_model": ref.spec, "base_fingerprint": fingerprint(ref),
-        "data": str(opts.data), "rows": len(used), "sft": config_dict(cfg),
-        "steps": len(history), "final_loss": history[-1]["loss"] if history else None,
-        "supervised_tokens": sum(r.supervised for r in used),
-        "executed_tokens": sum(len(r.input_ids) for r in used),
-        "packing": result.packing, "batching": result.packing_note, "processes": acc.num_processes,
-        "resumed_from_step": result.resumed_from, "plan_digest": result.plan_digest,
-        "train_seconds": history[-1]["elapsed"] if history else 0.0,
-        "lora": config_dict(cfg)["lora"], "adapter": lora_mod.ADAPTER_DIR if cfg.lora is not None else None,
-    }
+    summary = TrainSummary(
+        producer=PRODUCER, created=now(), base_model=ref.spec, base_fingerprint=fingerprint(ref),
+        data=str(opts.data), rows=len(used), sft=config_dict(cfg),
+        steps=len(history), final_loss=history[-1]["loss"] if history else None,
+        supervised_tokens=sum(r.supervised for r in used),
+        executed_tokens=sum(len(r.input_ids) for r in used),
+        packing=result.packing, batching=result.packing_note, processes=acc.num_processes,
+        resumed_from_step=result.resumed_from, plan_digest=result.plan_digest,
+        train_seconds=history[-1]["elapsed"] if history else 0.0,
+        lora=config_dict(cfg)["lora"], adapter=ADAPTER if cfg.lora is not None else None,
+    )
     save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
     del model, result
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return summary
+    return summary.to_dict()

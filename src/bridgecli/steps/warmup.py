@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,14 +9,15 @@ from pathlib import Path
 import torch
 
 from .. import PRODUCER
+from ..artifacts.direction_file import Direction, DirectionMeta
+from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR, WarmupMeta, write_warmup_run
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
-from ..io import atomic_dir, check_input
+from ..io import check_input
 from ..modeling import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
-from ..runfolder import DEFAULT_WARMUP_DIR, META
 from ..training.rows import full_response_row
 from ..training.config import SFTConfig, config_dict
 from ..training.sft import train
@@ -131,38 +131,31 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     g_anchor = {n: params[n].detach().cpu() - theta_old[n] for n in tail}
     v, stats = direction_mod.combine({n: g.cpu() for n, g in g_target.items()}, g_anchor, lam=opts.lam)
 
-    with atomic_dir(opts.out) as tmp:
-        model.save_pretrained(tmp / "checkpoint")
-        tokenizer.save_pretrained(tmp / "checkpoint")
-        meta = {
-            "producer": PRODUCER,
-            "created": now(),
-            "base_model": ref.spec,
-            "base_fingerprint": fingerprint(ref),
-            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-            "chat_template": opts.data_opts.chat_template,
-            "data": str(opts.data),
-            "data_digest": file_digest(opts.data),
-            "warm_ids": sorted(warm_ids) if warm_ids is not None else None,
-            "val": str(opts.val) if opts.val else None,
-            "val_ids": sorted(val_ids) if val_ids is not None else None,
-            "warm_examples": len(warm_rows),
-            "val_examples": len(val_rows),
-            "val_loss": val_loss,
-            "val_tokens": val_tokens,
-            "direction_layers": opts.direction_layers,
-            "direction": stats,
-            "sft": config_dict(opts.sft),
-            "steps": len(history),
-            "final_train_loss": history[-1]["loss"] if history else None,
-        }
-        direction_mod.save(direction_mod.Direction(v, {**stats, "layers": opts.direction_layers,
-                                                       "base_model": ref.spec}), tmp)
-        (tmp / META).write_text(json.dumps(meta, indent=2))
-        with open(tmp / "metrics.jsonl", "w") as fh:
-            for rec in history:
-                fh.write(json.dumps(rec) + "\n")
+    meta = WarmupMeta(
+        producer=PRODUCER,
+        created=now(),
+        base_model=ref.spec,
+        base_fingerprint=fingerprint(ref),
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        chat_template=opts.data_opts.chat_template,
+        data=str(opts.data),
+        data_digest=file_digest(opts.data),
+        warm_ids=sorted(warm_ids) if warm_ids is not None else None,
+        val=str(opts.val) if opts.val else None,
+        val_ids=sorted(val_ids) if val_ids is not None else None,
+        warm_examples=len(warm_rows),
+        val_examples=len(val_rows),
+        val_loss=val_loss,
+        val_tokens=val_tokens,
+        direction_layers=opts.direction_layers,
+        direction=stats,
+        sft=config_dict(opts.sft),
+        steps=len(history),
+        final_train_loss=history[-1]["loss"] if history else None,
+    )
+    direction = Direction(v, DirectionMeta.of(stats, layers=opts.direction_layers, base_model=ref.spec))
+    write_warmup_run(opts.out, model=model, tokenizer=tokenizer, meta=meta, direction=direction, history=history)
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return meta
+    return meta.to_dict()

@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-CHECKPOINTS = "checkpoints"
+from ..artifacts.train_run import CHECKPOINTS
 STATE = "trainer_state.json"
 _NAME = re.compile(r"^step-(\d{6,})$")
 

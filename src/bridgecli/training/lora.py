@@ -2,14 +2,13 @@
 
 The run folder then holds the merged model at its top (an ordinary HF folder, which
 ``bridge eval OUT`` loads like a full fine-tune) and the adapter alone in ``OUT/adapter`` (for
-peft users: ``PeftModel.from_pretrained(base, "OUT/adapter")``).
+peft users: ``PeftModel.from_pretrained(base, "OUT/adapter")``); the folder's layout is
+:mod:`bridgecli.artifacts.train_run`'s.
 """
 
 from __future__ import annotations
 
 from .config import LoraSettings
-
-ADAPTER_DIR = "adapter"
 
 
 def wrap(model, settings: LoraSettings):
@@ -25,10 +24,6 @@ def wrap(model, settings: LoraSettings):
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
         raise UsageError(f"--lora-targets: {exc}", hint="name linear layers of this model, e.g. q_proj,v_proj, "
                          "or all-linear") from None
-
-
-def is_peft(model) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
 
 
 def trainable_counts(model) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..artifacts.train_run import METRICS
 from ..errors import UsageError
 from ..io import atomic_dir
 from ..progress import note
@@ -242,7 +243,7 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
     history: list[dict] = []
     if run_dir is not None and main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        mpath = run_dir / "metrics.jsonl"
+        mpath = run_dir / METRICS
         kept = []
         if start and mpath.exists():
             kept = [line for line in mpath.read_text().splitlines()

@@ -16,7 +16,6 @@ from ..format.records import Example
 
 SCORES = "scores"
 WARMUP = "warmup"
-RESERVED = (SCORES,)
 
 _HOW = {
     "loss": "bridge reference STREAM --model MODEL --as {name}",

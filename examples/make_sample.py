@@ -10,7 +10,8 @@ the answer ends with ``#### N`` (an integer), and in every template ``N`` is the
 annotation. Numbers are drawn so that every intermediate result is a whole number.
 
 Output is a pure function of the seed (one :class:`random.Random` per call, no global state), so
-``python -m bridgecli.sample examples/data`` reproduces the committed copy byte for byte.
+``python examples/make_sample.py examples/data`` reproduces the committed copy byte for byte. It is
+not part of the package: it makes the example data, and depends on nothing but the standard library.
 
 Public API: :func:`generate`, :func:`write_sample`, :func:`main`.
 """
@@ -575,7 +576,7 @@ def write_sample(folder: Path, seed: int = 0) -> dict[str, Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bridgecli.sample",
+        prog="python examples/make_sample.py",
         description="Write the GSM8K-style sample (warm/val/train/test JSONL) into OUT_DIR.",
     )
     parser.add_argument("out_dir", metavar="OUT_DIR", type=Path)

@@ -1,4 +1,4 @@
-"""Budget matching for the compared methods (docs/methods.md, "Budget matching").
+"""Budget matching for the compared methods (docs/compared-methods.md, "Budget matching").
 
 Two-sided methods (BRIDGE's schedules, ``random``, ``llm+tc``, ``tokenseek-approx``) get BRIDGE's
 per-example budgets b_p = ceil(rho_p m), b_r = ceil(rho_r n). A single-side method keeps its

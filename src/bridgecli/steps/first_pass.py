@@ -1,4 +1,5 @@
-"""Two passes over one input stream, for selectors whose budgets depend on the whole stream."""
+"""Two passes over one input stream, for selectors whose budgets depend on the whole stream
+(:meth:`bridgecli.hookspecs.Selector.prepare`) and for ``--budget global``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import tempfile
 from typing import Iterator
 
 from ..format.reader import open_reader
+from ..hookspecs import Plan, Selector
 from ..io import is_stdio
 from ..progress import note
-from ..steps.common import naming, require_stage
+from .common import naming, require_stage
 
 
 @contextlib.contextmanager
@@ -35,15 +37,16 @@ def rereadable(inp: str | None) -> Iterator[str | None]:
             os.unlink(path)
 
 
-def first_pass(prepare, inp: str | None, rho_p: float, rho_r: float, options: dict,
-               display: str | None = None) -> dict:
-    """Run a selector's ``prepare`` over the stream (it stores per-example budgets in ``options``);
-    returns its summary for the step parameters. ``display`` names the input in errors."""
+def first_pass(selector: Selector, inp: str | None, rho_p: float, rho_r: float, options: dict,
+               display: str | None = None) -> Plan:
+    """Run the selector's ``prepare`` over the stream (``options``: what its ``parse`` returned);
+    returns its plan. ``display`` names the input in errors."""
     with open_reader(inp) as reader:
         require_stage(reader.header, "scores", display or reader.name, "run `bridge score` first")
         with naming(display or reader.name):
-            summary = prepare(iter(reader), rho_p, rho_r, options) or {}
+            plan = selector.prepare(iter(reader), rho_p, rho_r, options)
+    summary = plan.summary
     if summary.get("unmatched_by"):
         note(f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
-             f"tokens: the selected side gets none (see docs/methods.md, budget matching)")
-    return summary
+             f"tokens: the selected side gets none (see docs/compared-methods.md, budget matching)")
+    return plan

@@ -1,0 +1,67 @@
+"""The side file ``bridge compact`` writes next to its training rows (``OUT.bridge.json``), which
+``bridge train`` reads to find the base model and check the tokenizer.
+
+:func:`write_rows_meta` is the one writer, :func:`read_rows_meta` the one reader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError
+
+SUFFIX = ".bridge.json"
+
+
+class StepParams(msgspec.Struct):
+    """One step of the stream the rows came from, and its parameters."""
+
+    step: str
+    params: dict[str, Any] = {}
+
+
+class RowsMeta(msgspec.Struct, kw_only=True):
+    """What the rows are: their format and columns, the model they were tokenised for, the steps
+    behind them and their counts. Every field is optional, so that a file that records less reads."""
+
+    created: str | None = None
+    format: str | None = None
+    columns: list[str] | None = None
+    model: str | None = None
+    model_fingerprint: str | None = None
+    tokenizer_fingerprint: str | None = None
+    steps: list[StepParams] = []
+    rows: int | None = None
+    dropped: list[str] = []
+    tokens_executed: int | None = None
+    tokens_original: int | None = None
+    supervised: int | None = None
+
+
+def rows_meta_path(rows: str | Path) -> Path:
+    """The side file of the rows at ``rows`` (a file or a folder)."""
+    return Path(str(rows) + SUFFIX)
+
+
+def write_rows_meta(rows: str | Path, meta: RowsMeta) -> Path:
+    from ..io import atomic_path
+
+    path = rows_meta_path(rows)
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(msgspec.to_builtins(meta), indent=2))
+    return path
+
+
+def read_rows_meta(rows: str | Path) -> RowsMeta | None:
+    """The side file of ``rows``, or None when there is none (rows made by another tool)."""
+    path = rows_meta_path(rows)
+    if not path.exists():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RowsMeta)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InputError(f"not the side file `bridge compact` writes: {exc}", file=str(path)) from None

@@ -1,0 +1,99 @@
+"""The folder ``bridge train`` writes:
+
+    OUT/config.json, model.safetensors, tokenizer files   the trained model (merged, with --lora)
+    OUT/adapter/                                          the LoRA adapter alone (--lora)
+    OUT/metrics.jsonl                                     one line per optimizer step, as it runs
+    OUT/checkpoints/step-NNNNNN/                          every --save-every steps (training/checkpoint.py)
+    OUT/bridge_train.json                                 the summary, written last (the run is complete)
+
+:func:`write_summary` is the summary's one writer and :func:`read_summary` its one reader;
+:func:`check_run_dir` decides what a fresh run may clear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import InputError, UsageError
+
+DEFAULT_TRAIN_DIR = Path("runs") / "final"
+SUMMARY = "bridge_train.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+ADAPTER = "adapter"
+#: what a folder may hold for a fresh run to clear it (anything else: refuse, it is not ours)
+RUN_MARKERS = (SUMMARY, METRICS, CHECKPOINTS)
+
+
+class TrainSummary(msgspec.Struct, kw_only=True):
+    """``bridge_train.json``. Only ``base_model`` is required, so that a file that records less reads."""
+
+    producer: str | None = None
+    created: str | None = None
+    base_model: str
+    base_fingerprint: str | None = None
+    data: str | None = None
+    rows: int | None = None
+    sft: dict[str, Any] | None = None
+    steps: int | None = None
+    final_loss: float | None = None
+    supervised_tokens: int | None = None
+    executed_tokens: int | None = None
+    packing: bool | None = None
+    batching: str | None = None
+    processes: int | None = None
+    resumed_from_step: int | None = None
+    plan_digest: str | None = None
+    train_seconds: float | None = None
+    lora: dict[str, Any] | None = None
+    #: the adapter's folder inside OUT (--lora), else None
+    adapter: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+def write_summary(out: str | Path, summary: TrainSummary) -> Path:
+    """Write the summary last, in one rename: its presence marks a complete run."""
+    path = Path(out) / SUMMARY
+    part = Path(out) / f".{SUMMARY}.partial"
+    part.write_text(json.dumps(summary.to_dict(), indent=2))
+    os.replace(part, path)
+    return path
+
+
+def read_summary(out: str | Path) -> TrainSummary | None:
+    """The summary of the run in ``out``, or None when the run is not complete (or not a run)."""
+    path = Path(out) / SUMMARY
+    if not path.is_file():
+        return None
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=TrainSummary)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InputError(f"not a `bridge train` summary: {exc}", file=str(path)) from None
+
+
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+    """Whether a fresh run must clear ``out`` first (every rank checks, so every rank raises alike).
+    A fresh run starts from an empty folder; a folder with checkpoints is only continued (--resume)
+    or cleared on request (--overwrite); a non-empty folder that is not a training run is never
+    touched."""
+    from ..training import checkpoint
+
+    if resume or not out.exists():
+        return False
+    if not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
+    if not any(out.iterdir()):
+        return False
+    if not any((out / m).exists() for m in RUN_MARKERS):
+        raise UsageError(f"{out} is not empty and holds no training run", hint="pass another -o, or empty it")
+    if checkpoint.complete(out) and not overwrite:
+        raise UsageError(f"{out} holds checkpoints of an earlier run",
+                         hint="pass --resume to continue it, or --overwrite to start over")
+    return True

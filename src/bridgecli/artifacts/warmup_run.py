@@ -1,0 +1,143 @@
+"""The folder ``bridge warmup`` writes, which ``bridge score --from``, ``bridge analyze --from`` and
+``bridge reference --model`` read.
+
+    <run>/checkpoint/            theta_bar as an HF model folder (+ tokenizer)
+    <run>/direction.safetensors  v over the final K blocks, with its metadata (:mod:`.direction_file`)
+    <run>/warmup.json            parameters, base model, warm/val ids, losses (:class:`WarmupMeta`)
+    <run>/metrics.jsonl          one line per optimizer step
+
+:func:`write_warmup_run` is the one writer, :meth:`WarmupRun.open` the one reader, and
+:meth:`WarmupMeta.leave_out` the one rule for the examples warmup used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import ModelError
+from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
+
+DEFAULT_WARMUP_DIR = Path("runs") / "warmup"
+META = "warmup.json"
+CHECKPOINT = "checkpoint"
+METRICS = "metrics.jsonl"
+
+
+class WarmupMeta(msgspec.Struct, kw_only=True):
+    """``warmup.json``. Only ``base_model`` is required: a file that records less (an older version,
+    a hand-made run folder) still reads, the missing fields None."""
+
+    producer: str | None = None
+    created: str | None = None
+    base_model: str
+    base_fingerprint: str | None = None
+    tokenizer_fingerprint: str | None = None
+    chat_template: bool | None = None
+    data: str | None = None
+    data_digest: str | None = None
+    #: the ids warmup trained on, when it split DATA itself (--warm-fraction); None: all of DATA
+    #: that is not validation, or a separate warm file
+    warm_ids: list[str] | None = None
+    val: str | None = None
+    val_ids: list[str] | None = None
+    warm_examples: int | None = None
+    val_examples: int | None = None
+    val_loss: float | None = None
+    val_tokens: int | None = None
+    direction_layers: int | None = None
+    direction: DirectionStats | None = None
+    sft: dict[str, Any] | None = None
+    steps: int | None = None
+    final_train_loss: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+    def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
+        """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
+        or analysed; None when ``data`` is not the file warmup read (compared by content digest;
+        ``digest`` is that of ``data`` when the caller has it)."""
+        if not self.data_digest:
+            return None
+        if digest is None:
+            from ..data.examples import file_digest
+
+            digest = file_digest(data)
+        if digest != self.data_digest:
+            return None
+        return frozenset(self.warm_ids or ()) | frozenset(self.val_ids or ())
+
+
+@dataclass(frozen=True)
+class WarmupRun:
+    root: Path
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / CHECKPOINT
+
+    @property
+    def meta_path(self) -> Path:
+        return self.root / META
+
+    @property
+    def direction_path(self) -> Path:
+        return direction_path(self.root)
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.root / METRICS
+
+    def meta(self) -> WarmupMeta:
+        try:
+            return msgspec.json.decode(self.meta_path.read_bytes(), type=WarmupMeta)
+        except msgspec.ValidationError as exc:
+            raise ModelError(f"not a warmup record: {exc}", file=str(self.meta_path)) from None
+        except msgspec.DecodeError as exc:
+            raise ModelError(f"not valid JSON: {exc}", file=str(self.meta_path)) from None
+
+    def direction(self) -> Direction:
+        return load_direction(self.root)
+
+    @staticmethod
+    def is_run(path: str | Path) -> bool:
+        """Whether ``path`` looks like a warmup run folder (its record and its checkpoint)."""
+        p = Path(path)
+        return (p / META).is_file() and (p / CHECKPOINT).is_dir()
+
+    @classmethod
+    def open(cls, path: str | Path | None) -> "WarmupRun":
+        """The run at ``path`` (None: the default folder), or one error line saying what is missing."""
+        default = path is None
+        root = Path(path) if path is not None else DEFAULT_WARMUP_DIR
+        if not cls.is_run(root):
+            if default:
+                raise ModelError(
+                    f"no warmup run at {root} (the folder `bridge warmup` writes by default)",
+                    hint="run `bridge warmup WARM.jsonl --val VAL.jsonl` first, or pass --from RUN_DIR",
+                )
+            raise ModelError(f"{root} is not a warmup run folder (no {META} or {CHECKPOINT}/)",
+                             hint="pass the folder `bridge warmup -o` wrote")
+        return cls(root)
+
+
+def write_warmup_run(out: str | Path, *, model, tokenizer, meta: WarmupMeta, direction: Direction,
+                     history: list[dict]) -> WarmupRun:
+    """Write the whole run folder ``out``: it appears complete, or not at all (an earlier run there
+    is replaced only once the new one is written)."""
+    from ..io import atomic_dir
+
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp / CHECKPOINT)
+        tokenizer.save_pretrained(tmp / CHECKPOINT)
+        save_direction(direction, tmp)
+        (tmp / META).write_text(json.dumps(meta.to_dict(), indent=2))
+        with open(tmp / METRICS, "w") as fh:
+            for rec in history:
+                fh.write(json.dumps(rec) + "\n")
+    return WarmupRun(Path(out))
