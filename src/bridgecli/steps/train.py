@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,29 +30,17 @@ from ..io import check_input
 from ..progress import note
 from ..training import checkpoint
 from ..training import lora as lora_mod
-from ..training.config import SFTConfig, config_dict
+from ..training.config import config_dict
 from ..training.rows import IGNORE, Row
 from ..training.sft import FitResult, fit, make_accelerator
 from .common import now
 from .compact import meta_path
+from .options import TrainOptions
 
 SUMMARY = "bridge_train.json"
 METRICS = "metrics.jsonl"
 #: what a folder may hold for a fresh run to clear it (anything else: refuse, it is not ours)
 _RUN_MARKERS = (SUMMARY, METRICS, checkpoint.CHECKPOINTS)
-
-
-@dataclass
-class TrainOptions:
-    data: str
-    out: str | Path = Path("runs") / "final"
-    model: str | None = None
-    device: str = "auto"
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    resume: bool = False
-    overwrite: bool = False
-    live: bool | None = None  # None: when stderr is a terminal
-    allow_empty: bool = False  # no row to train on: exit 0 without writing a model, instead of an error
 
 
 def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str | None = None) -> None:
@@ -166,7 +153,10 @@ def run_train(opts: TrainOptions) -> dict:
     from . import params
 
     params.check_sft(opts.sft)
+    params.check(opts)
     params.check_device(opts.device)
+    if opts.resume and opts.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
     check_input(opts.data)  # before anything loads
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
