@@ -31,9 +31,18 @@ class _OneLineErrors(typer.core.TyperGroup):
         with _one_line(None):
             return super().make_context(info_name, args, parent=parent, **extra)
 
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        # the command being parsed, for errors Click raises without a context (a flag missing its value)
+        ctx.meta.setdefault(_PATH, []).append(name)
+        return name, cmd, rest
+
     def invoke(self, ctx):
         with _one_line(ctx):
             return super().invoke(ctx)
+
+
+_PATH = "bridgecli.command_path"
 
 
 @contextlib.contextmanager
@@ -43,10 +52,12 @@ def _one_line(ctx):
     except NoArgsIsHelpError:  # `bridge` or `bridge analyze` alone: the help
         raise
     except ClickUsageError as err:
-        names, where = [], err.ctx or ctx
+        names, where = [], err.ctx
         while where is not None and where.parent is not None:  # the root is `bridge` however it was run
             names.insert(0, where.info_name)
             where = where.parent
+        if err.ctx is None and ctx is not None:
+            names = list(ctx.meta.get(_PATH, []))
         path = " ".join(["bridge", *names])
         message = " ".join(err.format_message().split())
         sys.stderr.write(f"{path}: error: {message} (see {path} --help)\n")
@@ -87,7 +98,7 @@ def _reporting(name: str, fn):
 for _name, _fn in commands.COMMANDS:
     app.command(_name)(_reporting(_name, _fn))
 for _name, _build in commands.GROUPS:
-    app.add_typer(_build(_reporting), name=_name)
+    app.add_typer(_build(_reporting), name=_name, cls=_OneLineErrors)
 
 
 def _version(value: bool):
