@@ -1,6 +1,8 @@
-"""Parameter checks for the steps, in one place: every numeric option has its range, NaN and
-infinity are refused, and a device must exist here. The steps call these before reading anything,
-so Python callers get the same one-line :class:`UsageError` (exit 2) as the command line."""
+"""Parameter checks for the steps, in one place. The ranges are declared on the options types
+(:mod:`bridgecli.steps.options`, :mod:`bridgecli.training.config`, with
+:func:`bridgecli.optionspec.option`); :func:`check` runs them. NaN and infinity are refused, and a
+device must exist here. The steps call these before reading anything, so Python callers get the same
+one-line :class:`UsageError` (exit 2) as the command line."""
 
 from __future__ import annotations
 
@@ -10,12 +12,7 @@ from ..errors import UsageError
 from ..optionspec import MAX_COUNT, MAX_LAYERS, MAX_ROUNDS, MAX_SEED, RETENTION, _fail, check, integer, real
 
 __all__ = ["MAX_COUNT", "MAX_LAYERS", "MAX_ROUNDS", "MAX_SEED", "RETENTION", "check", "check_data_options",
-           "check_device", "check_sft", "integer", "real", "retention"]
-
-
-def retention(flag: str, value: Any) -> None:
-    """A retention ratio rho: one definition for every step (:data:`bridgecli.optionspec.RETENTION`)."""
-    RETENTION.check(flag, value)
+           "check_device", "check_sft", "integer", "real"]
 
 
 def check_sft(cfg: Any, *, where: str = "") -> None:
