@@ -164,7 +164,11 @@ def test_errors(workdir):
     assert "run `bridge score` on it" in r.output
     r = bridge("analyze", "shift", d / "data.jsonl", "--from", d / "nowhere", code=5)
     assert "is not a warmup run folder" in r.output
-    bridge("analyze", "fidelity", d / "data.jsonl", "--from", d / "warm", "--rho-p", "0", code=2)
+    # rho has one range everywhere, [0, 1] (select's): 1.5 is refused before the model loads
+    r = bridge("analyze", "fidelity", d / "data.jsonl", "--from", d / "warm", "--rho-p", "1.5", code=2)
+    assert "--rho-p must be a finite number in [0, 1], got 1.5" in r.output
+    r = bridge("analyze", "robustness", d / "data.jsonl", "--rho-r", "-0.1", code=2)
+    assert "--rho-r must be a finite number in [0, 1]" in r.output
 
 
 def test_entry_point_lists_the_subcommands():

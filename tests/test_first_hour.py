@@ -119,7 +119,7 @@ def test_unreachable_probe_returns_quickly():
 
 
 def test_failed_eval_journal_removed_or_kept_with_a_note(tmp_path, capsys):
-    from bridgecli.cli.eval import _keep_or_remove
+    from bridgecli.steps.eval import _keep_or_remove
     from bridgecli.evaluation.journal import Journal
 
     empty = Journal.open(tmp_path / "a.partial.jsonl", {"task": "gsm8k"}, resume=False)

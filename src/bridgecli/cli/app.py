@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from typing import Annotated, Optional
 
 import typer
+import typer.core
+
+try:  # Typer >= 0.20 carries its own copy of click
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError
+except ImportError:  # pragma: no cover - an older Typer on the installed click
+    from click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError
 
 from .. import __version__
 from ..errors import BridgeError
@@ -14,7 +21,51 @@ from . import commands
 from .labels import install as _plain_labels
 
 _plain_labels()
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """Click's own usage errors (an unknown flag, a value that is not a number, a missing argument)
+    reported like every other error: one line, ``bridge CMD: error: ...``, exit 2."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _one_line(None):
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        # the command being parsed, for errors Click raises without a context (a flag missing its value)
+        ctx.meta.setdefault(_PATH, []).append(name)
+        return name, cmd, rest
+
+    def invoke(self, ctx):
+        with _one_line(ctx):
+            return super().invoke(ctx)
+
+
+_PATH = "bridgecli.command_path"
+
+
+@contextlib.contextmanager
+def _one_line(ctx):
+    try:
+        yield
+    except NoArgsIsHelpError:  # `bridge` or `bridge analyze` alone: the help
+        raise
+    except ClickUsageError as err:
+        names, where = [], err.ctx
+        while where is not None and where.parent is not None:  # the root is `bridge` however it was run
+            names.insert(0, where.info_name)
+            where = where.parent
+        if err.ctx is None and ctx is not None:
+            names = list(ctx.meta.get(_PATH, []))
+        path = " ".join(["bridge", *names])
+        message = " ".join(err.format_message().split())
+        sys.stderr.write(f"{path}: error: {message} (see {path} --help)\n")
+        raise typer.Exit(err.exit_code) from None
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="bridge",
     help="BRIDGE: coupled selection of prompt context and response supervision for instruction tuning.\n\n"
          "bridge score data.jsonl | bridge select -T 4 | bridge close | bridge compact -o train.jsonl",
@@ -47,7 +98,7 @@ def _reporting(name: str, fn):
 for _name, _fn in commands.COMMANDS:
     app.command(_name)(_reporting(_name, _fn))
 for _name, _build in commands.GROUPS:
-    app.add_typer(_build(_reporting), name=_name)
+    app.add_typer(_build(_reporting), name=_name, cls=_OneLineErrors)
 
 
 def _version(value: bool):

@@ -3,7 +3,7 @@
 from . import analyze
 from .close import close
 from .compact import compact
-from .eval import eval
+from .eval import compare, evaluate
 from .inspect import inspect
 from .merge import merge
 from .plugins import plugins
@@ -23,7 +23,8 @@ COMMANDS = [
     ("close", close),
     ("compact", compact),
     ("train", train),
-    ("eval", eval),
+    ("eval", evaluate),
+    ("compare", compare),
     ("inspect", inspect),
     ("show", show),
     ("plugins", plugins),

@@ -1,19 +1,16 @@
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Optional
 
-import typer
-
-from .options import InputArg
+from ..steps.options import ShowOptions as S
+from .options import InputArg, opt
 
 
 def show(
     input: InputArg = "-",
-    index: Annotated[Optional[int], typer.Option(help="The example whose index (position in the input data) is K.",
-                                                 metavar="K")] = None,
-    id: Annotated[Optional[str], typer.Option("--id", help="The example with this id.")] = None,
-    html: Annotated[Optional[str], typer.Option(help="Also write a self-contained HTML page (scores on hover).",
-                                                metavar="OUT.html")] = None,
+    index: Optional[int] = opt(S, "index", metavar="K"),
+    id: Optional[str] = opt(S, "id"),
+    html: Optional[str] = opt(S, "html", metavar="OUT.html"),
 ):
     """Show what a selection keeps: dropped prompt tokens struck through, supervised response tokens
     highlighted by score, closure units delimited by ⟦ ⟧.
@@ -26,9 +23,9 @@ def show(
 
     from ..analysis.render import render_plain, render_terminal
     from ..progress import note
-    from ..steps.show import ShowOptions, run_show
+    from ..steps.show import run_show
 
-    view = run_show(ShowOptions(inp=input, index=index, id=id, html=html))
+    view = run_show(S(inp=input, index=index, id=id, html=html))
     console = Console(highlight=False)
     if console.is_terminal and not console.no_color and console.color_system is not None:
         console.print(render_terminal(view))

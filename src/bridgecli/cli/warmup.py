@@ -1,43 +1,49 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Optional
 
 import typer
 
-from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
+from ..data.examples import DataOptions as D
+from ..steps.options import WARMUP_SFT, WARMUP_SFT_HELP
+from ..steps.options import WarmupOptions as W
 from ..training.config import SFTConfig
-from .options import (ChatTemplate, Device, Limit, MaxLength, Model, PromptField, ResponseField, Seed, Split,
-                      data_options)
+from .options import arg, data_options, opt
+
+
+def _sft(name: str):
+    """Warmup's own default (and, where it words it its own way, help) for an SFT setting."""
+    return opt(SFTConfig, name, default=getattr(WARMUP_SFT, name), help=WARMUP_SFT_HELP.get(name))
 
 
 def warmup(
-    data: Annotated[str, typer.Argument(help="Warm split (JSONL/JSON/Parquet/save_to_disk), or the full data with --warm-fraction.")],
-    val: Annotated[Optional[str], typer.Option(help="Validation data D_val for g_target.")] = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Run folder (score's default --from).")] = DEFAULT_WARMUP_DIR,
-    model: Model = None,
-    warm_fraction: Annotated[Optional[float], typer.Option(help="Warm up on this fraction of DATA; its ids are recorded so `score` leaves them out.")] = None,
-    val_fraction: Annotated[Optional[float], typer.Option(help="Without --val: hold out this fraction of DATA as D_val.")] = None,
-    direction_layers: Annotated[int, typer.Option(help="Final blocks whose parameters define v.")] = 4,
-    lam: Annotated[float, typer.Option("--lambda", help="Weight of the anchor direction in v.")] = 0.2,
-    epochs: Annotated[float, typer.Option(help="Warmup epochs over the warm split.")] = 1.0,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 2e-5,
-    batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 8,
-    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step.")] = 1,
-    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many optimizer steps.")] = None,
-    seed: Seed = 42,
-    device: Device = "auto",
-    prompt_field: PromptField = None,
-    response_field: ResponseField = None,
-    chat_template: ChatTemplate = True,
-    max_length: MaxLength = None,
-    split: Split = None,
-    limit: Limit = None,
+    data: str = arg(W, "data"),
+    val: Optional[str] = opt(W, "val"),
+    output: Path = opt(W, "out"),
+    model: Optional[str] = opt(W, "model"),
+    warm_fraction: Optional[float] = opt(W, "warm_fraction"),
+    val_fraction: Optional[float] = opt(W, "val_fraction"),
+    direction_layers: int = opt(W, "direction_layers"),
+    lam: float = opt(W, "lam"),
+    epochs: float = _sft("epochs"),
+    lr: float = _sft("lr"),
+    batch_size: int = _sft("batch_size"),
+    grad_accum: int = _sft("grad_accum"),
+    max_steps: Optional[int] = _sft("max_steps"),
+    seed: int = _sft("seed"),
+    device: str = opt(W, "device"),
+    prompt_field: Optional[str] = opt(D, "prompt_field"),
+    response_field: Optional[str] = opt(D, "response_field"),
+    chat_template: bool = opt(D, "chat_template"),
+    max_length: Optional[int] = opt(D, "max_length"),
+    split: Optional[str] = opt(D, "split"),
+    limit: Optional[int] = opt(D, "limit"),
 ):
     """Short standard SFT from theta_old on the warm split; then the scoring direction v."""
-    from ..steps.warmup import WarmupOptions, run_warmup
+    from ..steps.warmup import run_warmup
 
-    meta = run_warmup(WarmupOptions(
+    meta = run_warmup(W(
         data=data, val=val, out=output, model=model, warm_fraction=warm_fraction, val_fraction=val_fraction,
         direction_layers=direction_layers, lam=lam, device=device,
         sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum, max_steps=max_steps,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..format.records import Example
+from ..optionspec import count, option
 from .shapes import Pair, to_pair
 from .sources import read_records
 from .tokenize import tokenize_pair
@@ -15,12 +16,15 @@ from .tokenize import tokenize_pair
 
 @dataclass
 class DataOptions:
-    prompt_field: str | None = None
-    response_field: str | None = None
-    chat_template: bool = True
-    max_length: int | None = None
-    split: str | None = None
-    limit: int | None = None
+    prompt_field: str | None = option(None, "Record field holding the prompt (overrides shape detection).")
+    response_field: str | None = option(None, "Record field holding the response.")
+    chat_template: bool = option(True, "Render with the tokenizer's chat template when it has one.",
+                                 "--chat-template/--no-chat-template")
+    max_length: int | None = option(None, "Skip (and report) examples longer than this many tokens (score, warmup: "
+                                          "default and upper bound the model's limit, max_position_embeddings).",
+                                    range=count())
+    split: str | None = option(None, "Split of a save_to_disk DatasetDict.")
+    limit: int | None = option(None, "Use only the first N records.", range=count())
     exclude_ids: frozenset[str] = frozenset()
     #: (rank, world): keep only records whose index is congruent to rank (before tokenising)
     shard: tuple[int, int] | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
 from ..core.budgets import budget
-from ..data.examples import DataOptions, file_digest, iter_pairs
+from ..data.examples import file_digest, iter_pairs
 from ..data.tokenize import tokenize_pair
 from ..errors import UsageError
 from ..format.reader import open_reader
@@ -38,33 +38,10 @@ from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
 from .common import now, plugin_spec, require_stage
+from .options import FidelityOptions, RobustnessOptions, ShiftOptions, Source
 
 if TYPE_CHECKING:
     from ..modeling.scoring import BridgeScorer, ScoringContext
-
-
-@dataclass
-class Source:
-    """Where the examples and the scoring checkpoint come from (shared by fidelity and shift)."""
-
-    data: str
-    run: str | Path | None = None
-    n: int = 200
-    seed: int = 0
-    first: bool = False
-    device: str = "auto"
-    dtype: str = "float32"
-    batch_size: int = 16
-    attention_layers: int = 4
-    data_opts: DataOptions = field(default_factory=DataOptions)
-    cache: str | Path | None = None  # exact prompt matrices, reused across runs (fidelity, shift)
-
-    def describe(self) -> dict:
-        return {"data": str(self.data), "from": str(self.run) if self.run is not None else None, "n": self.n,
-                "seed": self.seed, "sample": "first" if self.first else "random", "device": self.device,
-                "dtype": self.dtype, "batch_size": self.batch_size, "attention_layers": self.attention_layers,
-                "max_length": self.data_opts.max_length, "chat_template": self.data_opts.chat_template,
-                "cache": str(self.cache) if self.cache is not None else None}
 
 
 @dataclass
@@ -99,8 +76,6 @@ def load(src: Source) -> Loaded:
 def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     """``n`` examples of DATA (a seeded uniform sample, or the first ``n`` with ``first``), leaving
     out the ids warmup used when DATA is the file it read, and those over ``--max-length``."""
-    if src.n < 1:
-        raise UsageError(f"--n must be >= 1, got {src.n}")
     opts = src.data_opts
     leave_out = meta.leave_out(src.data)
     if leave_out is not None and meta.warm_ids is None:
@@ -202,29 +177,20 @@ def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
 
 # --------------------------------------------------------------------------------------------- fidelity
 
-@dataclass
-class FidelityOptions:
-    src: Source
-    out: str | None = "fidelity.json"
-    rho_p: float = 0.75
-    rho_r: float = 0.75
-    rounds: int = 4
-    method: str = "bridge"
-    perturb: str = "mask"
-    neutral: str | None = None
-    proxies: list[str] = field(default_factory=list)
+def check_source(src: Source) -> None:
+    """Fidelity's and shift's common options in their ranges (see :mod:`.params`)."""
+    from . import params
 
-
-def _check_rho(**rhos) -> None:
-    for name, rho in rhos.items():
-        if not 0.0 < rho <= 1.0:
-            raise UsageError(f"--{name.replace('_', '-')} must lie in (0, 1], got {rho}")
+    params.check(src)
+    params.check_data_options(src.data_opts)
+    params.check_device(src.device)
 
 
 def run_fidelity(opts: FidelityOptions) -> dict:
-    _check_rho(rho_p=opts.rho_p, rho_r=opts.rho_r)
-    if opts.rounds < 1:
-        raise UsageError(f"-T/--rounds must be >= 1, got {opts.rounds}")
+    from .params import check
+
+    check(opts)
+    check_source(opts.src)
     _check_perturb(opts.perturb)
     selector = as_selector(get("selector", opts.method).obj, opts.method)
     options = selector.parse({"rounds": opts.rounds})
@@ -296,26 +262,14 @@ def _fidelity_example(ex: Example, extra_scores: dict, exact, cache: MatrixCache
 
 # --------------------------------------------------------------------------------------------- shift
 
-SCORE_KINDS = ("both", "exact", "surrogate")
-
-
-@dataclass
-class ShiftOptions:
-    src: Source
-    out: str | None = "shift.json"
-    png: str | None = None
-    levels: tuple[float, ...] = sh.LEVELS
-    subset: str = "top"
-    scores: str = "both"
-    perturb: str = "mask"
-    neutral: str | None = None
-
-
 def run_shift(opts: ShiftOptions) -> dict:
-    if opts.subset not in sh.SUBSETS:
-        raise UsageError(f"--subset must be one of {', '.join(sh.SUBSETS)}, got {opts.subset!r}")
-    if opts.scores not in SCORE_KINDS:
-        raise UsageError(f"--scores must be one of {', '.join(SCORE_KINDS)}, got {opts.scores!r}")
+    from .params import check
+
+    check(opts)
+    check_source(opts.src)
+    if not opts.levels:
+        raise UsageError("--levels is empty")
+    # each level a retention ratio, but not 0: an empty opposite side leaves nothing to rank against
     bad = [x for x in opts.levels if not 0.0 < x <= 1.0]
     if bad:
         raise UsageError(f"--levels must lie in (0, 1], got {bad[0]}")
@@ -373,17 +327,10 @@ def run_shift(opts: ShiftOptions) -> dict:
 
 # --------------------------------------------------------------------------------------------- robustness
 
-@dataclass
-class RobustnessOptions:
-    inp: str | None = None
-    out: str | None = "robustness.json"
-    rho_p: float = 0.75
-    rho_r: float = 0.75
-    full: bool = False  # every q's pair and improving swap in the JSON
-
-
 def run_robustness(opts: RobustnessOptions) -> dict:
-    _check_rho(rho_p=opts.rho_p, rho_r=opts.rho_r)
+    from .params import check
+
+    check(opts)
     examples = []
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "scores", reader.name, "run `bridge score` first")

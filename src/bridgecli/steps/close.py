@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 
 from ..core.closure import forced_units, project, units_from_spans
 from ..errors import PluginError
 from ..format.records import Closure, Example, Header
+from ..optionspec import check
 from ..registry import get
 from .common import map_stream, step_record
-
-
-@dataclass
-class CloseOptions:
-    inp: str | None = None
-    out: str | None = None
-    segmenter: str = "sentence"
-    alpha: float = 0.0
-    workers: int = 1  # processes for the per-example work (steps/workers.py)
+from .options import CloseOptions
 
 
 def response_text(example: Example) -> tuple[str, int]:
@@ -58,12 +49,7 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
 
 
 def run_close(opts: CloseOptions) -> int:
-    from .params import real
-
-    real("--alpha", opts.alpha, low=0, high=1)
-    from .workers import check_workers
-
-    check_workers(opts.workers)
+    check(opts)
     entry = get("segmenter", opts.segmenter)
     params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
 

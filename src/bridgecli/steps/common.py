@@ -30,6 +30,16 @@ def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+def number_list(text: str, flag: str) -> tuple[float, ...]:
+    """``"1.0,0.5"`` (a comma-separated ``--flag``) as numbers; anything else is a usage error."""
+    from ..errors import UsageError
+
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+
+
 def plugin_spec(spec: str, flag: str) -> tuple[str, dict[str, str]]:
     """``NAME`` or ``NAME:KEY=VALUE,KEY=VALUE`` -> (NAME, options)."""
     name, _, rest = spec.partition(":")

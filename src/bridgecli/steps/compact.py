@@ -28,28 +28,13 @@ from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
+from ..optionspec import check
 from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
 from ..training.rows import IGNORE, Row, compact_row
 from .common import now, require_stage
+from .options import FORMATS, PRESETS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
-FORMATS = ("jsonl", "parquet", "hf", "text")
-PRESETS = {  # column -> arrow type name
-    "trl": {"id": "string", "input_ids": "int64", "labels": "int64", "tokenizer_fingerprint": "string"},
-    "axolotl": {"input_ids": "int64", "attention_mask": "int8", "labels": "int64"},
-    "torchtune": {"tokens": "int64", "mask": "bool"},
-    "loss-mask": {"input_ids": "int64", "loss_mask": "int8"},
-}
-
-
-@dataclass
-class CompactOptions:
-    inp: str | None = None
-    out: str | None = None
-    format: str = "jsonl"
-    columns: str = "trl"
-    allow_empty: bool = False  # writing 0 rows: an error unless set
-    workers: int = 1  # processes for the per-example work (steps/workers.py)
 
 
 @dataclass
@@ -226,17 +211,11 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
 
 
 def run_compact(opts: CompactOptions) -> CompactStats:
-    if opts.format not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {opts.format!r}")
-    if opts.columns not in PRESETS:
-        raise UsageError(f"--columns must be one of {', '.join(PRESETS)}, got {opts.columns!r}")
+    check(opts)
     if opts.format == "text" and opts.columns != "trl":
         raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
     if opts.format in ("parquet", "hf") and is_stdio(opts.out):
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
-    from .workers import check_workers
-
-    check_workers(opts.workers)
     stats = CompactStats()
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")

@@ -1,84 +1,30 @@
-"""Parameter checks for the steps, in one place: every numeric option has its range, NaN and
-infinity are refused, and a device must exist here. The steps call these before reading anything,
-so Python callers get the same one-line :class:`UsageError` (exit 2) as the command line."""
+"""Parameter checks for the steps, in one place. The ranges are declared on the options types
+(:mod:`bridgecli.steps.options`, :mod:`bridgecli.training.config`, with
+:func:`bridgecli.optionspec.option`); :func:`check` runs them. NaN and infinity are refused, and a
+device must exist here. The steps call these before reading anything, so Python callers get the same
+one-line :class:`UsageError` (exit 2) as the command line."""
 
 from __future__ import annotations
 
-import math
-from numbers import Integral, Real
 from typing import Any
 
 from ..errors import UsageError
+from ..optionspec import MAX_COUNT, MAX_LAYERS, MAX_ROUNDS, MAX_SEED, RETENTION, _fail, check, integer, real
 
-# Upper bounds that only catch nonsense (a typo, an overflow); no real run comes near them.
-MAX_COUNT = 2**40  # rows, tokens, steps, ...
-MAX_ROUNDS = 10_000  # select -T
-MAX_LAYERS = 100_000
-MAX_SEED = 2**32 - 1  # numpy's and torch's generators take it
-
-
-def _fail(flag: str, value: Any, want: str) -> None:
-    raise UsageError(f"{flag} must be {want}, got {value!r}")
-
-
-def integer(flag: str, value: Any, *, low: int = 1, high: int = MAX_COUNT, optional: bool = False) -> None:
-    """``value`` an integer in [low, high] (None allowed when ``optional``)."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
-        _fail(flag, value, f"an integer in [{low}, {high}]" if high != MAX_COUNT else f"an integer >= {low}")
-
-
-def real(flag: str, value: Any, *, low: float | None = None, high: float | None = None, low_open: bool = False,
-         high_open: bool = False, optional: bool = False) -> None:
-    """``value`` a finite number in the interval given (open or closed at each end)."""
-    if value is None and optional:
-        return
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        left = "(" if low_open else "["
-        right = ")" if high_open else "]"
-        if low is not None and high is not None:
-            want = f"a finite number in {left}{low:g}, {high:g}{right}"
-        elif low is not None:
-            want = f"a finite number {'>' if low_open else '>='} {low:g}"
-        elif high is not None:
-            want = f"a finite number {'<' if high_open else '<='} {high:g}"
-        else:
-            want = "a finite number"
-        _fail(flag, value, want)
+__all__ = ["MAX_COUNT", "MAX_LAYERS", "MAX_ROUNDS", "MAX_SEED", "RETENTION", "check", "check_data_options",
+           "check_device", "check_sft", "integer", "real"]
 
 
 def check_sft(cfg: Any, *, where: str = "") -> None:
-    """An :class:`~bridgecli.training.config.SFTConfig` (train, warmup)."""
-    real(f"{where}--epochs", cfg.epochs, low=0, high=1e6, low_open=True)
-    real(f"{where}--lr", cfg.lr, low=0, high=10, low_open=True)
-    integer(f"{where}--batch-size", cfg.batch_size)
-    integer(f"{where}--grad-accum", cfg.grad_accum)
-    real(f"{where}--weight-decay", cfg.weight_decay, low=0, high=1e3)
-    real(f"{where}--warmup-ratio", cfg.warmup_ratio, low=0, high=1)
-    real(f"{where}--max-grad-norm", cfg.max_grad_norm, low=0, high=1e12, low_open=True)
-    integer(f"{where}--seed", cfg.seed, low=0, high=MAX_SEED)
-    integer(f"{where}--max-steps", cfg.max_steps, optional=True)
-    integer(f"{where}--max-tokens-per-batch", cfg.max_tokens_per_batch, optional=True)
-    integer(f"{where}--pack-length", cfg.pack_length, optional=True)
-    integer(f"{where}--save-every", cfg.save_every, optional=True)
-    integer(f"{where}--keep-checkpoints", cfg.keep_checkpoints, optional=True)
-    lora = getattr(cfg, "lora", None)
-    if lora is not None:
-        integer("--lora-r", lora.r, high=65536)
-        real("--lora-alpha", lora.alpha, low=0, high=1e6, low_open=True)
-        real("--lora-dropout", lora.dropout, low=0, high=1, high_open=True)
+    """An :class:`~bridgecli.training.config.SFTConfig` (train, warmup) and its LoRA settings."""
+    check(cfg, prefix=where)
+    if getattr(cfg, "lora", None) is not None:
+        check(cfg.lora)
 
 
 def check_data_options(opts: Any) -> None:
     """A :class:`~bridgecli.data.examples.DataOptions`: --max-length and --limit."""
-    integer("--max-length", opts.max_length, optional=True)
-    integer("--limit", opts.limit, optional=True)
+    check(opts)
 
 
 def check_device(device: Any) -> None:

@@ -9,7 +9,6 @@ fingerprint), since the stored token ids are fed to it as they are.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -21,7 +20,6 @@ from ..format.records import Array, Header, Reference
 from ..format.writer import open_writer
 from ..io import refuse_terminal
 from ..modeling.loading import (
-    DTYPES,
     fingerprint,
     load_model,
     load_tokenizer,
@@ -31,23 +29,9 @@ from ..modeling.loading import (
 )
 from ..progress import note, progress_bar
 from .common import next_header, step_record
+from .options import ReferenceOptions
 
-TOKENIZER_CHECKS = ("strict", "vocab")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-
-
-@dataclass
-class ReferenceOptions:
-    inp: str | None = None
-    out: str | None = None
-    model: str | None = None  # None: the stream's base model
-    name: str | None = None  # default: base / warmup / ref
-    attention: bool = True
-    grad_norms: bool = False
-    batch_size: int = 8
-    device: str = "auto"
-    dtype: str = "float32"
-    tokenizer_check: str = "strict"
 
 
 def resolve_reference(model: str | None, header: Header) -> tuple[str, str]:
@@ -89,14 +73,10 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 def run_reference(opts: ReferenceOptions) -> int:
     refuse_terminal(opts.out)
-    from .params import check_device, integer
+    from .params import check, check_device
 
-    integer("--batch-size", opts.batch_size)
+    check(opts)
     check_device(opts.device)
-    if opts.dtype not in DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
-    if opts.tokenizer_check not in TOKENIZER_CHECKS:
-        raise UsageError(f"--tokenizer-check must be one of {', '.join(TOKENIZER_CHECKS)}")
     if opts.name is not None and (opts.name == "scores" or not _NAME.match(opts.name)):
         raise UsageError(f"--as {opts.name!r}: use letters, digits and _.+- ('scores' is reserved for the "
                          "losses `bridge score` stores)")

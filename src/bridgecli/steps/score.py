@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Iterator
@@ -36,26 +36,8 @@ from ..modeling.scoring import ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
 from .common import now, step_record
+from .options import ScoreOptions
 from .resumable import ResumableOutput
-
-
-@dataclass
-class ScoreOptions:
-    data: str
-    out: str | None = None
-    run: str | Path | None = None
-    scorer: str = "bridge"
-    scorer_options: dict = field(default_factory=dict)  # --scorer-option KEY=VALUE, passed to the scorer
-    batch_size: int = 64  # at most this many rows per scoring pass
-    max_tokens: int | None = None  # padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
-    window: int = 256  # examples per bucketing window and per committed frame
-    attention_layers: int = 4
-    device: str = "auto"
-    dtype: str = "auto"  # bfloat16 on CUDA, float32 on CPU
-    tf32: bool = True  # float32 on CUDA: TensorFloat-32 matmuls
-    resume: bool = False
-    allow_empty: bool = False  # an input with no example, or nothing scored: an error unless set
-    data_opts: DataOptions = field(default_factory=DataOptions)
 
 
 @dataclass(frozen=True)
@@ -114,10 +96,7 @@ def check_score_options(opts: ScoreOptions) -> None:
     """Every parameter in its range (see :mod:`.params`), before anything is read."""
     from . import params
 
-    params.integer("--batch-size", opts.batch_size)
-    params.integer("--max-tokens", opts.max_tokens, optional=True)
-    params.integer("--window", opts.window)
-    params.integer("--attention-layers", opts.attention_layers, high=params.MAX_LAYERS)
+    params.check(opts)
     params.check_data_options(opts.data_opts)
     params.check_device(opts.device)
 

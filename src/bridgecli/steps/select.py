@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -15,21 +14,7 @@ from ..format.records import Array, Example, Header, Selection
 from ..hookspecs import Plan, Selector, as_selector
 from ..registry import get
 from .common import map_stream, step_record
-
-
-@dataclass
-class SelectOptions:
-    inp: str | None = None
-    out: str | None = None
-    method: str = "bridge"
-    rho_p: float = 0.75
-    rho_r: float = 0.75
-    rounds: int = 4
-    options: dict = field(default_factory=dict)  # --option key=value, passed to the selector
-    protect_prompt: list[str] = field(default_factory=list)  # presets or regexes: prompt tokens always kept
-    protect_response: list[str] = field(default_factory=list)  # ... response tokens always supervised
-    budget: str = "example"  # example | global | global-sides (steps/global_budget.py)
-    workers: int = 1  # processes for the per-example work (steps/workers.py)
+from .options import SelectOptions
 
 
 def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
@@ -97,12 +82,7 @@ def run_select(opts: SelectOptions) -> int:
     from . import params as checks
     from .global_budget import MODES
 
-    checks.real("--rho-p", opts.rho_p, low=0, high=1)
-    checks.real("--rho-r", opts.rho_r, low=0, high=1)
-    checks.integer("-T/--rounds", opts.rounds, high=checks.MAX_ROUNDS)
-    from .workers import check_workers
-
-    check_workers(opts.workers)
+    checks.check(opts)
 
     if opts.budget != "example" and opts.budget not in MODES:
         raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.render import ExampleView, build_view, render_html
@@ -10,14 +9,7 @@ from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example, Header
 from ..io import atomic_path
-
-
-@dataclass
-class ShowOptions:
-    inp: str | None = None
-    index: int | None = None
-    id: str | None = None
-    html: str | None = None
+from .options import ShowOptions
 
 
 def find_example(path: str | None, index: int | None = None, id: str | None = None) -> tuple[Header, Example]:

@@ -10,37 +10,24 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .. import PRODUCER
 from ..artifacts.rows_meta import read_rows_meta
-from ..artifacts.train_run import ADAPTER, DEFAULT_TRAIN_DIR, TrainSummary, check_run_dir, write_summary
+from ..artifacts.train_run import ADAPTER, TrainSummary, check_run_dir, write_summary
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..io import check_input
 from ..progress import note
 from ..training import lora as lora_mod
-from ..training.config import SFTConfig, config_dict
+from ..training.config import config_dict
 from ..training.rows import IGNORE, Row
 from ..training.sft import FitResult, fit, make_accelerator
 from .common import now
-
-
-@dataclass
-class TrainOptions:
-    data: str
-    out: str | Path = DEFAULT_TRAIN_DIR
-    model: str | None = None
-    device: str = "auto"
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    resume: bool = False
-    overwrite: bool = False
-    live: bool | None = None  # None: when stderr is a terminal
-    allow_empty: bool = False  # no row to train on: exit 0 without writing a model, instead of an error
+from .options import TrainOptions
 
 
 def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str | None = None) -> None:
@@ -132,7 +119,10 @@ def run_train(opts: TrainOptions) -> dict:
     from . import params
 
     params.check_sft(opts.sft)
+    params.check(opts)
     params.check_device(opts.device)
+    if opts.resume and opts.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other")
     check_input(opts.data)  # before anything loads
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)

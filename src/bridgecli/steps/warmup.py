@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from .. import PRODUCER
 from ..artifacts.direction_file import Direction, DirectionMeta
-from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR, WarmupMeta, write_warmup_run
+from ..artifacts.warmup_run import WarmupMeta, write_warmup_run
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import check_input
@@ -19,24 +17,10 @@ from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve,
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
 from ..training.rows import full_response_row
-from ..training.config import SFTConfig, config_dict
+from ..training.config import config_dict
 from ..training.sft import train
 from .common import now
-
-
-@dataclass
-class WarmupOptions:
-    data: str
-    val: str | None = None
-    out: str | Path = DEFAULT_WARMUP_DIR
-    model: str | None = None
-    warm_fraction: float | None = None
-    val_fraction: float | None = None
-    direction_layers: int = 4
-    lam: float = 0.2
-    device: str = "auto"
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=1.0, grad_accum=1))
-    data_opts: DataOptions = field(default_factory=DataOptions)
+from .options import WarmupOptions
 
 
 def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
@@ -53,10 +37,7 @@ def check_warmup_options(opts: WarmupOptions) -> None:
 
     params.check_sft(opts.sft)
     params.check_data_options(opts.data_opts)
-    params.real("--lambda", opts.lam, low=0, high=1e6)
-    params.real("--warm-fraction", opts.warm_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
-    params.real("--val-fraction", opts.val_fraction, low=0, high=1, low_open=True, high_open=True, optional=True)
-    params.integer("--direction-layers", opts.direction_layers, high=params.MAX_LAYERS)
+    params.check(opts)
     params.check_device(opts.device)
 
 

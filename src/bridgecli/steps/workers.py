@@ -30,14 +30,6 @@ from ..format.writer import compress_frame, encode_record, open_writer
 _JOB: dict[str, Any] = {}
 
 
-def check_workers(n: int) -> int:
-    from ..errors import UsageError
-
-    if not isinstance(n, int) or n < 1:
-        raise UsageError(f"--workers must be a whole number >= 1, got {n!r}")
-    return n
-
-
 def _error(err: BridgeError) -> tuple:
     return (type(err), err.message, err.file, err.record, err.field, err.hint)
 

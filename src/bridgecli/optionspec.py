@@ -1,0 +1,167 @@
+"""Option fields, declared once. Each step's options type (a dataclass in steps/ or training/config.py)
+declares every option with :func:`option`: its default, its help text, its flags and its range. The
+command line reads defaults and help from there (``cli/options.py``); the step checks the values with
+:func:`check`, so a Python caller of a step gets the same one-line :class:`UsageError` (exit 2) as the
+command line. Torch-free and import-light: the CLI builds its help from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import MISSING, dataclass
+from numbers import Integral, Real
+from typing import Any
+
+from .errors import UsageError
+
+# Upper bounds that only catch nonsense (a typo, an overflow); no real run comes near them.
+MAX_COUNT = 2**40  # rows, tokens, steps, ...
+MAX_ROUNDS = 10_000  # select -T
+MAX_LAYERS = 100_000
+MAX_SEED = 2**32 - 1  # numpy's and torch's generators take it
+
+# Help shared by several commands: a flag means the same thing everywhere.
+DEVICE_HELP = "auto (cuda if present), cpu, cuda, cuda:1, ..."
+MODEL_HELP = "HF model folder, .gguf file or HF id (default: the embedded SmolLM2-135M-Instruct)."
+SEED_HELP = "Random seed (data order, splits)."
+ALLOW_EMPTY_HELP = "Accept an empty input or result (0 examples or rows) instead of failing."
+WORKERS_HELP = ("Processes for the per-example work (1: this process). Output is identical for any number; "
+                "about one per core.")
+
+
+def _fail(flag: str, value: Any, want: str) -> None:
+    raise UsageError(f"{flag} must be {want}, got {value!r}")
+
+
+def integer(flag: str, value: Any, *, low: int = 1, high: int = MAX_COUNT, optional: bool = False) -> None:
+    """``value`` an integer in [low, high] (None allowed when ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
+        _fail(flag, value, f"an integer in [{low}, {high}]" if high != MAX_COUNT else f"an integer >= {low}")
+
+
+def real(flag: str, value: Any, *, low: float | None = None, high: float | None = None, low_open: bool = False,
+         high_open: bool = False, optional: bool = False) -> None:
+    """``value`` a finite number in the interval given (open or closed at each end)."""
+    if value is None and optional:
+        return
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        if low is not None and high is not None:
+            want = f"a finite number in {left}{low:g}, {high:g}{right}"
+        elif low is not None:
+            want = f"a finite number {'>' if low_open else '>='} {low:g}"
+        elif high is not None:
+            want = f"a finite number {'<' if high_open else '<='} {high:g}"
+        else:
+            want = "a finite number"
+        _fail(flag, value, want)
+
+
+@dataclass(frozen=True)
+class Range:
+    """An option's allowed values: integers in [low, high], or finite numbers in an interval."""
+
+    integer: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def check(self, flag: str, value: Any, *, optional: bool = False) -> None:
+        if self.integer:
+            integer(flag, value, low=int(self.low if self.low is not None else 1),
+                    high=int(self.high if self.high is not None else MAX_COUNT), optional=optional)
+        else:
+            real(flag, value, low=self.low, high=self.high, low_open=self.low_open, high_open=self.high_open,
+                 optional=optional)
+
+
+def count(low: int = 1, high: int = MAX_COUNT) -> Range:
+    """Integers in [low, high] (a count of rows, steps, layers, ...)."""
+    return Range(integer=True, low=low, high=high)
+
+
+def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+           high_open: bool = False) -> Range:
+    """Finite numbers in an interval."""
+    return Range(low=low, high=high, low_open=low_open, high_open=high_open)
+
+
+#: A retention ratio rho (select, analyze fidelity and robustness): b = ceil(rho * eligible), so
+#: rho = 0 keeps nothing on that side and rho = 1 keeps everything (paper, Algorithm 1).
+RETENTION = number(0, 1)
+#: A fraction of the data split off (warmup --warm-fraction, --val-fraction): neither part may be empty.
+FRACTION = number(0, 1, low_open=True, high_open=True)
+SEED = count(0, MAX_SEED)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the command line and the checks need to know about one option field."""
+
+    help: str
+    flags: tuple[str, ...] = ()  # e.g. ("--rounds", "-T"); () means --field-name
+    range: Range | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False  # None is allowed (meaning "not set" / "the default rule")
+
+    def label(self, name: str) -> str:
+        """How errors name the option: ``-T/--rounds``, ``--rho-p``."""
+        if not self.flags:
+            return "--" + name.replace("_", "-")
+        return "/".join(sorted(self.flags, key=len)) if len(self.flags) > 1 else self.flags[0]
+
+
+def option(default: Any = MISSING, help: str = "", *flags: str, factory: Any = MISSING, range: Range | None = None,
+           choices: tuple[str, ...] | list[str] | None = None, optional: bool | None = None) -> Any:
+    """A dataclass field that is also a command-line option (see the module docstring)."""
+    spec = Spec(help=help, flags=tuple(flags), range=range, choices=tuple(choices) if choices else None,
+                optional=default is None if optional is None else optional)
+    if factory is not MISSING:
+        return dataclasses.field(default_factory=factory, metadata={"option": spec})
+    return dataclasses.field(default=default, metadata={"option": spec})
+
+
+def field_of(cls: type, name: str) -> tuple[Spec, Any]:
+    """(spec, default) of option ``name`` of the options type ``cls``; the default is ``...`` for a
+    required field."""
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            spec = f.metadata.get("option")
+            if spec is None:
+                raise KeyError(f"{cls.__name__}.{name} is not declared with option()")
+            if f.default is not MISSING:
+                return spec, f.default
+            if f.default_factory is not MISSING:
+                return spec, f.default_factory()
+            return spec, ...
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def check(opts: Any, *, prefix: str = "") -> None:
+    """Check every option field of ``opts`` that declares a range or choices (in field order)."""
+    for f in dataclasses.fields(opts):
+        spec: Spec | None = f.metadata.get("option")
+        if spec is None or (spec.range is None and spec.choices is None):
+            continue
+        value = getattr(opts, f.name)
+        flag = prefix + spec.label(f.name)
+        if value is None and spec.optional:
+            continue
+        if spec.range is not None:
+            spec.range.check(flag, value)
+        if spec.choices is not None and value not in spec.choices:
+            _fail(flag, value, f"one of {', '.join(spec.choices)}")
+
+
+__all__ = ["ALLOW_EMPTY_HELP", "DEVICE_HELP", "FRACTION", "MAX_COUNT", "MAX_LAYERS", "MAX_ROUNDS", "MAX_SEED",
+           "MODEL_HELP", "RETENTION", "SEED", "SEED_HELP", "WORKERS_HELP", "Range", "Spec", "check", "count",
+           "field_of", "integer", "number", "option", "real"]

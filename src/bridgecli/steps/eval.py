@@ -1,0 +1,194 @@
+"""``bridge eval``: one model on one or more tasks from local files, with one model load, an
+eval-TASK.json result each, ``--resume`` and the per-task journal; and ``bridge compare``: the
+paper's Table 1 for finished runs. Every check runs before the model loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..progress import note
+from .options import CompareOptions, EvalRunOptions
+
+__all__ = ["CompareOptions", "EvalRunOptions", "data_paths", "names", "one_model", "output_for", "run_compare",
+           "run_eval"]
+
+
+def names(values: list[str] | None) -> list[str]:
+    """Comma-separated or repeated names (``--task gsm8k,math --task mmlu``) as one list."""
+    out: list[str] = []
+    for value in values or []:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def one_model(models: list[str]) -> str:
+    """``bridge eval`` takes one model; several go to ``bridge compare``."""
+    if len(models) != 1:
+        raise UsageError(f"give one model (got {len(models)}); several run folders go with --compare "
+                         "(or `bridge compare`)")
+    return models[0]
+
+
+def data_paths(tasks: list[str], data: list[str], data_dir: Path | None) -> dict[str, str]:
+    """Each task's data: ``--data TASK=PATH``, a bare ``--data PATH`` (one task only), else
+    ``--data-dir`` joined with the task's default location."""
+    from ..evaluation.run import default_data
+
+    named: dict[str, str] = {}
+    bare: list[str] = []
+    for value in data:
+        task, sep, path = value.partition("=")
+        if sep and task in tasks:
+            named[task] = path
+        elif sep and task.isidentifier() and not Path(value).exists():
+            raise UsageError(f"--data {value}: '{task}' is not one of the tasks asked for ({', '.join(tasks)})")
+        else:
+            bare.append(value)
+    if bare:
+        unnamed = [t for t in tasks if t not in named]
+        if len(bare) > 1 or len(unnamed) != 1:
+            raise UsageError("a bare --data PATH needs exactly one task without its own data",
+                             hint="with several tasks write --data TASK=PATH for each, or use --data-dir")
+        named[unnamed[0]] = bare[0]
+    for task in tasks:
+        if task in named:
+            continue
+        rel = default_data(task)
+        if data_dir is None:
+            raise UsageError(f"no data for task '{task}' (no downloads here)",
+                             hint="pass --data PATH (or TASK=PATH), or --data-dir DIR")
+        if rel is None:
+            raise UsageError(f"task '{task}' has no default file under --data-dir; pass --data {task}=PATH")
+        named[task] = str(Path(data_dir) / rel)
+    return named
+
+
+def output_for(task: str, output: Path | None, model: str, several: bool) -> Path | None:
+    """Where a task's result goes: ``-o FILE.json`` (one task), ``-o FOLDER/eval-TASK.json``, else
+    ``MODEL/eval-TASK.json`` when the model is a folder (None: nowhere, the table only)."""
+    if output is not None:
+        output = Path(output)
+        if output.suffix == ".json" and not output.is_dir():
+            if several:
+                raise UsageError(f"-o {output}: with several tasks, -o names a folder (one eval-TASK.json each)")
+            return output
+        return output / f"eval-{task}.json"
+    if Path(model).is_dir():
+        return Path(model) / f"eval-{task}.json"
+    return None
+
+
+def _keep_or_remove(book, task: str) -> None:
+    """A failed task: remove its journal when it holds nothing; otherwise keep it and say how to resume."""
+    book.close(remove=not book.entries)
+    if book.entries:
+        note(f"{task}: kept {len(book.entries)} computed results in {book.path} (pass --resume to continue)")
+
+
+def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, Path | None]]:
+    """Every check that can fail before the model loads; returns each task's data and output paths."""
+    from .. import registry
+    from ..evaluation.code_tasks import CODE_TASKS, check_code_options
+    from ..evaluation.run import check_numbers
+    from ..evaluation.tasks import EvalOptions
+    from ..io import check_input
+    from ..modeling.loading import DTYPES
+
+    tasks = opts.tasks
+    if not tasks:
+        raise UsageError("--task names no task")
+    if len(set(tasks)) != len(tasks):
+        raise UsageError(f"--task names a task twice: {','.join(tasks)}")
+    for name in tasks:
+        registry.get("eval_task", name)  # unknown names fail before the model loads
+    check_numbers(limit=opts.limit, few_shot=opts.few_shot, batch_size=opts.batch_size,
+                  max_new_tokens=opts.max_new_tokens, code_timeout=opts.code_timeout)
+    if any(t in CODE_TASKS for t in tasks):
+        check_code_options(EvalOptions(data="", code_timeout=opts.code_timeout,
+                                       allow_code_execution=opts.allow_code_execution,
+                                       unsafe_code_execution=opts.unsafe_code_execution))
+    paths = data_paths(tasks, opts.data, opts.data_dir)
+    outputs = {t: output_for(t, opts.output, opts.model, len(tasks) > 1) for t in tasks}
+    if opts.dtype is not None and opts.dtype not in DTYPES:
+        raise UsageError(f"--dtype {opts.dtype}: choose one of {', '.join(DTYPES)}")
+    if opts.resume and any(out is None for out in outputs.values()):
+        raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
+    for name in tasks:  # missing data: one line before the model loads
+        check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
+    return paths, outputs
+
+
+def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
+    """Evaluate ``opts.model`` on each task (one model load); write each result where
+    :func:`output_for` says, journaling work as it comes, and return the results in task order."""
+    paths, outputs = check_eval_options(opts)
+    import torch
+
+    from ..evaluation.journal import Journal
+    from ..evaluation.run import evaluate, reusable, write_result
+    from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device
+
+    tasks = opts.tasks
+    dev = resolve_device(opts.device)
+    ref = resolve(opts.model)
+    model_id = fingerprint(ref)
+    # what decides a result (batch size and device change speed, not answers, so they are left out)
+    requests = {t: {"model": model_id, "task": t, "data": str(Path(paths[t]).resolve()), "limit": opts.limit,
+                    "few_shot": opts.few_shot, "few_shot_data": opts.few_shot_data,
+                    "max_new_tokens": opts.max_new_tokens, "chat_template": opts.chat_template,
+                    "code_timeout": opts.code_timeout, "dtype": opts.dtype} for t in tasks}
+    done = {t: r for t in tasks if opts.resume and (r := reusable(outputs[t], requests[t])) is not None}
+    results = []
+    todo = [t for t in tasks if t not in done]
+    if todo:
+        note(f"evaluating {ref.spec} on {', '.join(todo)} on {dev}"
+             + (f" (kept: {', '.join(done)})" if done else ""))
+        tok = load_tokenizer(ref)
+        mdl = load_model(ref, device=dev, dtype=getattr(torch, opts.dtype) if opts.dtype else None)
+        mdl.eval()
+    for name in tasks:
+        if name in done:
+            note(f"{name}: kept {outputs[name]}")
+            results.append(done[name])
+            continue
+        note(f"{name}: {paths[name]}")
+        out = outputs[name]
+        book = None
+        if out is not None:  # continuations and log-likelihoods are journaled as they come
+            path = out.with_name(out.name + ".partial.jsonl")
+            if path.exists() and not opts.resume:
+                note(f"replacing {path.name} left by an interrupted run (pass --resume to continue it)")
+            book = Journal.open(path, requests[name], opts.resume)
+            if book.entries:
+                note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
+        try:
+            result = evaluate(mdl, tok, name, paths[name], limit=opts.limit, few_shot=opts.few_shot,
+                              few_shot_data=opts.few_shot_data, batch_size=opts.batch_size,
+                              max_new_tokens=opts.max_new_tokens, chat_template=opts.chat_template,
+                              code_timeout=opts.code_timeout, allow_code_execution=opts.allow_code_execution,
+                              unsafe_code_execution=opts.unsafe_code_execution, journal=book)
+        except BaseException:
+            if book is not None:
+                _keep_or_remove(book, name)
+            raise
+        result["model"] = ref.spec
+        result["device"] = dev
+        result["request"] = requests[name]
+        if out is not None:
+            write_result(result, out)
+            book.close(remove=True)
+            note(f"wrote {out}")
+        results.append(result)
+    return results
+
+
+def run_compare(opts: CompareOptions):
+    """The comparison table's data (:class:`bridgecli.evaluation.compare.Comparison`) for ``opts.runs``."""
+    from ..evaluation.compare import compare, load_run
+
+    if not opts.runs:
+        raise UsageError("give at least one run folder (or eval-*.json file) to compare")
+    return compare([load_run(r) for r in opts.runs], general=names([opts.general]) if opts.general else None,
+                   target=opts.target, metric=opts.metric)
