@@ -117,6 +117,9 @@ def eval(
         help="--compare: general-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present).")] = None,
     metric: Annotated[Optional[str], typer.Option(
         help="--compare: summary field to show where a task has it, e.g. acc_norm (default: accuracy).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="Who runs the tasks: bridge, or lm-eval (lm-evaluation-harness on the same model and local files: "
+             "arc_challenge, arc_easy, hellaswag, mmlu; needs bridgecli[lm-eval]).")] = "bridge",
 ):
     """Evaluate a model on tasks from local files (one model load; eval-TASK.json each), or compare runs."""
     if compare:
@@ -132,7 +135,7 @@ def eval(
     import torch
 
     from ..evaluation.journal import Journal
-    from ..evaluation.run import evaluate, render_table, reusable, write_result
+    from ..evaluation.run import render_table, reusable, write_result
     from ..modeling.loading import DTYPES, fingerprint, load_model, load_tokenizer, resolve, resolve_device
 
     spec = model[0]
@@ -146,6 +149,9 @@ def eval(
 
     for name in tasks:
         registry.get("eval_task", name)  # unknown names fail before the model loads
+    from ..evaluation.lm_eval_engine import engine_evaluate
+
+    evaluate = engine_evaluate(engine, tasks)  # checked (engine, its tasks, installed) before the model loads
     from ..evaluation.run import check_numbers
 
     check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens,
@@ -172,7 +178,8 @@ def eval(
     # what decides a result (batch size and device change speed, not answers, so they are left out)
     requests = {t: {"model": model_id, "task": t, "data": str(Path(paths[t]).resolve()), "limit": limit,
                     "few_shot": few_shot, "few_shot_data": few_shot_data, "max_new_tokens": max_new_tokens,
-                    "chat_template": chat_template, "code_timeout": code_timeout, "dtype": dtype} for t in tasks}
+                    "chat_template": chat_template, "code_timeout": code_timeout, "dtype": dtype,
+                    **({"engine": engine} if engine != "bridge" else {})} for t in tasks}
     done = {t: r for t in tasks if resume and (r := reusable(outputs[t], requests[t])) is not None}
     results = []
     todo = [t for t in tasks if t not in done]
