@@ -207,6 +207,27 @@ def test_acc_norm_normalisation_is_lm_evals(lm_eval, tiny, tmp_path):
     assert "target delimiter excluded" in theirs["summary"]["settings"]["normalisation"]
 
 
+def test_chat_template_differences_are_the_documented_ones(lm_eval, tiny, tmp_path):
+    """--chat-template: both engines render one user turn and score the choices without their space,
+    but lm-eval moves ALL trailing whitespace of the context into the continuation (bridge: spaces
+    only), so the newline after the assistant header is scored with every choice: the same amount
+    for each choice of an item, so the picks by total agree. MMLU's description becomes lm-eval's
+    system message (bridge keeps it in the user turn)."""
+    model, tok = tiny
+    root = _data(tmp_path)
+    ours, theirs = _run_both(tiny, "arc_easy", str(root / DATA_FILES["arc_easy"]), chat_template=True)
+    assert theirs["summary"]["settings"]["chat_template_used"] is True
+    for x, y in zip(ours["items"], theirs["items"]):
+        assert y["context"].endswith("<|im_start|>assistant\n") and y["context"].count(x["query"]) == 1
+        assert y["choices"] == [c.lstrip(" ") for c in x["choices"]]
+        shift = [b - a for a, b in zip(x["loglik"], y["loglik"])]
+        assert max(shift) - min(shift) < 1e-4 and shift[0] < -1  # the "\n" token's log-prob, on every choice
+        assert y["pred"] == x["pred"]
+    _, mmlu = _run_both(tiny, "mmlu", str(root / "mmlu"), limit=1, chat_template=True)
+    context = mmlu["items"][0]["context"]
+    assert context.startswith("<|im_start|>system\nThe following are multiple choice questions")
+
+
 def test_few_shot_needs_enough_examples(lm_eval, tiny, tmp_path):
     root = _data(tmp_path)
     with pytest.raises(UsageError, match="--few-shot 3 needs 3 examples"):
