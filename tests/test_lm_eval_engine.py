@@ -245,6 +245,8 @@ def test_cli_engine_writes_bridges_result_shape_and_compares(lm_eval, tiny_model
     assert run.exit_code == 0, run.output
     arc = json.loads((out / "eval-arc_easy.json").read_text())
     assert arc["engine"] == "lm-eval" and arc["request"]["engine"] == "lm-eval" and arc["summary"]["n"] == 2
+    config = arc["summary"]["settings"]["task_config"]  # lm-eval's own ARC template, recorded
+    assert config["doc_to_text"] == "Question: {{question}}\nAnswer:" and config["target_delimiter"] == " "
     assert {"index", "id", "query", "choices", "gold", "loglik", "pred", "pred_norm", "correct",
             "correct_norm"} <= arc["items"][0].keys()
     assert not list(out.glob("*.partial.jsonl"))

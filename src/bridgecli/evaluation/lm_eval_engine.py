@@ -328,13 +328,17 @@ def item_record(sample: dict[str, Any], query: str, subject: str | None, delimit
     }
 
 
-def _config_record(config: dict[str, Any]) -> dict[str, Any]:
-    """The prompt-building part of a task config, for the result's settings."""
-    keys = ("doc_to_text", "doc_to_choice", "doc_to_target", "target_delimiter", "fewshot_delimiter",
-            "fewshot_split", "fewshot_config", "num_fewshot", "output_type")
-    out = {k: config[k] for k in keys if k in config and config[k] is not None}
-    if callable(config.get("process_docs")):
-        fn = config["process_docs"]
+def _config_record(config: Any) -> dict[str, Any]:
+    """The prompt-building part of a task's effective config (lm-eval's defaults filled in), for the
+    result's settings."""
+    keys = ("description", "doc_to_text", "doc_to_choice", "doc_to_target", "target_delimiter",
+            "fewshot_delimiter", "num_fewshot", "output_type")
+    out = {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (str, int, list))}
+    sampler = getattr(getattr(config, "fewshot_config", None), "sampler", None)
+    if isinstance(sampler, str) and getattr(config, "fewshot_split", None):
+        out["fewshot_sampler"] = sampler
+    fn = getattr(config, "process_docs", None)
+    if callable(fn):
         out["process_docs"] = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
     return out
 
@@ -357,7 +361,7 @@ def run_task(model: Any, tokenizer: Any, task: str, options: EvalOptions, lm: An
         subject = config.get("task_alias") if task == "mmlu" else None
         for sample in samples:
             query = _doc_to_text(task_obj, sample["doc"])
-            records.append(item_record(sample, query, subject, config.get("target_delimiter", " ")))
+            records.append(item_record(sample, query, subject, task_obj.config.target_delimiter))
     if not records:
         raise UsageError(f"{task}: lm-eval evaluated no items")
     import lm_eval
@@ -365,7 +369,7 @@ def run_task(model: Any, tokenizer: Any, task: str, options: EvalOptions, lm: An
     settings = {**options.to_dict(), "engine": "lm-eval", "lm_eval_version": lm_eval_version(),
                 "lm_eval_module": str(Path(lm_eval.__file__).parent), "chat_template_used": chat,
                 "normalisation": "loglik / len(choice chars), target delimiter excluded (lm-eval)",
-                "model": model_name(model), "task_config": _config_record(configs[0]),
+                "model": model_name(model), "task_config": _config_record(tasks[configs[0]["task"]].config),
                 "lm_eval_tasks": [c["task"] for c in configs]}
     if task == "mmlu":
         settings.update(limit_applies_to="each subject", subjects=len(configs))
