@@ -364,10 +364,7 @@ def run_task(model: Any, tokenizer: Any, task: str, options: EvalOptions, lm: An
             records.append(item_record(sample, query, subject, task_obj.config.target_delimiter))
     if not records:
         raise UsageError(f"{task}: lm-eval evaluated no items")
-    import lm_eval
-
-    settings = {**options.to_dict(), "engine": "lm-eval", "lm_eval_version": lm_eval_version(),
-                "lm_eval_module": str(Path(lm_eval.__file__).parent), "chat_template_used": chat,
+    settings = {**options.to_dict(), "engine": "lm-eval", "lm_eval_version": lm_eval_version(), "chat_template_used": chat,
                 "normalisation": "loglik / len(choice chars), target delimiter excluded (lm-eval)",
                 "model": model_name(model), "task_config": _config_record(tasks[configs[0]["task"]].config),
                 "lm_eval_tasks": [c["task"] for c in configs]}
