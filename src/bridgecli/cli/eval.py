@@ -48,6 +48,7 @@ def evaluate(
     device: str = opt(E, "device"),
     dtype: Optional[str] = opt(E, "dtype"),
     resume: bool = opt(E, "resume"),
+    engine: str = opt(E, "engine"),
     compare: bool = typer.Option(False, "--compare", help="Don't evaluate: print the paper's Table 1 for the given "
                                                           "run folders (and their held-out losses with intervals)."),
     target: Optional[str] = _alias("target"),
@@ -65,7 +66,8 @@ def evaluate(
                          output=output, limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
                          batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
                          code_timeout=code_timeout, allow_code_execution=allow_code_execution,
-                         unsafe_code_execution=unsafe_code_execution, device=device, dtype=dtype, resume=resume))
+                         unsafe_code_execution=unsafe_code_execution, device=device, dtype=dtype, resume=resume,
+                         engine=engine))
     Console(stderr=False).print(render_table(results))
 
 

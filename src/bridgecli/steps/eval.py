@@ -103,6 +103,9 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         raise UsageError(f"--task names a task twice: {','.join(tasks)}")
     for name in tasks:
         registry.get("eval_task", name)  # unknown names fail before the model loads
+    from ..evaluation.lm_eval_engine import check_engine
+
+    check_engine(opts.engine, tasks)  # the engine, its tasks, and that it is installed
     check_numbers(limit=opts.limit, few_shot=opts.few_shot, batch_size=opts.batch_size,
                   max_new_tokens=opts.max_new_tokens, code_timeout=opts.code_timeout)
     if any(t in CODE_TASKS for t in tasks):
@@ -127,7 +130,8 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
     import torch
 
     from ..evaluation.journal import Journal
-    from ..evaluation.run import evaluate, reusable, write_result
+    from ..evaluation.lm_eval_engine import engine_evaluate
+    from ..evaluation.run import reusable, write_result
     from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device
 
     tasks = opts.tasks
@@ -138,7 +142,9 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
     requests = {t: {"model": model_id, "task": t, "data": str(Path(paths[t]).resolve()), "limit": opts.limit,
                     "few_shot": opts.few_shot, "few_shot_data": opts.few_shot_data,
                     "max_new_tokens": opts.max_new_tokens, "chat_template": opts.chat_template,
-                    "code_timeout": opts.code_timeout, "dtype": opts.dtype} for t in tasks}
+                    "code_timeout": opts.code_timeout, "dtype": opts.dtype,
+                    **({"engine": opts.engine} if opts.engine != "bridge" else {})} for t in tasks}
+    evaluate = engine_evaluate(opts.engine, tasks)
     done = {t: r for t in tasks if opts.resume and (r := reusable(outputs[t], requests[t])) is not None}
     results = []
     todo = [t for t in tasks if t not in done]

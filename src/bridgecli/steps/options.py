@@ -247,6 +247,9 @@ class EvalRunOptions:
     resume: bool = option(False, "Continue an interrupted run: keep each task's result already written by the same "
                                  "request (model, data, settings), and what an interrupted task had generated or "
                                  "scored.", "--resume")
+    engine: str = option("bridge", "Who runs the tasks: bridge, or lm-eval (lm-evaluation-harness on the same model "
+                                   "and local files: arc_challenge, arc_easy, hellaswag, mmlu; needs "
+                                   "bridgecli[lm-eval]).")
 
 
 @dataclass
