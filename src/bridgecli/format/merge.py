@@ -23,9 +23,11 @@ def _comparable(h: Header) -> tuple:
     return (h.stage, h.model.fingerprint, h.model.tokenizer_fingerprint, tuple(steps))
 
 
-def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None) -> int:
+def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None, *, frame: int | None = None) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
-    order) into ``out``. Refuses shards of different runs and duplicate examples."""
+    order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a
+    zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
+    windows do in one process (the merged file is then byte-identical to it after the header)."""
     if not paths:
         raise FormatError("nothing to merge")
     with contextlib.ExitStack() as stack:
@@ -47,16 +49,21 @@ def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None)
                 heap.append((ex.index, k, ex))
         heapq.heapify(heap)
         previous = None
-        with open_writer(out, header) as writer:
+        framing = {"records_per_frame": None} if frame else {}
+        with open_writer(out, header, **framing) as writer:
             while heap:
                 index, k, ex = heapq.heappop(heap)
                 if index == previous:
                     raise FormatError(f"example index {index} appears in two shards", file=readers[k].name)
                 previous = index
                 writer.write(ex)
+                if frame and writer.count % frame == 0:
+                    writer.flush()
                 nxt = next(iters[k], None)
                 if nxt is not None:
                     if nxt.index <= index:
                         raise FormatError("shard is not in index order", file=readers[k].name, record=nxt.index)
                     heapq.heappush(heap, (nxt.index, k, nxt))
+            if frame:
+                writer.flush()
             return writer.count
