@@ -146,3 +146,43 @@ def test_node_local_output_folders_stop_before_scoring(warmup, tmp_path):
         assert "scoring on" not in err  # stopped before the model loaded
     for d in node_dirs:
         assert list(d.iterdir()) == [], list(d.iterdir())  # no shard, no probe left behind
+
+
+def test_resume_keeps_a_shard_finished_before_another_rank_stopped(tmp_path):
+    from bridgecli.errors import UsageError
+    from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
+    from bridgecli.format.writer import open_writer
+    from bridgecli.steps.ranks import Dist, finished_shard
+
+    def header(window):
+        return Header(stage="scores", producer="t", created="then", model=ModelInfo("m", "f", "t"),
+                      steps=[Step("score", "t", "then", {"window": window, "shard": [1, 2]})])
+
+    out = tmp_path / "scores.bridge"
+    rank1 = Dist(1, 2)
+    assert finished_shard(rank1, out, True, header(3)) is None  # nothing written yet: score it
+    with open_writer(rank1.shard_path(out), header(3)) as w:
+        for i in (1, 3, 5):
+            w.write(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=[1, 2], kinds=bytes([2, 3]),
+                                                                      offsets=[0, 0, 0, 0])))
+    now = msgspec.structs.replace(header(3), created="now")  # the rerun's timestamps differ
+    assert finished_shard(rank1, out, True, now) == 3
+    assert finished_shard(rank1, out, False, now) is None  # without --resume the shard is made again
+    assert finished_shard(Dist(0, 1), out, True, now) is None  # one process has no shards
+    with pytest.raises(UsageError, match="other parameters"):
+        finished_shard(rank1, out, True, header(4))
+    Path(str(rank1.shard_path(out)) + ".partial").write_bytes(b"")  # a newer, unfinished attempt wins
+    assert finished_shard(rank1, out, True, now) is None
+
+
+def test_a_dead_peer_reads_as_one_short_line():
+    from bridgecli.steps.ranks import RankError, _collective
+
+    def boom():
+        raise RuntimeError("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
+                           "by peer [127.0.0.1]:25009. This is typically caused by a remote worker crashing.")
+
+    with pytest.raises(RankError) as info:
+        _collective(boom)
+    assert str(info.value) == ("another rank of this run stopped (Connection closed by peer [127.0.0.1]:25009) "
+                               "(its own error, above or on its node, says why)")

@@ -72,9 +72,17 @@ def _collective(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except RuntimeError as exc:  # gloo's errors, DistBackendError included
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RankError(f"another rank of this run stopped ({first})",
+        raise RankError(f"another rank of this run stopped ({_first_sentence(exc)})",
                         hint="its own error, above or on its node, says why") from None
+
+
+def _first_sentence(exc: Exception) -> str:
+    """gloo's message without its source location: "[.../pair.cc:553] Connection closed by peer
+    [127.0.0.1]:25009. This is typically ..." -> "Connection closed by peer [127.0.0.1]:25009"."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    return text.split(". ", 1)[0].rstrip(".")
 
 
 def gather(obj) -> list:
@@ -136,6 +144,24 @@ def _missing_probe(out, tokens: list[str]) -> tuple[int, str] | None:
                 return rank, token.split()[0]
             time.sleep(0.2)
     return None
+
+
+def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> int | None:
+    """With ``--resume`` on several ranks: the number of examples in this rank's shard when the
+    interrupted run had finished it (another rank stopped before the merge), so this rank has
+    nothing left to score; None when there is a shard to (re)write. A finished shard made with other
+    parameters is refused, as a partial one is."""
+    from ..format.reader import open_reader
+    from .resumable import ResumableOutput, header_key
+
+    shard = dist.shard_path(out)
+    if dist.world == 1 or not resume or not shard.exists() or ResumableOutput(shard).leftover():
+        return None
+    with open_reader(shard) as reader:
+        if header_key(reader.header) != header_key(header):
+            raise UsageError("the finished shard was made with other parameters or data", file=str(shard),
+                             hint="delete it, or rerun with the same flags")
+        return sum(1 for _ in reader.payloads())
 
 
 def merge_reports(reports: list) -> object:

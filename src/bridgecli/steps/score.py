@@ -209,6 +209,9 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
             done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=0,
                                 commit=lambda w, pos: w.flush())
             writer.close()
+    elif (finished := ranks.finished_shard(dist, opts.out, opts.resume, header)) is not None:
+        done = finished  # --resume: this rank had written its whole shard before another rank stopped
+        note(f"rank {dist.rank}: its shard was finished ({done} examples)")
     else:
         target = dist.shard_path(opts.out) if dist.world > 1 else Path(opts.out)
         output = ResumableOutput(target)
