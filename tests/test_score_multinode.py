@@ -186,3 +186,32 @@ def test_a_dead_peer_reads_as_one_short_line():
         _collective(boom)
     assert str(info.value) == ("another rank of this run stopped (Connection closed by peer [127.0.0.1]:25009) "
                                "(its own error, above or on its node, says why)")
+
+
+def test_merging_records_as_written_matches_decoding_them(tmp_path):
+    """Rank 0 merges its ranks' shards without decoding them (validate=False): the same bytes as the
+    decoding merge, and the same refusals."""
+    from bridgecli.errors import FormatError
+    from bridgecli.format.merge import merge_streams
+    from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
+    from bridgecli.format.writer import open_writer
+
+    def shard(name, indices, rank):
+        header = Header(stage="tokens", producer="t", created="", model=ModelInfo("m", "f", "t"),
+                        steps=[Step("score", "t", "", {"shard": [rank, 2]})])
+        with open_writer(tmp_path / name, header) as w:
+            for i in indices:
+                w.write(Example(id=f"e{i}", index=i, text=f"text {i}",
+                                tokens=Tokens(input_ids=[1, 2], kinds=bytes([2, 3]), offsets=[0, 0, 0, 0])))
+        return tmp_path / name
+
+    a, b = shard("a", [0, 2, 4, 6, 8], 0), shard("b", [1, 3, 5, 7], 1)
+    for frame in (None, 3):
+        assert merge_streams([a, b], tmp_path / "v", frame=frame) == 9
+        assert merge_streams([a, b], tmp_path / "r", frame=frame, validate=False) == 9
+        assert (tmp_path / "v").read_bytes() == (tmp_path / "r").read_bytes()
+    assert [e.index for e in read_all(tmp_path / "r")[1]] == list(range(9))
+    for bad, match in ((shard("c", [1, 2], 1), "appears in two shards"), (shard("d", [3, 1], 1), "not in index order")):
+        for validate in (True, False):
+            with pytest.raises(FormatError, match=match):
+                merge_streams([a, bad], tmp_path / "x", validate=validate)
