@@ -8,8 +8,8 @@
    stream is 17 KB an example for that reason).
 2. The merge that rank 0 runs after a multi-rank `bridge score`: the scored examples cycled to
    ``--merge-examples`` with fresh indices, split into ``--shards`` shards by index (as ranks
-   write them), merged with ``merge_streams`` in this process, framed as `bridge score` frames
-   them. One core: the merge is serial. Timed twice: copying the records as written (what rank 0
+   write them), merged with ``merge_streams`` in this process, in frames of at most ``--n``
+   examples (so that no frame holds a copy: it would compress too well). One core: the merge is serial. Timed twice: copying the records as written (what rank 0
    does after `bridge score`) and decoding + validating them (what `bridge merge` does).
 
     OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data ../shared/data/gsm8k/train.jsonl \
@@ -73,7 +73,10 @@ def main() -> None:
         response = sum(len(e.tokens.response_positions()) for e in examples)
         prompt_cols = sum(e.scores.A.numpy().size for e in examples)
 
-        # shards as ranks write them: index % shards == rank, each in index order, one frame per window
+        # shards as ranks write them: index % shards == rank, each in index order, one frame per window.
+        # A merged frame holds no example twice (zstd would find the copy), so frames are at most
+        # as long as the scored examples are many
+        frame = min(args.window, len(examples))
         per = [[] for _ in range(args.shards)]
         for i in range(args.merge_examples):
             ex = examples[i % len(examples)]
@@ -84,13 +87,13 @@ def main() -> None:
             with open_writer(p, header, records_per_frame=None) as w:
                 for k, ex in enumerate(exs, 1):
                     w.write(ex)
-                    if k % max(1, args.window // args.shards) == 0:
+                    if k % max(1, frame // args.shards) == 0:
                         w.flush()
             paths.append(p)
         merge_s = {}
         for how, validate in (("as_written", False), ("validated", True)):  # rank 0's merge; `bridge merge`
             t0 = time.perf_counter()
-            merged = merge_streams(paths, tmp / f"merged-{how}.bridge", frame=args.window, validate=validate)
+            merged = merge_streams(paths, tmp / f"merged-{how}.bridge", frame=frame, validate=validate)
             merge_s[how] = time.perf_counter() - t0
             with open_reader(tmp / f"merged-{how}.bridge") as r:
                 assert sum(1 for _ in r.payloads()) == merged == args.merge_examples
@@ -112,7 +115,7 @@ def main() -> None:
         "merge_examples_per_s": {k: round(args.merge_examples / v) for k, v in merge_s.items()},
         "merge_mb_per_s": {k: round(merged_size / v / 1e6, 1) for k, v in merge_s.items()},
         "merges_identical": same,
-        "window": args.window,
+        "merged_bytes_per_example": round(merged_size / args.merge_examples, 1), "merge_frame": frame,
         "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
         "threads": os.environ.get("OMP_NUM_THREADS"), "load_after": list(os.getloadavg()),
     }
