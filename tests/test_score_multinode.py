@@ -215,3 +215,15 @@ def test_merging_records_as_written_matches_decoding_them(tmp_path):
         for validate in (True, False):
             with pytest.raises(FormatError, match=match):
                 merge_streams([a, bad], tmp_path / "x", validate=validate)
+
+
+def test_the_run_reports_what_every_rank_left_out():
+    from bridgecli.data.examples import Report
+    from bridgecli.steps.ranks import merge_reports
+
+    ranks = [Report(read=3, too_long=["a"], max_length=10, excluded=1), Report(read=2, too_long=["b", "c"], max_length=10),
+             Report(read=1, max_length=10, excluded=2)]
+    total = merge_reports(ranks)
+    assert (total.read, total.too_long, total.max_length, total.excluded) == (6, ["a", "b", "c"], 10, 3)
+    assert total.lines() == ["left out 3 examples used by warmup", "skipped 3 examples longer than --max-length 10 (a, b, c)"]
+    assert ranks[0].too_long == ["a"]  # the ranks' own reports are left as they were

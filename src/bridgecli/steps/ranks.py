@@ -165,17 +165,18 @@ def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> 
 
 
 def merge_reports(reports: list) -> object:
-    """One :class:`~bridgecli.data.examples.Report` for the whole run from each rank's."""
+    """One :class:`~bridgecli.data.examples.Report` for the whole run from each rank's: counts
+    summed, lists joined in rank order, settings (``max_length``: the same on every rank) kept."""
     total = type(reports[0])()
     for r in reports:
         for f in fields(r):
             a, b = getattr(total, f.name), getattr(r, f.name)
             if isinstance(a, list):
                 a.extend(b)
-            elif f.name == "max_length":
-                setattr(total, f.name, a if a is not None else b)
-            else:
+            elif f.name != "max_length" and type(a) is int and type(b) is int:
                 setattr(total, f.name, a + b)
+            elif a is None or a == f.default:
+                setattr(total, f.name, b)
     return total
 
 
@@ -191,8 +192,8 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int |
         try:
             # the shards are this run's own: copy their records as written (CRCs still checked)
             outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False))
-        except BridgeError as exc:
-            outcome = ("error", str(exc))
+        except Exception as exc:  # the other ranks learn of it, then rank 0 reports it as it is
+            outcome = ("error", str(exc) or type(exc).__name__)
             from_rank0(outcome)
             raise
         for s in shards:
