@@ -17,7 +17,8 @@ Assumptions (printed with the tables):
   measured beside the rate: the run's wall time less its tokens at the loop's rate.
 - the CPU steps with --workers K: K x the per-CPU-second rate measured with 2 workers, capped by the
   parent's own rate (examples per parent CPU-second), which no number of workers raises.
-- rank 0's merge runs on one core at the rate measured on the development machine (busy, 2 cores).
+- rank 0's merge runs on one core, at the examples per CPU-second measured on the (busy, 2-core)
+  development machine.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def project(d: dict) -> dict:
     st = d["stream"]
     tpe = st["tokens_per_example"]
     bpe = st["bytes_per_example"]
-    merge = st["merge_examples_per_s"]["as_written"]
+    merge = st["merge_examples_per_cpu_s"]["as_written"]  # one core of its own (measured on a busy machine)
     host = d["host"]
     # a rank's own host work, serial with its GPU work today: reading + tokenising, encoding + compressing
     host_rate = 1 / (1 / host["tokenise_tokens_per_s"] + 1 / host["write_tokens_per_s"])
@@ -165,7 +166,7 @@ def markdown(p: dict) -> str:
     lines = ["### Inputs", "", "| input | value | from |", "|---|---|---|",
              f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
              f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
-             f"| rank 0's merge, one core | {a['merge_examples_per_s']:,} examples/s | {INPUTS['stream']} |",
+             f"| rank 0's merge, one core | {a['merge_examples_per_s']:,} examples per CPU-second | {INPUTS['stream']} |",
              f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |"]
     for model, rs in p["rates"].items():
         for x in rs:
