@@ -206,15 +206,19 @@ def test_merging_records_as_written_matches_decoding_them(tmp_path):
         return tmp_path / name
 
     a, b = shard("a", [0, 2, 4, 6, 8], 0), shard("b", [1, 3, 5, 7], 1)
-    for frame in (None, 3):
+    for frame in (None, 1, 3, 4, 9, 10):  # whole frames only, a shorter last one, one frame, none whole
         assert merge_streams([a, b], tmp_path / "v", frame=frame) == 9
         assert merge_streams([a, b], tmp_path / "r", frame=frame, validate=False) == 9
         assert (tmp_path / "v").read_bytes() == (tmp_path / "r").read_bytes()
+        # frames compressed on threads (rank 0's merge): still the same bytes
+        assert merge_streams([a, b], tmp_path / "t", frame=frame, validate=False, threads=3) == 9
+        assert (tmp_path / "t").read_bytes() == (tmp_path / "v").read_bytes()
     assert [e.index for e in read_all(tmp_path / "r")[1]] == list(range(9))
     for bad, match in ((shard("c", [1, 2], 1), "appears in two shards"), (shard("d", [3, 1], 1), "not in index order")):
-        for validate in (True, False):
+        for validate, threads in ((True, 1), (False, 1), (False, 2)):
             with pytest.raises(FormatError, match=match):
-                merge_streams([a, bad], tmp_path / "x", validate=validate)
+                merge_streams([a, bad], tmp_path / "x", frame=2, validate=validate, threads=threads)
+            assert not (tmp_path / "x").exists()
 
 
 def test_the_run_reports_what_every_rank_left_out():
