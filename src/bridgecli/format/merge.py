@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import heapq
-import itertools
 import os
 import zlib
 
@@ -15,7 +13,7 @@ from ..errors import FormatError
 from .reader import open_reader
 from .records import Header
 from .spec import RECORD_PREFIX
-from .writer import compress_frame, open_writer
+from .writer import open_writer
 
 
 class _Indexed(msgspec.Struct, tag="example"):
@@ -69,15 +67,13 @@ def _in_order(iters, readers):
 
 
 def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None, *, frame: int | None = None,
-                  validate: bool = True, threads: int = 1) -> int:
+                  validate: bool = True) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
     order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a
     zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
     windows do in one process (the merged file is then byte-identical to it after the header).
     ``validate=False`` copies each record's bytes as they are instead of decoding and validating it
-    again (for shards this run's own ranks just wrote). ``threads`` > 1 (with ``frame`` and
-    ``validate=False``) compresses whole frames on that many threads (zstd releases the GIL), each
-    frame as the writer would make it: the same bytes."""
+    again (for shards this run's own ranks just wrote)."""
     if not paths:
         raise FormatError("nothing to merge")
     with contextlib.ExitStack() as stack:
@@ -96,10 +92,6 @@ def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None,
         else:
             iters = [_as_is(r) for r in readers]
         records = _in_order(iters, readers)
-        if frame and not validate and threads > 1:
-            with open_writer(out, header, records_per_frame=frame) as writer:
-                _write_frames_threaded(writer, records, frame, threads)
-                return writer.count
         framing = {"records_per_frame": None} if frame else {}
         with open_writer(out, header, **framing) as writer:
             put = writer.write if validate else writer.write_encoded
@@ -110,28 +102,3 @@ def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None,
             if frame:
                 writer.flush()
             return writer.count
-
-
-def _write_frames_threaded(writer, records, frame: int, threads: int) -> None:
-    """Write ``records`` (encoded) in frames of ``frame``, compressed on ``threads`` threads and
-    written in order; the last, shorter frame and the end record as the writer makes them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(threads) as pool:
-        pending: collections.deque = collections.deque()
-        tail: list[bytes] = []
-        while True:
-            chunk = list(itertools.islice(records, frame))
-            if len(chunk) < frame:
-                tail = chunk
-                break
-            pending.append(pool.submit(compress_frame, chunk))
-            while len(pending) > 2 * threads:  # bounded memory: a few frames per thread in flight
-                if not writer.write_frame(pending.popleft().result(), frame):
-                    raise AssertionError("a whole frame was refused")  # cannot happen: nothing is pending
-        while pending:
-            if not writer.write_frame(pending.popleft().result(), frame):
-                raise AssertionError("a whole frame was refused")
-    for r in tail:
-        writer.write_encoded(r)
-    writer.flush()

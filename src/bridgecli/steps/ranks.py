@@ -28,8 +28,6 @@ from ..errors import BridgeError, UsageError
 TIMEOUT = timedelta(days=7)
 #: how long rank 0 looks for another rank's probe file (a network file system may show it late)
 PROBE_WAIT_S = 2.0
-#: threads that compress the merged frames on rank 0 (the node's other ranks are idle by then)
-MERGE_THREADS = 16
 
 
 class RankError(BridgeError):
@@ -192,10 +190,8 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int |
     if dist.rank == 0:
         shards = [Dist(r, dist.world).shard_path(out) for r in range(dist.world)]
         try:
-            # the shards are this run's own: copy their records as written (CRCs still checked),
-            # compressing the merged frames on the node's cores
-            threads = max(1, min(MERGE_THREADS, len(os.sched_getaffinity(0))))
-            outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False, threads=threads))
+            # the shards are this run's own: copy their records as written (CRCs still checked)
+            outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False))
         except Exception as exc:  # the other ranks learn of it, then rank 0 reports it as it is
             outcome = ("error", str(exc) or type(exc).__name__)
             from_rank0(outcome)
