@@ -17,8 +17,9 @@ Assumptions (printed with the tables):
   measured beside the rate: the run's wall time less its tokens at the loop's rate.
 - the CPU steps with --workers K: K x the per-CPU-second rate measured with 2 workers, capped by the
   parent's own rate (examples per parent CPU-second), which no number of workers raises.
-- rank 0's merge runs on one core, at the examples per CPU-second measured on the (busy, 2-core)
-  development machine.
+- rank 0's merge: one thread, at the examples per CPU-second measured on the (busy, 2-core)
+  development machine. Reading the shards in index order alone (measured too) is the floor that
+  compressing the merged frames in parallel (not done) could not go below.
 """
 
 from __future__ import annotations
@@ -113,12 +114,14 @@ def project(d: dict) -> dict:
     tpe = st["tokens_per_example"]
     bpe = st["bytes_per_example"]
     merge = st["merge_examples_per_cpu_s"]["as_written"]  # one core of its own (measured on a busy machine)
+    serial = st["merge_examples_per_cpu_s"]["read_only"]  # the part threads do not share
     host = d["host"]
     # a rank's own host work, serial with its GPU work today: reading + tokenising, encoding + compressing
     host_rate = 1 / (1 / host["tokenise_tokens_per_s"] + 1 / host["write_tokens_per_s"])
     steps = cpu_steps(d, WORKERS)
     r = rates(d)
     out = {"assumptions": {"tokens_per_example": tpe, "bytes_per_example": bpe, "merge_examples_per_s": merge,
+                           "merge_read_examples_per_s": serial,
                            "host_tokens_per_s_per_core": host_rate, "workers": WORKERS},
            "rates": {m: [dict(zip(("rate", "card", "tokens_per_s", "source", "one_time_s"), x)) for x in v]
                      for m, v in r.items()},
@@ -135,6 +138,7 @@ def project(d: dict) -> dict:
             "scoring": scoring,
             "host_floor_gpu_hours": tokens / host_rate / 3600,
             "merge_s": n / merge,
+            "merge_read_s": n / serial,
             "steps_one_core_s": {s: n / steps[s]["one_core"] for s in STEPS},
             "steps_workers_s": {s: n / steps[s][f"workers{WORKERS}"] for s in STEPS},
         }
@@ -156,7 +160,9 @@ def pipeline(sc: dict, r: dict, bytes_per_token: float) -> list[dict]:
     for g in GPUS:
         stages = {"scoring": row[f"wall_s_{g}gpu"], "merge": sc["merge_s"] if g > 1 else 0.0,
                   "cpu steps": sum(sc["steps_workers_s"].values())}
+        # every rank holds its GPU until rank 0's merge is done
         out.append({"gpus": g, **stages, "total": sum(stages.values()), "longest": max(stages, key=stages.get),
+                    "gpu_hours_held": g * (stages["scoring"] + stages["merge"]) / 3600,
                     "write_mb_per_s": g * tps * bytes_per_token / 1e6})
     return out
 
@@ -166,7 +172,9 @@ def markdown(p: dict) -> str:
     lines = ["### Inputs", "", "| input | value | from |", "|---|---|---|",
              f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
              f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
-             f"| rank 0's merge, one core | {a['merge_examples_per_s']:,} examples per CPU-second | {INPUTS['stream']} |",
+             f"| rank 0's merge, one thread | {a['merge_examples_per_s']:,} examples per CPU-second | {INPUTS['stream']} |",
+             f"| rank 0's merge: reading the shards in order alone | {a['merge_read_examples_per_s']:,} examples "
+             f"per CPU-second | {INPUTS['stream']} |",
              f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |"]
     for model, rs in p["rates"].items():
         for x in rs:
@@ -184,7 +192,8 @@ def markdown(p: dict) -> str:
                 lines.append(f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
                              + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS) + " |")
         lines += ["", "| serial CPU work | one core | " + f"--workers {a['workers']} |", "|---|---|---|",
-                  f"| rank 0's merge (several GPUs only) | {hours(sc['merge_s'])} | (serial) |"]
+                  f"| rank 0's merge (several GPUs only; it has no workers) | {hours(sc['merge_s'])} | |",
+                  f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |"]
         for s in STEPS:
             lines.append(f"| `{s}` | {hours(sc['steps_one_core_s'][s])} | {hours(sc['steps_workers_s'][s])} |")
         total1 = sum(sc["steps_one_core_s"].values())
@@ -192,12 +201,13 @@ def markdown(p: dict) -> str:
         lines.append(f"| select + close + compact | {hours(total1)} | {hours(totalw)} |")
         lines.append(f"| host floor of scoring (tokenise + write, summed over ranks) | "
                      f"{sc['host_floor_gpu_hours']:,.1f} core-hours | |")
-        lines += ["", f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}, CPU steps with --workers {a['workers']}:", "",
-                  "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | shards written at |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}; the CPU steps with "
+                      f"--workers {a['workers']}:", "",
+                  "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | GPU-hours held | "
+                  "shards written at |", "|---|---|---|---|---|---|---|---|"]
         for x in sc["pipeline"]:
             lines.append(f"| {x['gpus']} | {hours(x['scoring'])} | {hours(x['merge']) if x['gpus'] > 1 else '-'} | "
-                         f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | "
+                         f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | {x['gpu_hours_held']:,.1f} | "
                          f"{x['write_mb_per_s']:,.0f} MB/s |")
     return "\n".join(lines)
 

@@ -4,13 +4,14 @@
 1. A one-step warmup of the default model (SmolLM2-135M, real weights) on a few GSM8K train
    records, then `bridge score` (in this process, on the CPU) over the next ``--n`` records:
    the stream's bytes per example and per response token, with the real scorer's A (float16,
-   zstd) rather than random rows (random float16 rows hardly compress; docs/benchmarks.md's CPU-step
-   stream is 17 KB an example for that reason).
+   zstd) rather than the random rows of docs/benchmarks.md's CPU-step stream.
 2. The merge that rank 0 runs after a multi-rank `bridge score`: the scored examples cycled to
    ``--merge-examples`` with fresh indices, split into ``--shards`` shards by index (as ranks
    write them), merged with ``merge_streams`` in this process, in frames of at most ``--n``
-   examples (so that no frame holds a copy: it would compress too well). One core: the merge is serial. Timed twice: copying the records as written (what rank 0
-   does after `bridge score`) and decoding + validating them (what `bridge merge` does).
+   examples (so that no frame holds a copy: it would compress too well). Timed three ways: copying
+   the records as written (what rank 0 does after `bridge score`); decoding + validating them
+   (what `bridge merge` does); and only reading the shards in index order, without writing: the
+   floor that compressing frames in parallel could not go below.
 
     OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data ../shared/data/gsm8k/train.jsonl \
         --out bench/scale/results/stream_bytes_cpu.json
@@ -22,6 +23,7 @@ time's rate is the closer one to what a core of its own would do. Say which mach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,7 +45,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args()
 
-    from bridgecli.format.merge import merge_streams
+    from bridgecli.format.merge import _as_is, _in_order, merge_streams
     from bridgecli.format.reader import open_reader, read_all
     from bridgecli.format.writer import open_writer
     from bridgecli.steps.score import ScoreOptions, run_score
@@ -92,13 +94,19 @@ def main() -> None:
                         w.flush()
             paths.append(p)
         merge_s, merge_cpu_s = {}, {}
-        for how, validate in (("as_written", False), ("validated", True)):  # rank 0's merge; `bridge merge`
+        hows = (("as_written", False), ("validated", True))
+        for how, validate in hows:
             t0, c0 = time.perf_counter(), time.process_time()
             merged = merge_streams(paths, tmp / f"merged-{how}.bridge", frame=frame, validate=validate)
             merge_s[how], merge_cpu_s[how] = time.perf_counter() - t0, time.process_time() - c0
-            with open_reader(tmp / f"merged-{how}.bridge") as r:
-                assert sum(1 for _ in r.payloads()) == merged == args.merge_examples
-        same = (tmp / "merged-as_written.bridge").read_bytes() == (tmp / "merged-validated.bridge").read_bytes()
+            assert merged == args.merge_examples
+        t0, c0 = time.perf_counter(), time.process_time()
+        with contextlib.ExitStack() as stack:
+            readers = [stack.enter_context(open_reader(p)) for p in paths]
+            assert sum(1 for _ in _in_order([_as_is(r) for r in readers], readers)) == args.merge_examples
+        merge_s["read_only"], merge_cpu_s["read_only"] = time.perf_counter() - t0, time.process_time() - c0
+        same = all((tmp / f"merged-{h}.bridge").read_bytes() == (tmp / "merged-validated.bridge").read_bytes()
+                   for h, _ in hows)
         merged_size = (tmp / "merged-validated.bridge").stat().st_size
 
     result = {
