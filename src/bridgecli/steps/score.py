@@ -2,8 +2,9 @@
 
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
-order, one zstd frame per window. Under ``torchrun`` each rank reads and scores the records whose index is
-congruent to its rank, writes a shard, and rank 0 merges the shards into the output. With an output
+order, one zstd frame per window. Under ``torchrun`` (one node or several) each rank reads and scores the
+records whose index is congruent to its rank, writes a shard next to the output, and rank 0 merges the
+shards into the output (see :mod:`.ranks`). With an output
 file, progress is committed after every window, so ``--resume`` continues a killed run and produces
 the same bytes as an uninterrupted one.
 """
@@ -11,9 +12,7 @@ the same bytes as an uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Iterator
@@ -27,7 +26,6 @@ from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records, require_records
 from ..errors import EmptyResultError, UsageError
-from ..format.merge import merge_streams
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
@@ -35,24 +33,11 @@ from ..modeling.loading import fingerprint, resolve, resolve_device
 from ..modeling.scoring import ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
+from . import ranks
 from .common import now, step_record
 from .options import ScoreOptions
+from .ranks import Dist
 from .resumable import ResumableOutput
-
-
-@dataclass(frozen=True)
-class Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> "Dist":
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                   int(os.environ.get("LOCAL_RANK", 0)))
-
-    def shard_path(self, out: str | os.PathLike) -> Path:
-        return Path(f"{out}.shard-{self.rank:05d}-of-{self.world:05d}")
 
 
 def _count(path: str, opts: DataOptions) -> int:
@@ -117,19 +102,17 @@ def run_score(opts: ScoreOptions) -> int:
     started = now()
     device = resolve_device(opts.device)
     if dist.world > 1:
-        import torch.distributed as tdist
-
         if device.startswith("cuda"):
-            device = f"cuda:{dist.local_rank}"
+            device = f"cuda:{dist.local_rank}"  # the GPU on this node; the shard goes by the global rank
             torch.cuda.set_device(dist.local_rank)
-        tdist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        ranks.init(dist)
     try:
+        if dist.world > 1:
+            ranks.check_shared_folder(dist, opts.out)  # before any model loads
         return _score(opts, dist, device, started)
     finally:
         if dist.world > 1:
-            import torch.distributed as tdist
-
-            tdist.destroy_process_group()
+            ranks.close()
 
 
 def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
@@ -185,6 +168,9 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
             done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=0,
                                 commit=lambda w, pos: w.flush())
             writer.close()
+    elif (finished := ranks.finished_shard(dist, opts.out, opts.resume, header)) is not None:
+        done = finished  # --resume: this rank had written its whole shard before another rank stopped
+        note(f"rank {dist.rank}: its shard was finished ({done} examples)")
     else:
         target = dist.shard_path(opts.out) if dist.world > 1 else Path(opts.out)
         output = ResumableOutput(target)
@@ -195,22 +181,20 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
             note(f"resuming after {skip} examples ({writer.count} written)")
         done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit)
         output.finish(writer)
-        if dist.world > 1:
-            import torch.distributed as tdist
-
-            tdist.barrier()
-            if dist.rank == 0:
-                shards = [Dist(r, dist.world).shard_path(opts.out) for r in range(dist.world)]
-                merged = merge_streams(shards, opts.out)
-                for s in shards:
-                    s.unlink()
-                note(f"merged {dist.world} shards: {merged} examples")
-            tdist.barrier()
+    if dist.world > 1:  # wait for every shard; the run's report and count are the sum of the ranks'
+        per_rank = ranks.gather((report, done))
+        report = ranks.merge_reports([r for r, _ in per_rank])
+        total = sum(n for _, n in per_rank)
+        merged = ranks.merge_shards(dist, opts.out, frame=opts.window)
+        if dist.rank == 0:
+            note(f"merged {dist.world} shards: {merged} examples")
+    else:
+        total = done
     for line in report.lines():
         if dist.rank == 0:
             note(line)
-    if done == 0 and dist.world == 1 and not opts.allow_empty:
-        if not is_stdio(opts.out):
+    if total == 0 and not opts.allow_empty:
+        if not is_stdio(opts.out) and dist.rank == 0:
             Path(opts.out).unlink(missing_ok=True)
         why = "; ".join(report.lines()) or "no example in the data"
         raise EmptyResultError(f"scored 0 examples ({why})", file=str(opts.data),

@@ -1,0 +1,204 @@
+"""The ranks of one ``bridge score`` run under ``torchrun``, on one node or several.
+
+Every rank scores the records whose index is congruent to its global rank (``RANK``; the GPU is
+``cuda:LOCAL_RANK``) and writes its shard next to the output; rank 0 then merges the shards. So
+the output must be on a folder every rank can see: with ``--nnodes`` > 1, a shared file system.
+:func:`check_shared_folder` makes sure of that before any model loads.
+
+The ranks talk only to wait for each other and to pass small Python objects, never tensors, so
+the process group is gloo on CPU and GPU alike (no NCCL communicator, no GPU memory for it).
+Ranks wait for the slowest rank and for rank 0's merge, which at scale takes hours, so the group's
+timeout is long; a rank that dies still fails the others' waits at once (gloo sees its sockets
+close), and they stop with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from pathlib import Path
+
+from ..errors import BridgeError, UsageError
+
+#: how long a rank waits for the others (the slowest rank's scoring, rank 0's merge)
+TIMEOUT = timedelta(days=7)
+#: how long rank 0 looks for another rank's probe file (a network file system may show it late)
+PROBE_WAIT_S = 2.0
+
+
+class RankError(BridgeError):
+    """Another rank stopped, so this one cannot finish (that rank's own error says why)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> "Dist":
+        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                   int(os.environ.get("LOCAL_RANK", 0)))
+
+    def shard_path(self, out: str | os.PathLike) -> Path:
+        return Path(f"{out}.shard-{self.rank:05d}-of-{self.world:05d}")
+
+    def probe_path(self, out: str | os.PathLike) -> Path:
+        return Path(f"{out}.probe-{self.rank:05d}-of-{self.world:05d}")
+
+
+def init(dist: Dist) -> None:
+    import torch.distributed as tdist
+
+    tdist.init_process_group(backend="gloo", timeout=TIMEOUT)
+
+
+def close() -> None:
+    import torch.distributed as tdist
+
+    if tdist.is_initialized():
+        tdist.destroy_process_group()
+
+
+def _collective(fn, *args, **kwargs):
+    """Run a collective; a peer that died (or a broken connection) becomes one line, not a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as exc:  # gloo's errors, DistBackendError included
+        raise RankError(f"another rank of this run stopped ({_first_sentence(exc)})",
+                        hint="its own error, above or on its node, says why") from None
+
+
+def _first_sentence(exc: Exception) -> str:
+    """gloo's message without its source location: "[.../pair.cc:553] Connection closed by peer
+    [127.0.0.1]:25009. This is typically ..." -> "Connection closed by peer [127.0.0.1]:25009"."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    return text.split(". ", 1)[0].rstrip(".")
+
+
+def gather(obj) -> list:
+    """``obj`` from every rank, in rank order, on every rank (also a barrier)."""
+    import torch.distributed as tdist
+
+    out = [None] * tdist.get_world_size()
+    _collective(tdist.all_gather_object, out, obj)
+    return out
+
+
+def from_rank0(obj):
+    """Rank 0's ``obj`` on every rank (others pass anything)."""
+    import torch.distributed as tdist
+
+    box = [obj]
+    _collective(tdist.broadcast_object_list, box, src=0)
+    return box[0]
+
+
+def check_shared_folder(dist: Dist, out: str | os.PathLike) -> None:
+    """Stop every rank with one line unless rank 0 sees a file each rank writes next to ``out``
+    (rank 0 reads every shard there to merge them). Each probe holds a fresh token, so files left
+    by an earlier run do not count."""
+    probe = dist.probe_path(out)
+    token = f"{socket.gethostname()} {os.getpid()} {secrets.token_hex(8)}"
+    try:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token)
+    except OSError as exc:
+        raise UsageError(f"{probe.parent}: cannot write here ({exc.strerror or exc})") from None
+    try:
+        tokens = gather(token)
+        problem = None
+        if dist.rank == 0:
+            problem = _missing_probe(out, tokens)
+        problem = from_rank0(problem)
+    finally:
+        probe.unlink(missing_ok=True)
+    if problem is not None:
+        rank, host = problem
+        raise UsageError(f"rank 0 cannot see the files that rank {rank} (on {host}) writes next to the output",
+                         file=str(out), hint="with several nodes, -o must be on a folder every rank can see "
+                                             "(a shared file system): rank 0 merges the shards there")
+
+
+def _missing_probe(out, tokens: list[str]) -> tuple[int, str] | None:
+    """(rank, host) of the first rank whose probe rank 0 does not see with its token, or None."""
+    deadline = time.monotonic() + PROBE_WAIT_S
+    for rank, token in enumerate(tokens):
+        path = Dist(rank, len(tokens)).probe_path(out)
+        while True:
+            try:
+                if path.read_text() == token:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                return rank, token.split()[0]
+            time.sleep(0.2)
+    return None
+
+
+def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> int | None:
+    """With ``--resume`` on several ranks: the number of examples in this rank's shard when the
+    interrupted run had finished it (another rank stopped before the merge), so this rank has
+    nothing left to score; None when there is a shard to (re)write. A finished shard made with other
+    parameters is refused, as a partial one is."""
+    from ..format.reader import open_reader
+    from .resumable import ResumableOutput, header_key
+
+    shard = dist.shard_path(out)
+    if dist.world == 1 or not resume or not shard.exists() or ResumableOutput(shard).leftover():
+        return None
+    with open_reader(shard) as reader:
+        if header_key(reader.header) != header_key(header):
+            raise UsageError("the finished shard was made with other parameters or data", file=str(shard),
+                             hint="delete it, or rerun with the same flags")
+        return sum(1 for _ in reader.payloads())
+
+
+def merge_reports(reports: list) -> object:
+    """One :class:`~bridgecli.data.examples.Report` for the whole run from each rank's: counts
+    summed, lists joined in rank order, settings (``max_length``: the same on every rank) kept."""
+    total = type(reports[0])()
+    for r in reports:
+        for f in fields(r):
+            a, b = getattr(total, f.name), getattr(r, f.name)
+            if isinstance(a, list):
+                a.extend(b)
+            elif f.name != "max_length" and type(a) is int and type(b) is int:
+                setattr(total, f.name, a + b)
+            elif a is None or a == f.default:
+                setattr(total, f.name, b)
+    return total
+
+
+def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int | None:
+    """Once every rank has written its shard: rank 0 merges them into ``out`` (frames of ``frame``
+    examples, as one process writes them) and removes them; every rank learns whether that worked.
+    Returns the merged count on rank 0, None on the others."""
+    from ..format.merge import merge_streams
+
+    outcome: tuple[str, int | str] | None = None
+    if dist.rank == 0:
+        shards = [Dist(r, dist.world).shard_path(out) for r in range(dist.world)]
+        try:
+            # the shards are this run's own: copy their records as written (CRCs still checked)
+            outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False))
+        except Exception as exc:  # the other ranks learn of it, then rank 0 reports it as it is
+            outcome = ("error", str(exc) or type(exc).__name__)
+            from_rank0(outcome)
+            raise
+        for s in shards:
+            s.unlink()
+    outcome = from_rank0(outcome)
+    if outcome[0] == "error":
+        raise RankError(f"rank 0 could not merge the shards: {outcome[1]}", file=str(out))
+    return outcome[1] if dist.rank == 0 else None
