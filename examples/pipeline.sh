@@ -32,4 +32,4 @@ bridge eval "$out/final" --task gsm8k --data "$data/test.jsonl" --max-new-tokens
 #    intervals that do not overlap show an effect where accuracy at this size shows none
 bridge eval smollm2 --task heldout-loss --data "$data/test.jsonl" -o "$out/base"
 bridge eval "$out/final" --task heldout-loss --data "$data/test.jsonl"
-bridge eval --compare "$out/base" "$out/final"
+bridge compare "$out/base" "$out/final"

@@ -25,5 +25,5 @@ wait $mc || status=1
 wait $gen || status=1
 [ "$status" = 0 ] || { tail -n 20 "$out/mc.log" "$out/gen.log" >&2; exit 1; }
 cat "$out/mc.out" "$out/gen.out"
-bridge eval --compare "$out" --target math
+bridge compare "$out" --target math
 echo "full_sets.sh: $(( $(date +%s) - start )) s" >&2
