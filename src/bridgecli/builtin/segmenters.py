@@ -259,25 +259,44 @@ def _expression_spans(text: str, start: int, end: int) -> list[Span]:
     ``text[start:end]``. Two operands separated only by a space start a new run ("3 a day")."""
     spans: list[Span] = []
     run: list[_Token] = []
-
-    def close() -> None:
-        trimmed = _trim_run(run)
-        if trimmed and _is_expression(trimmed):
-            spans.append((trimmed[0][2], trimmed[-1][3]))
-        run.clear()
-
+    # whether the run can hold an expression at all: a number or annotation, or an operator and a variable
+    # (trimming only drops tokens, so a run without them never gives a span, and is not trimmed)
+    maybe = has_operator = has_variable = False
     for m in _MATH_TOKEN.finditer(text, start, end):
-        kind = m.lastgroup or "other"
-        token: _Token = ("operator" if kind == "times" else kind, m.group(), m.start(), m.end())
-        if token[0] == "other":
-            close()
+        kind = m.lastgroup
+        if kind == "other":
+            if maybe:
+                _close_run(run, spans)
+                maybe = has_operator = has_variable = False
+            run = []
             continue
-        if token[0] in _OPERANDS and len(run) >= 2 and run[-1][0] == "space" and run[-2][0] in _OPERANDS:
+        if kind == "times":
+            kind = "operator"
+        if kind in _OPERANDS and len(run) >= 2 and run[-1][0] == "space" and run[-2][0] in _OPERANDS:
             run.pop()
-            close()
-        run.append(token)
-    close()
+            if maybe:
+                _close_run(run, spans)
+                maybe = has_operator = has_variable = False
+            run = []
+        a, b = m.span()
+        run.append((kind, m.group(), a, b))
+        if kind == "number" or kind == "annotation":
+            maybe = True
+        elif kind == "operator":
+            has_operator = True
+            maybe = maybe or has_variable
+        elif kind == "variable":
+            has_variable = True
+            maybe = maybe or has_operator
+    if maybe:
+        _close_run(run, spans)
     return spans
+
+
+def _close_run(run: list[_Token], spans: list[Span]) -> None:
+    trimmed = _trim_run(run)
+    if trimmed and _is_expression(trimmed):
+        spans.append((trimmed[0][2], trimmed[-1][3]))
 
 
 def split_math(text: str) -> list[Span]:
