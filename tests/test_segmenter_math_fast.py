@@ -34,9 +34,10 @@ def old_expression_spans(text: str, start: int, end: int):
     return spans
 
 
-MATHY = st.text(alphabet="abxX×12 3.,0$<>=+-−*/()%^\t\nAzé_ ", max_size=60)
+MATHY = st.text(alphabet="abxX×12 3.,0$<>=+-−*/()%^\t\nAzé_ ;:!?'\"\r", max_size=60)
 WORDS = st.lists(st.sampled_from(["a", "x", "ab", "3", "4.5", "1,000", " ", "  ", "+", "-", "=", "(", ")", "%", "x",
-                                  "<<2*3=6>>6", "$<<1+1=2>>2", "$5", "he", "-(", "5x3", "2 x 4", "y_1", "≤", ".", "\n"]),
+                                  "<<2*3=6>>6", "$<<1+1=2>>2", "$5", "he", "-(", "5x3", "2 x 4", "y_1", "≤", ".", "\n", "cost", "is", ", ", "? ",
+                                  "'s", "x:", "\r\n", "Xy", "ab1", "he's"]),
                   max_size=25).map("".join)
 
 

@@ -29,12 +29,15 @@ def _widen(spans: list[tuple[int, int]], pieces: list[tuple[int, int]]) -> list[
     spans that come to overlap."""
     if not pieces:
         return spans
-    starts = [a for a, _ in pieces]
-    ends = [b for _, b in pieces]
+    return _widen_to(spans, [a for a, _ in pieces], [b for _, b in pieces])
+
+
+def _widen_to(spans: list[tuple[int, int]], starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """:func:`_widen` with the atoms given as their ascending starts and ends."""
     out: list[tuple[int, int]] = []
     for s, e in spans:
         k = bisect_right(ends, s)  # first atom ending after s
-        if k < len(pieces) and starts[k] < s:
+        if k < len(starts) and starts[k] < s:
             s = starts[k]
         k = bisect_left(starts, e) - 1  # last atom starting before e
         if k >= 0 and ends[k] > e:
@@ -52,11 +55,15 @@ def _joined(token_spans: np.ndarray, pieces: list[tuple[int, int]]) -> np.ndarra
     n = token_spans.shape[0]
     if n < 2 or not pieces:
         return np.zeros(max(n - 1, 0), dtype=bool)
-    starts = np.array([a for a, _ in pieces], dtype=np.int64)
-    ends = np.array([b for _, b in pieces], dtype=np.int64)
+    bounds = np.array(pieces, dtype=np.int64)
+    return _joined_to(token_spans, bounds[:, 0], bounds[:, 1])
+
+
+def _joined_to(token_spans: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_joined` (for at least two tokens and one atom) with the atoms' starts and ends as arrays."""
     s, e = token_spans[:, 0], token_spans[:, 1]
-    lo = np.searchsorted(ends, s, side="right")  # atoms [lo, hi) overlap the token (empty when s == e)
-    hi = np.where(e > s, np.searchsorted(starts, e, side="left"), lo)
+    lo = ends.searchsorted(s, side="right")  # atoms [lo, hi) overlap the token (empty when s == e)
+    hi = np.where(e > s, starts.searchsorted(e, side="left"), lo)
     return np.maximum(lo[:-1], lo[1:]) < np.minimum(hi[:-1], hi[1:])
 
 
@@ -83,7 +90,9 @@ def unit_cuts(token_spans: np.ndarray, char_spans: list[tuple[int, int]], text: 
         return [0]
     spans = sorted((int(s), int(e)) for s, e in char_spans if e > s)
     pieces = atoms(text) if text is not None else []
-    spans = _widen(spans, pieces)
+    if pieces:
+        p_starts, p_ends = [a for a, _ in pieces], [b for _, b in pieces]
+        spans = _widen_to(spans, p_starts, p_ends)
     if spans:
         starts = np.array([s for s, _ in spans], dtype=np.int64)
         ends = np.array([e for _, e in spans], dtype=np.int64)
@@ -100,7 +109,8 @@ def unit_cuts(token_spans: np.ndarray, char_spans: list[tuple[int, int]], text: 
         cuts = np.arange(n, dtype=np.int64)  # every token its own unit
     if pieces and len(cuts) > 1:  # a unit whose first token shares an atom with the one before joins it
         rest = cuts[1:]
-        cuts = np.concatenate([cuts[:1], rest[~_joined(token_spans, pieces)[rest - 1]]])
+        joined = _joined_to(token_spans, np.array(p_starts, dtype=np.int64), np.array(p_ends, dtype=np.int64))
+        cuts = np.concatenate([cuts[:1], rest[~joined[rest - 1]]])
     return cuts.tolist() + [n]
 
 

@@ -226,18 +226,23 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
     if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
         return False
     starts, ends = clo.units[0::2], clo.units[1::2]
-    last = 0
-    for a, b in zip(starts, ends):
-        if not last <= a < b <= t:
-            return False
-        last = b
+    # 0 <= start < end <= next start ... <= t: non-empty, ascending, disjoint, within the tokens
+    if starts and (starts[0] < 0 or ends[-1] > t or not all(map(operator.lt, starts, ends))
+                   or not all(map(operator.le, ends, starts[1:]))):
+        return False
     chosen = clo.chosen
     if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
         return False
     if clo.protected_units and not set(clo.protected_units) <= set(chosen):
         return False
     # the units are ascending and disjoint: their positions in unit order are ascending
-    expected = [i for c in sorted(chosen) for i in range(starts[c], ends[c]) if kinds[i] == RESPONSE]
+    expected: list[int] = []
+    for c in sorted(chosen):
+        a, b = starts[c], ends[c]
+        if kinds.count(RESPONSE, a, b) == b - a:  # a unit of response tokens only (as close makes them)
+            expected += range(a, b)
+        else:
+            expected += [i for i in range(a, b) if kinds[i] == RESPONSE]
     return isinstance(clo.supervise, list) and expected == clo.supervise
 
 
@@ -254,17 +259,25 @@ def _finite_ok(arr: Any, shape: list) -> bool:
     """``arr`` is a float Array of ``shape`` whose bytes fill it, with every value finite (what
     ``_array(..., finite=True)`` accepts, or less: a NaN-free ``no_nan`` array holding an infinity gets False
     here and goes to the slow checks)."""
-    if type(arr) is not Array or arr.shape != shape:
-        return False
-    exp = _EXPONENT.get(arr.dtype)
-    if exp is None:
-        return False
-    uint, bits = exp
-    if len(arr.data) != math.prod(shape) * uint.itemsize:
-        return False
-    if not arr.data:
-        return True
-    return int((np.frombuffer(arr.data, dtype=uint) & bits).max()) != bits
+    return _all_finite(((arr, shape),))
+
+
+def _all_finite(arrays) -> bool:
+    """:func:`_finite_ok` for every ``(array, shape)`` of ``arrays``, with one numpy check per dtype."""
+    data: dict[str, list[bytes]] = {}
+    for arr, shape in arrays:
+        if type(arr) is not Array or arr.shape != shape:
+            return False
+        exp = _EXPONENT.get(arr.dtype)
+        if exp is None or len(arr.data) != math.prod(shape) * exp[0].itemsize:
+            return False
+        data.setdefault(arr.dtype, []).append(arr.data)
+    for dtype, chunks in data.items():
+        uint, bits = _EXPONENT[dtype]
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if raw and int((np.frombuffer(raw, dtype=uint) & bits).max()) == bits:
+            return False
+    return True
 
 
 def _on_side(values: list, kinds: bytes, kind: int) -> bool:
@@ -297,14 +310,14 @@ def _fast_ok(ex: Example, stage: str) -> bool:
     if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
         return False
 
+    arrays = []  # (array, shape) of every float array: checked together at the end
     s = ex.scores
     if s is not None:
-        if not (_finite_ok(s.a, [n_r]) and _finite_ok(s.c, [n_r]) and _finite_ok(s.A, [n_r, n_p])):
-            return False
-        if s.loss is not None and not _finite_ok(s.loss, [n_r]):
-            return False
-        if s.B is not None and not _finite_ok(s.B, [n_r, n_p]):
-            return False
+        arrays += ((s.a, [n_r]), (s.c, [n_r]), (s.A, [n_r, n_p]))
+        if s.loss is not None:
+            arrays.append((s.loss, [n_r]))
+        if s.B is not None:
+            arrays.append((s.B, [n_r, n_p]))
 
     sel = ex.selection
     if sel is not None:
@@ -315,8 +328,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
             return False
         if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
             return False
-        if not _finite_ok(sel.response_scores, [n_r]):
-            return False
+        arrays.append((sel.response_scores, [n_r]))
         for protected, kept in ((sel.protected_prompt, keep_p), (sel.protected_response, keep_r)):
             if protected and (len(set(protected)) != len(protected) or not set(protected) <= set(kept)):
                 return False
@@ -326,7 +338,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
 
     if ex.closure is not None and not _closure_ok(ex.closure, t, kinds):
         return False
-    return not ex.references  # their arrays: the slow checks
+    return not ex.references and _all_finite(arrays)  # references' arrays: the slow checks
 
 
 class Validator:

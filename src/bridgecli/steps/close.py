@@ -37,12 +37,14 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
         return msgspec.structs.replace(example, closure=closure)
-    text, offset = response_text(example)
+    all_spans = example.tokens.spans()
+    offset = int(all_spans[resp[0], 0])  # response_text's, with the spans computed once
+    text = example.text[offset:int(all_spans[resp[-1], 1])]
     try:
         spans = [(int(s), int(e)) for s, e in segment(text)]
     except Exception as exc:
         raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
-    token_spans = example.tokens.spans()[resp] - offset
+    token_spans = all_spans[resp] - offset
     cuts = unit_cuts(token_spans, spans, text)  # unit k: response tokens cuts[k] .. cuts[k + 1] - 1
     # units holding a response token the selection protected (select --protect-response) are always chosen
     protected = np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
