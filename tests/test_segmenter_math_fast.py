@@ -8,7 +8,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.builtin.segmenters import _MATH_TOKEN, _OPERANDS, _expression_spans, _is_expression, _trim_run
+from bridgecli.builtin.segmenters import (
+    _MATH_SCAN, _MATH_TOKEN, _OPERANDS, _expression_spans, _is_expression, _trim_run,
+)
 
 
 def old_expression_spans(text: str, start: int, end: int):
@@ -37,7 +39,7 @@ def old_expression_spans(text: str, start: int, end: int):
 MATHY = st.text(alphabet="abxX×12 3.,0$<>=+-−*/()%^\t\nAzé_ ;:!?'\"\r", max_size=60)
 WORDS = st.lists(st.sampled_from(["a", "x", "ab", "3", "4.5", "1,000", " ", "  ", "+", "-", "=", "(", ")", "%", "x",
                                   "<<2*3=6>>6", "$<<1+1=2>>2", "$5", "he", "-(", "5x3", "2 x 4", "y_1", "≤", ".", "\n", "cost", "is", ", ", "? ",
-                                  "'s", "x:", "\r\n", "Xy", "ab1", "he's"]),
+                                  "'s", "x:", "\r\n", "Xy", "ab1", "he's", "!=", "!", "is!="]),
                   max_size=25).map("".join)
 
 
@@ -62,3 +64,23 @@ def test_same_spans_on_gsm8k_answers():
         answers = [json.loads(line)["answer"] for line in path.read_text().splitlines()[:1500]]
     for text in answers:
         assert _expression_spans(text, 0, len(text)) == old_expression_spans(text, 0, len(text))
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=st.one_of(MATHY, WORDS))
+def test_scan_tokens_are_the_old_tokens_with_prose_joined(text):
+    old = [(m.lastgroup, m.start(), m.end()) for m in _MATH_TOKEN.finditer(text)]
+    k = 0
+    for m in _MATH_SCAN.finditer(text):
+        if m.lastgroup != "other":
+            assert old[k] == (m.lastgroup, m.start(), m.end())
+            k += 1
+            continue
+        # one "other" token of the old scan, or several with only spaces between them
+        assert old[k][0] == "other" and old[k][1] == m.start()
+        while old[k][2] < m.end():
+            k += 1
+            assert old[k][0] in ("other", "space")
+        assert old[k][0] == "other" and old[k][2] == m.end()
+        k += 1
+    assert k == len(old)

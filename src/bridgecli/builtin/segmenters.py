@@ -167,10 +167,10 @@ _MATH_TOKEN = re.compile(
 )
 # The same tokens with a stretch of prose as one "other" token: words of two or more letters and the
 # punctuation that starts no other token, with the spaces between them. Each of those is an "other" token of
-# _MATH_TOKEN on its own (no earlier alternative matches where it starts), and a space between two of them
-# never joins a run, so both scans give the same spans (tests/test_segmenter_math_fast.py); this one makes
-# fewer matches.
-_PROSE = r"""(?:[^\W\d_]{2,}|[,;:!?"'\r\n])"""
+# _MATH_TOKEN on its own (no alternative before "other" matches where it starts), and a space between two of
+# them never joins a run, so both scans give the same spans (tests/test_segmenter_math_fast.py); this one
+# makes fewer matches.
+_PROSE = r"""(?:[^\W\d_]{2,}|[,;:?"'\r\n])"""  # not "!": it starts the operator "!="
 _MATH_SCAN = re.compile(
     _MATH_TOKEN.pattern.replace(r"|(?P<other>[^\W\d_]+|.)", rf"|(?P<other>{_PROSE}(?:[ \t]*{_PROSE})*|[^\W\d_]+|.)"),
     re.DOTALL,
