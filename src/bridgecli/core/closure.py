@@ -246,6 +246,29 @@ def _pairwise(x: list[float], lo: int, n: int) -> float:
     return _pairwise(x, lo, half) + _pairwise(x, lo + half, n - half)
 
 
+_COLUMNS = np.arange(7, dtype=np.int64)
+
+
+def unit_sums(x: np.ndarray, cuts: list[int]) -> list[float]:
+    """``float(x[cuts[u]:cuts[u + 1]].sum())`` for every unit u, bit for bit, with a few numpy calls: numpy
+    sums fewer than 8 values one after another from 0.0, so the units shorter than 8 are summed as the rows
+    of one matrix (padded with zeros, which change no sum), the longer ones by :func:`np_sum`."""
+    k = len(cuts) - 1
+    if k <= 0:
+        return []
+    c = np.array(cuts, dtype=np.int64)
+    sizes = c[1:] - c[:-1]
+    padded = np.append(x, 0.0)  # index len(x): the padding
+    rows = np.where(_COLUMNS[None, :] < sizes[:, None], c[:-1, None] + _COLUMNS[None, :], len(x))
+    sums = padded[rows].sum(axis=1).tolist()
+    long = np.flatnonzero(sizes >= 8)
+    if len(long):
+        values = x.tolist()
+        for u in long.tolist():
+            sums[u] = np_sum(values, cuts[u], cuts[u + 1] - cuts[u])
+    return sums
+
+
 def project_cuts(cuts: list[int], scores: np.ndarray, b_r: int, alpha: float,
                  protected: np.ndarray | None = None) -> tuple[list[int], list[int]]:
     """:func:`project` on the units of :func:`unit_cuts` (unit k: tokens ``cuts[k]`` to ``cuts[k + 1] - 1``),
@@ -253,11 +276,12 @@ def project_cuts(cuts: list[int], scores: np.ndarray, b_r: int, alpha: float,
     the chosen units and of the units forced in by ``protected``."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
-    x = np.asarray(scores, dtype=np.float64).tolist()
     k = len(cuts) - 1
     sizes = [cuts[u + 1] - cuts[u] for u in range(k)]
     # q(u) as unit_values computes it: numpy's sum of the unit's scores times |u|^(-alpha)
-    q = [np_sum(x, cuts[u], sizes[u]) * (sizes[u] ** (-alpha)) for u in range(k)]
+    q = unit_sums(np.asarray(scores, dtype=np.float64), cuts)
+    if alpha != 0.0:  # |u|^(-0.0) is 1.0, and q * 1.0 is q
+        q = [v * (size ** (-alpha)) for v, size in zip(q, sizes)]
     forced = forced_cuts(cuts, protected)
     if forced:
         taken = set(forced)
