@@ -47,9 +47,11 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     token_spans = all_spans[resp] - offset
     cuts = unit_cuts(token_spans, spans, text)  # unit k: response tokens cuts[k] .. cuts[k + 1] - 1
     # units holding a response token the selection protected (select --protect-response) are always chosen
-    protected = np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
+    protected = (np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
+                 if sel.protected_response else None)
     # a budget past the response changes nothing, and must not size the knapsack's table
-    chosen, forced = project_cuts(cuts, sel.response_scores.numpy(), min(sel.b_r, len(resp)), alpha, protected)
+    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha,
+                                  protected)
     positions = resp.tolist()
     flat_units = []
     for a, b in zip(cuts, cuts[1:]):
