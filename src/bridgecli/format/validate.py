@@ -107,8 +107,11 @@ def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, al
 
 
 def _check(ex: Example, stage: str) -> None:
-    if _fast_ok(ex, stage):
-        return
+    try:
+        if _fast_ok(ex, stage):
+            return
+    except (TypeError, ValueError, IndexError, OverflowError):  # a value of a wrong type: the slow checks say
+        pass
     _check_each(ex, stage)
 
 
@@ -284,6 +287,9 @@ def _on_side(values: list, kinds: bytes, kind: int) -> bool:
     """``values`` are distinct positions whose kind is ``kind``."""
     if not values:
         return True
+    if values[0] >= 0 and values[-1] < len(kinds) and all(map(operator.lt, values, values[1:])):
+        # ascending (as select writes them): distinct and within the tokens
+        return bytes(map(kinds.__getitem__, values)).count(kind) == len(values)
     if min(values) < 0 or max(values) >= len(kinds) or len(set(values)) != len(values):
         return False
     return all(map(kind.__eq__, map(kinds.__getitem__, values)))
