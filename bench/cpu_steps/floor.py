@@ -3,7 +3,7 @@ example of reading a stream (zstd decompression, record CRC, framing), msgpack d
 encoding and compressing the output (zstd level 6, frames of 64, as the writer does), and of each step's
 per-example function; in this process, on the first ``-n`` records of the three streams.
 
-    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--json results/floor.json]
+    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--src /work/main/src] [--json results/floor.json]
 
 ``--out`` holds scores.bridge and the select and close outputs (bench_steps.py ``run`` writes
 selected.bridge and closed.bridge there).
@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
+# --src PATH: another checkout's code (e.g. main's, to compare); this checkout's by default
+SRC = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else str(ROOT / "src")
+sys.path.insert(0, SRC)
 
 
 def per_example(fn, items, repeat: int = 3) -> float:
@@ -47,6 +49,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("-n", type=int, default=2000)
     ap.add_argument("--json")
+    ap.add_argument("--src", help="the src/ folder whose code to time (default: this checkout's)")
     a = ap.parse_args(argv)
     os.environ["BRIDGE_NO_PROGRESS"] = "1"
     selector, segmenter = get("selector", "bridge").obj, get("segmenter", "math").obj
@@ -58,7 +61,7 @@ def main(argv=None) -> dict:
                     lambda ex: _jsonl(columns_of(compact_row(ex.id, ex.tokens, ex.selection.prompt_keep,
                                                              ex.closure.supervise), "trl", "x"))),
     }
-    res: dict = {"examples": a.n, "load_before": os.getloadavg(), "us_per_example": {}}
+    res: dict = {"examples": a.n, "src": SRC, "load_before": os.getloadavg(), "us_per_example": {}}
     for step, (name, stage, fn) in work.items():
         path = a.out / name
 
