@@ -1,12 +1,14 @@
-"""Main's code against this checkout's on the same inputs, interleaved: each step as a user runs it (a
-``bridge`` process over a file, pinned with ``taskset -c``), old and new alternating, every process given
-the same input file (close and compact read main's select and close outputs). Records each process's wall
-time, CPU time (user + system) and peak RSS, and checks that the outputs are byte-identical: the JSONL rows
-with ``cmp``, the streams from the first byte after the header (the header holds timestamps) with ``cmp``
-and by bench_steps.py's digests.
+"""A "before" checkout's code against this checkout's on the same inputs, interleaved. ``--main`` is any
+folder holding ``src/bridgecli``: main's checkout, or a commit unpacked with
+``git archive COMMIT src | tar -x -C DIR``. Each step runs as a user runs it (a ``bridge`` process over a
+file, pinned with ``taskset -c``), before and new alternating, every process given the same input file
+(close and compact read the before side's select and close outputs). Records each process's wall time,
+CPU time (user + system) and peak RSS, and checks that the outputs are byte-identical: the JSONL rows with
+``cmp``, the streams from the first byte after the header (the header holds timestamps) with ``cmp`` and
+by bench_steps.py's digests.
 
-    python bench/cpu_steps/compare.py --main /work/main --out /tmp/cpu_steps --cpu 0 --repeat 3 \\
-        --json bench/cpu_steps/results/compare.json
+    python bench/cpu_steps/compare.py --main /tmp/before --out /tmp/cpu_steps --cpu 0 --repeat 3 \\
+        --json bench/cpu_steps/results/compare_20k_base.json
 
 On a shared machine the CPU time is the steadier measure: wall time also counts the time other
 processes held the core.
