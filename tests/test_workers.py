@@ -102,3 +102,20 @@ def test_workers_report_a_truncated_input_the_same(scored, tmp_path):
     assert got[0][0] == got[1][0] == 3
     assert got[0][1] == got[1][1]
     assert not (tmp_path / "s2.bridge").exists()
+
+
+def test_workers_end_quietly_under_the_cli_sigterm_handler(scored, tmp_path, capfd):
+    """The pool ends its workers with SIGTERM; forked from the CLI they would inherit its handler (print
+    "bridge: terminated", unwind through multiprocessing's exit handlers: a hang seen under load)."""
+    import signal
+
+    from bridgecli.cli.app import _terminated
+
+    _, _, src = scored
+    old = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        for k in range(3):
+            assert _run(["select", "-T", "4", src, "-o", tmp_path / f"s{k}.bridge", "--workers", 2])[0] == 0
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert "terminated" not in capfd.readouterr().err

@@ -13,8 +13,8 @@ def surrogate_of(example: Example) -> Surrogate:
     if s is None:
         raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
     if s.B is not None:  # an interaction matrix from the scorer (e.g. ``atp``) replaces A x a
-        return Surrogate.from_interactions(s.a.numpy(), s.B.numpy())
-    return Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
+        return Surrogate.from_interactions(s.a.numpy("float64"), s.B.numpy("float64"))
+    return Surrogate.from_scores(s.a.numpy("float64"), s.c.numpy("float64"), s.A.numpy("float64"))
 
 
 class Schedule:

@@ -14,6 +14,11 @@ def budget(rho: float, eligible: int) -> int:
         raise ValueError(f"a retention ratio must lie in [0, 1], got {rho}")
     if eligible < 0:
         raise ValueError("eligible count must be >= 0")
+    return _ceil(rho, eligible)
+
+
+@lru_cache(maxsize=1 << 14)
+def _ceil(rho: float, eligible: int) -> int:
     return math.ceil(_exact(rho) * eligible)
 
 

@@ -8,6 +8,7 @@ docs/method.md, "Closure").
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,16 +29,19 @@ def _widen(spans: list[tuple[int, int]], pieces: list[tuple[int, int]]) -> list[
     spans that come to overlap."""
     if not pieces:
         return spans
-    starts = np.array([a for a, _ in pieces], dtype=np.int64)
-    ends = np.array([b for _, b in pieces], dtype=np.int64)
+    return _widen_to(spans, [a for a, _ in pieces], [b for _, b in pieces])
+
+
+def _widen_to(spans: list[tuple[int, int]], starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """:func:`_widen` with the atoms given as their ascending starts and ends."""
     out: list[tuple[int, int]] = []
     for s, e in spans:
-        k = int(np.searchsorted(ends, s, side="right"))  # first atom ending after s
-        if k < len(pieces) and starts[k] < s:
-            s = int(starts[k])
-        k = int(np.searchsorted(starts, e, side="left")) - 1  # last atom starting before e
+        k = bisect_right(ends, s)  # first atom ending after s
+        if k < len(starts) and starts[k] < s:
+            s = starts[k]
+        k = bisect_left(starts, e) - 1  # last atom starting before e
         if k >= 0 and ends[k] > e:
-            e = int(ends[k])
+            e = ends[k]
         if out and s < out[-1][1]:
             out[-1] = (min(out[-1][0], s), max(out[-1][1], e))
         else:
@@ -51,11 +55,15 @@ def _joined(token_spans: np.ndarray, pieces: list[tuple[int, int]]) -> np.ndarra
     n = token_spans.shape[0]
     if n < 2 or not pieces:
         return np.zeros(max(n - 1, 0), dtype=bool)
-    starts = np.array([a for a, _ in pieces], dtype=np.int64)
-    ends = np.array([b for _, b in pieces], dtype=np.int64)
+    bounds = np.array(pieces, dtype=np.int64)
+    return _joined_to(token_spans, bounds[:, 0], bounds[:, 1])
+
+
+def _joined_to(token_spans: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_joined` (for at least two tokens and one atom) with the atoms' starts and ends as arrays."""
     s, e = token_spans[:, 0], token_spans[:, 1]
-    lo = np.searchsorted(ends, s, side="right")  # atoms [lo, hi) overlap the token (empty when s == e)
-    hi = np.where(e > s, np.searchsorted(starts, e, side="left"), lo)
+    lo = ends.searchsorted(s, side="right")  # atoms [lo, hi) overlap the token (empty when s == e)
+    hi = np.where(e > s, starts.searchsorted(e, side="left"), lo)
     return np.maximum(lo[:-1], lo[1:]) < np.minimum(hi[:-1], hi[1:])
 
 
@@ -64,38 +72,46 @@ def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]],
     """Partition tokens into units. ``token_spans`` is [n, 2] character ranges of the tokens (in the
     same coordinates as ``char_spans``). A token joins the span it overlaps most (ties: the earlier
     span); tokens that overlap no span become units of their own. Units come back in token order,
-    each an ascending array of token indices.
+    each an ascending array of token indices (consecutive ones: see :func:`unit_cuts`).
 
     With ``text`` (the characters those coordinates index), no unit boundary falls inside a word, a
     number or a ``<<...>>`` calculation (:data:`ATOM`): a span that cuts one grows to cover it, and
     two neighbouring tokens that share one always end up in the same unit ("hamb" + "urger")."""
+    cuts = unit_cuts(token_spans, char_spans, text)
+    return [np.arange(a, b, dtype=np.int64) for a, b in zip(cuts, cuts[1:])]
+
+
+def unit_cuts(token_spans: np.ndarray, char_spans: list[tuple[int, int]], text: str | None = None) -> list[int]:
+    """:func:`units_from_spans`'s units as cut points: unit k holds tokens ``cuts[k]`` to ``cuts[k + 1] - 1``
+    (``cuts[0] == 0``, ``cuts[-1] == n``; ``[0]`` when there are no tokens)."""
     token_spans = np.asarray(token_spans, dtype=np.int64).reshape(-1, 2)
     n = token_spans.shape[0]
+    if n == 0:
+        return [0]
     spans = sorted((int(s), int(e)) for s, e in char_spans if e > s)
     pieces = atoms(text) if text is not None else []
-    spans = _widen(spans, pieces)
-    owner = np.full(n, -1, dtype=np.int64)
-    if spans and n:
+    if pieces:
+        p_starts, p_ends = [a for a, _ in pieces], [b for _, b in pieces]
+        spans = _widen_to(spans, p_starts, p_ends)
+    if spans:
         starts = np.array([s for s, _ in spans], dtype=np.int64)
         ends = np.array([e for _, e in spans], dtype=np.int64)
         overlap = (np.minimum(token_spans[:, 1:2], ends[None, :])
                    - np.maximum(token_spans[:, 0:1], starts[None, :]))  # [n, S]
         best = overlap.argmax(axis=1)  # argmax returns the first maximum: ties go to the earlier span
-        has = overlap[np.arange(n), best] > 0
-        owner[has] = best[has]
-    # a unit starts at every token that owns no span, and wherever the owning span changes
-    starts_at = np.flatnonzero((owner < 0) | np.concatenate([[True], owner[1:] != owner[:-1]])) if n else []
-    units: list[np.ndarray] = np.split(np.arange(n, dtype=np.int64), starts_at[1:]) if n else []
-    if pieces and len(units) > 1:
-        joined = _joined(token_spans, pieces)
-        merged = [units[0]]
-        for unit in units[1:]:
-            if joined[unit[0] - 1]:
-                merged[-1] = np.concatenate([merged[-1], unit])
-            else:
-                merged.append(unit)
-        units = merged
-    return units
+        owner = np.where(overlap[np.arange(n), best] > 0, best, -1)
+        # a unit starts at every token that owns no span, and wherever the owning span changes
+        new = owner < 0
+        new[1:] |= owner[1:] != owner[:-1]
+        new[0] = True
+        cuts = np.flatnonzero(new)
+    else:
+        cuts = np.arange(n, dtype=np.int64)  # every token its own unit
+    if pieces and len(cuts) > 1:  # a unit whose first token shares an atom with the one before joins it
+        rest = cuts[1:]
+        joined = _joined_to(token_spans, np.array(p_starts, dtype=np.int64), np.array(p_ends, dtype=np.int64))
+        cuts = np.concatenate([cuts[:1], rest[~joined[rest - 1]]])
+    return cuts.tolist() + [n]
 
 
 def unit_values(units: list[np.ndarray], scores: np.ndarray, alpha: float) -> np.ndarray:
@@ -116,8 +132,9 @@ def knapsack(weights: np.ndarray, values: np.ndarray, capacity: int) -> np.ndarr
     capacity = int(capacity)
     if capacity <= 0:
         return np.zeros(0, dtype=np.int64)
-    items = [i for i in range(len(weights)) if values[i] > 0 and 0 < weights[i] <= capacity]
-    if int(weights[items].sum()) <= capacity:
+    w_list, v_list = weights.tolist(), values.tolist()
+    items = [i for i in range(len(w_list)) if v_list[i] > 0 and 0 < w_list[i] <= capacity]
+    if sum(w_list[i] for i in items) <= capacity:
         return _all_fit(items, values)
     dp = np.zeros(capacity + 1, dtype=np.float64)
     take = np.zeros((len(items), capacity + 1), dtype=bool)
@@ -187,3 +204,99 @@ def forced_units(units: list[np.ndarray], protected: np.ndarray | None) -> np.nd
         return np.zeros(0, dtype=np.int64)
     protected = np.asarray(protected, dtype=np.int64)
     return np.array([k for k, u in enumerate(units) if np.isin(u, protected).any()], dtype=np.int64)
+
+
+def np_sum(x: list[float], lo: int, n: int) -> float:
+    """``np.sum`` of the float64 values ``x[lo:lo + n]``, bit for bit: numpy adds the pairwise sum of the
+    values (blocks of at most 128, halved at multiples of 8; eight running sums inside a block, added in a
+    tree, then the rest one by one) to 0.0. ``tests/test_closure_cuts.py`` checks it against numpy."""
+    if n < 8:
+        total = 0.0
+        for i in range(lo, lo + n):
+            total += x[i]
+        return 0.0 + total
+    return 0.0 + _pairwise(x, lo, n)
+
+
+def _pairwise(x: list[float], lo: int, n: int) -> float:
+    if n < 8:
+        total = 0.0
+        for i in range(lo, lo + n):
+            total += x[i]
+        return total
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = x[lo:lo + 8]
+        i, stop = lo + 8, lo + n - n % 8
+        while i < stop:
+            r0 += x[i]
+            r1 += x[i + 1]
+            r2 += x[i + 2]
+            r3 += x[i + 3]
+            r4 += x[i + 4]
+            r5 += x[i + 5]
+            r6 += x[i + 6]
+            r7 += x[i + 7]
+            i += 8
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(stop, lo + n):
+            total += x[i]
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise(x, lo, half) + _pairwise(x, lo + half, n - half)
+
+
+_COLUMNS = np.arange(7, dtype=np.int64)
+
+
+def unit_sums(x: np.ndarray, cuts: list[int]) -> list[float]:
+    """``float(x[cuts[u]:cuts[u + 1]].sum())`` for every unit u, bit for bit, with a few numpy calls: numpy
+    sums fewer than 8 values one after another from 0.0, so the units shorter than 8 are summed as the rows
+    of one matrix (padded with zeros, which change no sum), the longer ones by :func:`np_sum`."""
+    k = len(cuts) - 1
+    if k <= 0:
+        return []
+    c = np.array(cuts, dtype=np.int64)
+    sizes = c[1:] - c[:-1]
+    padded = np.append(x, 0.0)  # index len(x): the padding
+    rows = np.where(_COLUMNS[None, :] < sizes[:, None], c[:-1, None] + _COLUMNS[None, :], len(x))
+    sums = padded[rows].sum(axis=1).tolist()
+    long = np.flatnonzero(sizes >= 8)
+    if len(long):
+        values = x.tolist()
+        for u in long.tolist():
+            sums[u] = np_sum(values, cuts[u], cuts[u + 1] - cuts[u])
+    return sums
+
+
+def project_cuts(cuts: list[int], scores: np.ndarray, b_r: int, alpha: float,
+                 protected: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+    """:func:`project` on the units of :func:`unit_cuts` (unit k: tokens ``cuts[k]`` to ``cuts[k + 1] - 1``),
+    with the same q(u) bit for bit and so the same choice: ``(chosen, forced)``, the ascending indices of
+    the chosen units and of the units forced in by ``protected``."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    k = len(cuts) - 1
+    sizes = [cuts[u + 1] - cuts[u] for u in range(k)]
+    # q(u) as unit_values computes it: numpy's sum of the unit's scores times |u|^(-alpha)
+    q = unit_sums(np.asarray(scores, dtype=np.float64), cuts)
+    if alpha != 0.0:  # |u|^(-0.0) is 1.0, and q * 1.0 is q
+        q = [v * (size ** (-alpha)) for v, size in zip(q, sizes)]
+    forced = forced_cuts(cuts, protected)
+    if forced:
+        taken = set(forced)
+        rest = [u for u in range(k) if u not in taken]
+        budget = b_r - sum(sizes[u] for u in forced)
+        extra = knapsack(np.array([sizes[u] for u in rest], dtype=np.int64),
+                         np.array([q[u] for u in rest], dtype=np.float64), budget).tolist()
+        return sorted(forced + [rest[i] for i in extra]), forced
+    return knapsack(np.array(sizes, dtype=np.int64), np.array(q, dtype=np.float64), b_r).tolist(), forced
+
+
+def forced_cuts(cuts: list[int], protected: np.ndarray | None) -> list[int]:
+    """:func:`forced_units` on the units of :func:`unit_cuts`."""
+    if protected is None or len(protected) == 0:
+        return []
+    k = len(cuts) - 1
+    return sorted({u for u in (bisect_right(cuts, int(p)) - 1 for p in np.asarray(protected).tolist())
+                   if 0 <= u < k})

@@ -102,17 +102,24 @@ def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int,
     maximiser of U_sur over the sets that contain them, so U_sur still never decreases."""
     if rounds < 1:
         raise ValueError("the alternating schedule needs at least one round (T >= 1)")
-    s_r = top_b_forced(sur.gamma, b_r, forced_r)
-    s_p = np.zeros(0, dtype=np.int64)
+    beta, gamma = sur.beta, sur.gamma
+    s_r = top_b_forced(gamma, b_r, forced_r)
     history: list[float] = []
-    delta_r = sur.gamma
-    for _ in range(rounds):
-        s_p = top_b_forced(sur.delta_p(s_r), b_p, forced_p)
-        delta_r = sur.delta_r(s_p)
-        history.append(float(delta_r[np.asarray(s_r, dtype=np.int64)].sum()))  # U_sur(s_p, s_r)
-        s_r = top_b_forced(delta_r, b_r, forced_r)
-        history.append(float(delta_r[s_r].sum()))
-    return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_r, u_sur=history)
+    for done in range(1, rounds + 1):
+        # Delta_p(. | S_r) and Delta_r(. | S_p): the very expressions of Surrogate.delta_p / delta_r
+        s_p = top_b_forced(beta[s_r].sum(axis=0), b_p, forced_p)
+        delta_r = gamma + beta[:, s_p].sum(axis=1)
+        before = float(delta_r[s_r].sum())  # U_sur(s_p, s_r)
+        new_r = top_b_forced(delta_r, b_r, forced_r)
+        after = float(delta_r[new_r].sum())
+        history += (before, after)
+        if new_r.tobytes() == s_r.tobytes():
+            # a fixed point: every later round starts from this S_r again, so it computes the same S_p,
+            # Delta_r and U_sur values as this one
+            history += (before, after) * (rounds - done)
+            break
+        s_r = new_r
+    return SelectionResult(prompt=s_p, response=new_r, response_scores=delta_r, u_sur=history)
 
 
 def independent(sur: Surrogate, b_p: int, b_r: int,

@@ -15,8 +15,9 @@ def top_b(scores: np.ndarray, b: int) -> np.ndarray:
     if b >= n:
         return np.arange(n, dtype=np.int64)
     # a stable sort of -score: ties keep index order (the same order as lexsort((arange(n), -scores)))
-    order = np.argsort(-scores, kind="stable")
-    return np.sort(order[:b]).astype(np.int64)
+    chosen = (-scores).argsort(kind="stable")[:b]
+    chosen.sort()
+    return chosen if chosen.dtype == np.int64 else chosen.astype(np.int64)
 
 
 def top_b_forced(scores: np.ndarray, b: int, forced: np.ndarray | None = None) -> np.ndarray:

@@ -7,6 +7,7 @@ a minor version bump; anything else is a major one.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Union
 
 import msgspec
@@ -28,17 +29,19 @@ class Array(msgspec.Struct, frozen=True):
         arr = np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<"), order="C")
         return cls(dtype=dtype, shape=list(arr.shape), data=arr.tobytes())
 
-    def numpy(self) -> np.ndarray:
-        if self.dtype not in ALLOWED_DTYPES:
+    def numpy(self, dtype: str | None = None) -> np.ndarray:
+        """The values as a new (writable) array of this array's dtype, or converted to ``dtype``."""
+        dt = _LITTLE.get(self.dtype)
+        if dt is None:
             raise ValueError(f"unsupported array dtype {self.dtype!r}")
-        dt = np.dtype(self.dtype).newbyteorder("<")
-        expected = int(np.prod(self.shape, dtype=np.int64)) * dt.itemsize
+        expected = math.prod(self.shape) * dt.itemsize
         if len(self.data) != expected:
             raise ValueError(f"array of shape {self.shape} and dtype {self.dtype} needs {expected} bytes, has {len(self.data)}")
-        return np.frombuffer(self.data, dtype=dt).reshape(self.shape).astype(np.dtype(self.dtype))
+        return np.frombuffer(self.data, dtype=dt).reshape(self.shape).astype(dtype or self.dtype)
 
 
 ALLOWED_DTYPES = ("float16", "float32", "float64", "int32", "int64", "uint8")
+_LITTLE = {name: np.dtype(name).newbyteorder("<") for name in ALLOWED_DTYPES}
 
 
 class Tokens(msgspec.Struct):

@@ -29,6 +29,7 @@ What holds for every example (n_p prompt, n_r response positions, ``T = len(inpu
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,16 @@ def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, al
 
 
 def _check(ex: Example, stage: str) -> None:
+    try:
+        if _fast_ok(ex, stage):
+            return
+    except (TypeError, ValueError, IndexError, OverflowError):  # a value of a wrong type: the slow checks say
+        pass
+    _check_each(ex, stage)
+
+
+def _check_each(ex: Example, stage: str) -> None:
+    """Every check, one at a time: raises :class:`_Bad` naming the first that fails."""
     if not ex.id:
         raise _Bad("id", "empty")
     if ex.index < 0:
@@ -218,19 +229,122 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
     if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
         return False
     starts, ends = clo.units[0::2], clo.units[1::2]
-    last = 0
-    for a, b in zip(starts, ends):
-        if not last <= a < b <= t:
-            return False
-        last = b
+    # 0 <= start < end <= next start ... <= t: non-empty, ascending, disjoint, within the tokens
+    if starts and (starts[0] < 0 or ends[-1] > t or not all(map(operator.lt, starts, ends))
+                   or not all(map(operator.le, ends, starts[1:]))):
+        return False
     chosen = clo.chosen
     if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
         return False
     if clo.protected_units and not set(clo.protected_units) <= set(chosen):
         return False
     # the units are ascending and disjoint: their positions in unit order are ascending
-    expected = [i for c in sorted(chosen) for i in range(starts[c], ends[c]) if kinds[i] == RESPONSE]
+    expected: list[int] = []
+    for c in sorted(chosen):
+        a, b = starts[c], ends[c]
+        if kinds.count(RESPONSE, a, b) == b - a:  # a unit of response tokens only (as close makes them)
+            expected += range(a, b)
+        else:
+            expected += [i for i in range(a, b) if kinds[i] == RESPONSE]
     return isinstance(clo.supervise, list) and expected == clo.supervise
+
+
+# -- the same checks at once, for the common case where they all hold ------------------------------------
+
+#: the exponent bits of each float dtype, as the unsigned integer of its width: a value is finite exactly
+#: when they are not all set
+_EXPONENT = {"float16": (np.dtype("<u2"), 0x7C00), "float32": (np.dtype("<u4"), 0x7F800000),
+             "float64": (np.dtype("<u8"), 0x7FF0000000000000)}
+_KIND_BYTES = bytes(range(EOS + 1))
+
+
+def _finite_ok(arr: Any, shape: list) -> bool:
+    """``arr`` is a float Array of ``shape`` whose bytes fill it, with every value finite (what
+    ``_array(..., finite=True)`` accepts, or less: a NaN-free ``no_nan`` array holding an infinity gets False
+    here and goes to the slow checks)."""
+    return _all_finite(((arr, shape),))
+
+
+def _all_finite(arrays) -> bool:
+    """:func:`_finite_ok` for every ``(array, shape)`` of ``arrays``, with one numpy check per dtype."""
+    data: dict[str, list[bytes]] = {}
+    for arr, shape in arrays:
+        if type(arr) is not Array or arr.shape != shape:
+            return False
+        exp = _EXPONENT.get(arr.dtype)
+        if exp is None or len(arr.data) != math.prod(shape) * exp[0].itemsize:
+            return False
+        data.setdefault(arr.dtype, []).append(arr.data)
+    for dtype, chunks in data.items():
+        uint, bits = _EXPONENT[dtype]
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if raw and int((np.frombuffer(raw, dtype=uint) & bits).max()) == bits:
+            return False
+    return True
+
+
+def _on_side(values: list, kinds: bytes, kind: int) -> bool:
+    """``values`` are distinct positions whose kind is ``kind``."""
+    if not values:
+        return True
+    if values[0] >= 0 and values[-1] < len(kinds) and all(map(operator.lt, values, values[1:])):
+        # ascending (as select writes them): distinct and within the tokens
+        return bytes(map(kinds.__getitem__, values)).count(kind) == len(values)
+    if min(values) < 0 or max(values) >= len(kinds) or len(set(values)) != len(values):
+        return False
+    return all(map(kind.__eq__, map(kinds.__getitem__, values)))
+
+
+def _fast_ok(ex: Example, stage: str) -> bool:
+    """True when every check of :func:`_check_each` holds, found with few Python and numpy calls; False
+    when one may fail (then :func:`_check_each` runs, and names it). Never True for a record that
+    :func:`_check_each` refuses: the tests check this on every kind of broken record."""
+    if not ex.id or ex.index < 0:
+        return False
+    tok = ex.tokens
+    ids, kinds, offsets = tok.input_ids, tok.kinds, tok.offsets
+    t = len(ids)
+    if t == 0 or len(kinds) != t or len(offsets) != 2 * t or min(ids) < 0 or max(ids) > MAX_TOKEN_ID:
+        return False
+    if kinds.translate(None, _KIND_BYTES) or kinds.count(EOS) != 1 or kinds.rfind(RESPONSE) > kinds.find(EOS):
+        return False
+    starts, ends = offsets[0::2], offsets[1::2]
+    if min(starts) < 0 or max(ends) > len(ex.text) or not all(map(operator.le, starts, ends)):
+        return False
+    n_p, n_r = kinds.count(PROMPT), kinds.count(RESPONSE)
+    need = STAGES.index(stage) if stage in STAGES else 0
+    if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
+        return False
+
+    arrays = []  # (array, shape) of every float array: checked together at the end
+    s = ex.scores
+    if s is not None:
+        arrays += ((s.a, [n_r]), (s.c, [n_r]), (s.A, [n_r, n_p]))
+        if s.loss is not None:
+            arrays.append((s.loss, [n_r]))
+        if s.B is not None:
+            arrays.append((s.B, [n_r, n_p]))
+
+    sel = ex.selection
+    if sel is not None:
+        if not (0 <= sel.b_p <= t and 0 <= sel.b_r <= t):
+            return False
+        keep_p, keep_r = sel.prompt_keep, sel.response_keep
+        if len(keep_p) != min(sel.b_p, n_p) or len(keep_r) != min(sel.b_r, n_r):
+            return False
+        if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
+            return False
+        arrays.append((sel.response_scores, [n_r]))
+        for protected, kept in ((sel.protected_prompt, keep_p), (sel.protected_response, keep_r)):
+            if protected and (len(set(protected)) != len(protected) or not set(protected) <= set(kept)):
+                return False
+        for rho in (sel.achieved_rho_p, sel.achieved_rho_r):
+            if rho is not None and not 0.0 <= rho <= 1.0:
+                return False
+
+    if ex.closure is not None and not _closure_ok(ex.closure, t, kinds):
+        return False
+    return not ex.references and _all_finite(arrays)  # references' arrays: the slow checks
 
 
 class Validator:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ..core.closure import forced_units, project, units_from_spans
+from ..core.closure import project_cuts, unit_cuts
 from ..errors import PluginError
 from ..format.records import Closure, Example, Header
 from ..optionspec import check
@@ -28,23 +28,30 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
         return msgspec.structs.replace(example, closure=closure)
-    text, offset = response_text(example)
+    all_spans = example.tokens.spans()
+    offset = int(all_spans[resp[0], 0])  # response_text's, with the spans computed once
+    text = example.text[offset:int(all_spans[resp[-1], 1])]
     try:
         spans = [(int(s), int(e)) for s, e in segment(text)]
     except Exception as exc:
         raise PluginError(f"segmenter '{name}' failed: {exc}", record=example.index) from None
-    token_spans = example.tokens.spans()[resp] - offset
-    units = units_from_spans(token_spans, spans, text)
+    token_spans = all_spans[resp] - offset
+    cuts = unit_cuts(token_spans, spans, text)  # unit k: response tokens cuts[k] .. cuts[k + 1] - 1
     # units holding a response token the selection protected (select --protect-response) are always chosen
-    protected = np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
+    protected = (np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
+                 if sel.protected_response else None)
     # a budget past the response changes nothing, and must not size the knapsack's table
-    proj = project(units, sel.response_scores.numpy(), min(sel.b_r, len(resp)), alpha, protected)
+    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha,
+                                  protected)
+    positions = resp.tolist()
     flat_units = []
-    for u in units:
-        flat_units += [int(resp[u[0]]), int(resp[u[-1]]) + 1]
-    closure = Closure(segmenter=name, alpha=alpha, units=flat_units, chosen=proj.chosen.tolist(),
-                      supervise=resp[proj.supervise].tolist() if len(proj.supervise) else [],
-                      protected_units=forced_units(units, protected).tolist())
+    for a, b in zip(cuts, cuts[1:]):
+        flat_units += (positions[a], positions[b - 1] + 1)
+    supervise = []
+    for k in chosen:  # ascending units of ascending tokens: the supervised positions come out sorted
+        supervise += positions[cuts[k]:cuts[k + 1]]
+    closure = Closure(segmenter=name, alpha=alpha, units=flat_units, chosen=chosen, supervise=supervise,
+                      protected_units=forced)
     return msgspec.structs.replace(example, closure=closure)
 
 

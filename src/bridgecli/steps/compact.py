@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import msgspec
 import numpy as np
 
 from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
@@ -136,7 +137,22 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
 
 
 def _jsonl(record: dict) -> str:
-    return json.dumps(record) + "\n"
+    """``json.dumps(record) + "\\n"``, character for character; lists of ints (or of bools) are encoded by
+    msgspec, whose output differs from json's only in the space json puts after each comma."""
+    parts = []
+    for key, value in record.items():
+        if type(value) is list and value and (_INTS >= set(map(type, value)) or _BOOLS >= set(map(type, value))):
+            try:
+                parts.append(f"{json.dumps(key)}: {_json_list(value).decode().replace(',', ', ')}")
+                continue
+            except (OverflowError, TypeError, msgspec.EncodeError):  # ints past 64 bits: json's way
+                pass
+        parts.append(f"{json.dumps(key)}: {json.dumps(value)}")
+    return "{" + ", ".join(parts) + "}\n"
+
+
+_INTS, _BOOLS = {int}, {bool}
+_json_list = msgspec.json.Encoder().encode
 
 
 @contextmanager
@@ -238,7 +254,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 output = columns_of(row, opts.columns, fingerprint)
                 if encoded:
                     output = _jsonl(output)
-            return (ex.id, None, len(ex.tokens.input_ids), len(ex.tokens.response_positions()), len(row.input_ids),
+            return (ex.id, None, len(ex.tokens.input_ids), ex.tokens.kinds.count(RESPONSE), len(row.input_ids),
                     len(supervise), output)
 
         with contextlib.ExitStack() as stack:

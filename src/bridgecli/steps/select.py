@@ -17,9 +17,15 @@ from .common import map_stream, step_record
 from .options import SelectOptions
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+_NONE.flags.writeable = False  # shared by every example without protected tokens
+
+
 def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
     """Indices into the eligible prompt / response positions of the tokens the patterns protect; each
     side's patterns run on that side's own text (first token's start to last token's end)."""
+    if not finders_p and not finders_r:
+        return _NONE, _NONE
     spans = example.tokens.spans()
     out = []
     for finders, pos in ((finders_p, example.tokens.prompt_positions()),

@@ -83,7 +83,16 @@ def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pac
         raise UsageError("--workers needs processes started by fork (Linux, macOS); use --workers 1 here")
     _JOB.clear()
     _JOB.update(name=reader.name, validator=validator, work=work, pack=pack)
-    return multiprocessing.get_context("fork").Pool(workers)
+    return multiprocessing.get_context("fork").Pool(workers, initializer=_worker_signals)
+
+
+def _worker_signals() -> None:
+    """A worker dies at once on the SIGTERM of ``Pool.terminate`` (the pool's end, an error): the handler it
+    inherits from the CLI would print "bridge: terminated" and unwind through multiprocessing's exit
+    handlers, which can wait forever on a lock another worker thread held (a hang seen under load)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def run_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
