@@ -40,9 +40,9 @@ class ScoringCheckpoint:
 
     run: WarmupRun
     meta: WarmupMeta
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     tokenizer_fingerprint: str
-    model: torch.nn.Module
+    model: PreTrainedModel
     direction: Direction
 
 

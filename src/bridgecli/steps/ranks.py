@@ -192,7 +192,7 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int |
 
     outcome: tuple[str, int | str] | None = None
     if dist.rank == 0:
-        shards: list[str | os.PathLike] = [Dist(r, dist.world).shard_path(out) for r in range(dist.world)]
+        shards = [Dist(r, dist.world).shard_path(out) for r in range(dist.world)]
         try:
             # the shards are this run's own: copy their records as written (CRCs still checked)
             outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False))
@@ -201,7 +201,7 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int |
             from_rank0(outcome)
             raise
         for s in shards:
-            Path(s).unlink()
+            s.unlink()
     outcome = from_rank0(outcome)
     if outcome[0] == "error":
         raise RankError(f"rank 0 could not merge the shards: {outcome[1]}", file=str(out))
