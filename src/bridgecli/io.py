@@ -34,7 +34,7 @@ def describe(path: str | os.PathLike | None) -> str:
 def check_input(path: str | os.PathLike | None, *, hint: str | None = None) -> None:
     """Fail at once (InputError, exit 4, one line naming it) when an input file or folder is missing:
     called by every step before it loads a model. ``-``/None (stdin) passes."""
-    if is_stdio(path):
+    if path is None or is_stdio(path):
         return
     if not Path(path).exists():
         raise InputError("no such file or folder", file=str(path), hint=hint)
@@ -48,6 +48,7 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
             raise UsageError("no input: give a FILE argument or pipe a bridge stream into stdin")
         yield sys.stdin.buffer
         return
+    assert path is not None  # None is stdin
     p = Path(path)
     check_input(p)
     if p.is_dir():
@@ -143,7 +144,7 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
 def check_output_file(path: str | os.PathLike | None) -> None:
     """Fail early (before any expensive work) when ``path`` is a folder or cannot be written where
     it lies; ``-``/None (stdout) passes."""
-    if is_stdio(path):
+    if path is None or is_stdio(path):
         return
     target = Path(path)
     if target.is_dir():
@@ -179,6 +180,7 @@ def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge 
         yield out
         out.flush()
         return
+    assert path is not None  # None is stdout
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             yield fh
@@ -193,6 +195,7 @@ def open_text_output(path: str | os.PathLike | None) -> Iterator:
         yield sys.stdout
         sys.stdout.flush()
         return
+    assert path is not None  # None is stdout
     with atomic_path(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as fh:
             yield fh

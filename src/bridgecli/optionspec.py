@@ -37,7 +37,7 @@ def integer(flag: str, value: Any, *, low: int = 1, high: int = MAX_COUNT, optio
     """``value`` an integer in [low, high] (None allowed when ``optional``)."""
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= int(value) <= high:
         _fail(flag, value, f"an integer in [{low}, {high}]" if high != MAX_COUNT else f"an integer >= {low}")
 
 

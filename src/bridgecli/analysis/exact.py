@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..format.records import Example, Tokens
+from ..hookspecs import Scorer
 from ..modeling.attention import hidden_keys
 
 PERTURBATIONS = ("mask", "replace")
@@ -76,7 +77,7 @@ class ExactScores:
     ``score(list[Example]) -> list[Scores]`` whose ``a`` is v . grad l_j); ``neutral_id`` is needed
     for ``replace``."""
 
-    scorer: object
+    scorer: Scorer
     perturb: str = "mask"
     neutral_id: int | None = None
     batch_size: int = 16
@@ -114,6 +115,7 @@ class ExactScores:
                 with hidden_keys(hide):
                     scores = self.scorer.score([example] * len(cols))
             else:
+                assert self.neutral_id is not None  # checked in __post_init__ for "replace"
                 copies = []
                 for i in prompt[cols]:
                     ids = list(example.tokens.input_ids)

@@ -78,7 +78,7 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
 
     # prompt-side conditional scores under the kept response state
     delta_p = None
-    if A is not None and A.size:
+    if a is not None and A is not None and A.size:
         s_r = [resp_index[p] for p in (sel.response_keep if sel is not None else resp.tolist()) if p in resp_index]
         delta_p = (A[s_r] * a[s_r, None]).sum(axis=0)
         attn_in = A.sum(axis=0)
@@ -118,7 +118,7 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
             if score is not None:
                 val = float(score[k])
                 info[score_name] = _fmt(val)
-            if a is not None:
+            if a is not None and c is not None and A is not None:  # set together
                 info["a_j"] = _fmt(a[k])
                 info["c_j"] = _fmt(c[k])
                 if A.size:
@@ -132,7 +132,7 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
             views.append(TokenView(pos, text, kname, kept, score=val,
                                    strength=(abs(val) / scale if (val is not None and scale > 0) else 0.0),
                                    unit=unit, unit_start=pos in unit_first, unit_end=pos in unit_last,
-                                   unit_size=unit_sizes.get(unit, 0), unit_chosen=unit in chosen_units,
+                                   unit_size=unit_sizes.get(unit, 0) if unit is not None else 0, unit_chosen=unit in chosen_units,
                                    info=info))
         elif kind == EOS:
             info["supervised"] = "yes (EOS, always)"

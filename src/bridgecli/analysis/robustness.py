@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -153,6 +154,7 @@ def example_side(side: str, ex: Example, rho_side: float, rho_opp: float, full: 
     selection, kappa_q for every q, its first negative q, and the improving swaps that witness it
     (positions are the example's token positions). ``full``: every q's swap, not only two."""
     sc = ex.scores
+    assert sc is not None  # a stream at stage "scores" (steps/analyze.py checks)
     a_x, B = side_problem(side, sc.a.numpy(), sc.c.numpy(), sc.A.numpy())
     N, n = B.shape
     own = ex.tokens.prompt_positions() if side == "prompt" else ex.tokens.response_positions()
@@ -193,7 +195,7 @@ def table(examples: list[dict]) -> list[dict]:
     """One row per side over the examples' :func:`example_side` results (``{"prompt": ...,
     "response": ...}`` each): how many are defined, mean budgets, the share robust at the opposite
     budget and at every q, and where kappa first turns negative (as a fraction of the opposite side)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for side in ("prompt", "response"):
         defined = [e[side] for e in examples if "kappa" in e[side]]
         if not defined:

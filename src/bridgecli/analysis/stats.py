@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..format.reader import open_reader
@@ -25,7 +27,7 @@ def collect(path: str | None) -> tuple[dict, dict[str, list[float]], list[list[f
     trajectories: list[list[float]] = []
     kept_p, kept_r = Retention(), Retention()
     with open_reader(path) as reader:
-        info = {"file": reader.name, "stage": reader.header.stage, "examples": 0}
+        info: dict[str, Any] = {"file": reader.name, "stage": reader.header.stage, "examples": 0}
         for ex in reader:
             info["examples"] += 1
             prompt, resp = ex.tokens.prompt_positions(), ex.tokens.response_positions()

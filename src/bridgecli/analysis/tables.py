@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .fidelity import METRIC_TITLES, METRICS, PAPER_TABLE2, fmt
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def fidelity_table(report: dict):
@@ -56,9 +61,11 @@ def robustness_table(report: dict):
     p = report["params"]
     t = Table(title=f"Full-state selection robustness (Theorem 1): rho_p={p['rho_p']}, rho_r={p['rho_r']}, "
                     f"n={report['examples_used']}")
-    for col, just in (("side", "left"), ("examples", "right"), ("mean b", "right"), ("mean b_opp", "right"),
-                      ("robust at b_opp", "right"), ("robust at every q", "right"),
-                      ("first q<0 / n (median)", "right"), ("robust from q / n (median)", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("side", "left"), ("examples", "right"), ("mean b", "right"), ("mean b_opp", "right"),
+        ("robust at b_opp", "right"), ("robust at every q", "right"),
+        ("first q<0 / n (median)", "right"), ("robust from q / n (median)", "right"))
+    for col, just in columns:
         t.add_column(col, justify=just, style="bold" if col == "side" else None)
     for row in report["table"]:
         if not row.get("examples"):

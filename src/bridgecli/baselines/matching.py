@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -79,7 +79,7 @@ def matched_budgets(sizes: Sequence[tuple[int, int]], rho_p: float, rho_r: float
     M = sum(m for m, _ in sizes)
     N = sum(n for _, n in sizes)
     B = sum(bp + br for bp, br in base)
-    summary = {"scope": scope, "bridge_total": B, "eligible_prompt": M, "eligible_response": N}
+    summary: dict[str, Any] = {"scope": scope, "bridge_total": B, "eligible_prompt": M, "eligible_response": N}
     if scope != "both":
         summary["match"] = match
     if scope == "both":

@@ -149,7 +149,10 @@ class Baseline:
         return np.asarray(self.response_score(example, o), dtype=np.float32).astype(np.float64)
 
     def _joint_pick(self, example: Example, o: dict, total: int, scores=None) -> tuple[np.ndarray, np.ndarray]:
-        p_scores, r_scores = scores if scores is not None else self.joint(example, o)
+        if scores is None:
+            assert self.joint is not None  # callers check
+            scores = self.joint(example, o)
+        p_scores, r_scores = scores
         m = len(p_scores)
         picked = top_b(np.concatenate([p_scores, r_scores]), total)
         return picked[picked < m], picked[picked >= m] - m

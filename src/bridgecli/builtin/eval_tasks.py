@@ -10,26 +10,30 @@ from __future__ import annotations
 from bridgecli.hookspecs import hookimpl
 
 
-def _task(module: str, name: str, default_data: str):
-    def task(model, tokenizer, options):
+class _Task:
+    """An eval task that imports ``bridgecli.evaluation.<module>`` and calls its ``name`` on use."""
+
+    def __init__(self, module: str, name: str, default_data: str) -> None:
+        self.module = module
+        self.__name__ = name
+        self.default_data = default_data
+
+    def __call__(self, model, tokenizer, options):
         import importlib
 
-        return getattr(importlib.import_module(f"bridgecli.evaluation.{module}"), name)(model, tokenizer, options)
-
-    task.__name__ = name
-    task.default_data = default_data
-    return task
+        return getattr(importlib.import_module(f"bridgecli.evaluation.{self.module}"), self.__name__)(
+            model, tokenizer, options)
 
 
-gsm8k_task = _task("gsm8k", "gsm8k_task", "gsm8k/test.jsonl")
-math_task = _task("math_task", "math_task", "math/math500_test.jsonl")
-humaneval_task = _task("code_tasks", "humaneval_task", "humaneval/HumanEval.jsonl.gz")
-mbpp_task = _task("code_tasks", "mbpp_task", "mbpp/mbpp.jsonl")
-arc_challenge_task = _task("multiple_choice", "arc_challenge_task", "arc/ARC-Challenge-Test.jsonl")
-arc_easy_task = _task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl")
-hellaswag_task = _task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
-mmlu_task = _task("multiple_choice", "mmlu_task", "mmlu")
-heldout_loss_task = _task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
+gsm8k_task = _Task("gsm8k", "gsm8k_task", "gsm8k/test.jsonl")
+math_task = _Task("math_task", "math_task", "math/math500_test.jsonl")
+humaneval_task = _Task("code_tasks", "humaneval_task", "humaneval/HumanEval.jsonl.gz")
+mbpp_task = _Task("code_tasks", "mbpp_task", "mbpp/mbpp.jsonl")
+arc_challenge_task = _Task("multiple_choice", "arc_challenge_task", "arc/ARC-Challenge-Test.jsonl")
+arc_easy_task = _Task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl")
+hellaswag_task = _Task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
+mmlu_task = _Task("multiple_choice", "mmlu_task", "mmlu")
+heldout_loss_task = _Task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
 
 
 @hookimpl

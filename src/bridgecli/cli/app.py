@@ -13,7 +13,7 @@ import typer.core
 try:  # Typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError
 except ImportError:  # pragma: no cover - an older Typer on the installed click
-    from click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError
+    from click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError  # type: ignore[assignment]
 
 from .. import __version__
 from ..errors import BridgeError

@@ -44,8 +44,8 @@ def install() -> None:
             return None
         return clean(original(self, ctx))
 
-    display_type._bridge = True
-    _TyperParameter.display_type = display_type
+    display_type._bridge = True  # type: ignore[attr-defined]  # a marker on the wrapper: patched once
+    _TyperParameter.display_type = display_type  # type: ignore[method-assign]  # patching typer's label
 
     from typer.core import TyperArgument
 
@@ -55,4 +55,4 @@ def install() -> None:
         return name + ("..." if self.nargs != 1 else "")
 
     if hasattr(TyperArgument, "_usage_display_name"):
-        TyperArgument._usage_display_name = usage_name
+        TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]  # patching typer's usage line

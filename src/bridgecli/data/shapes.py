@@ -103,8 +103,8 @@ def to_pair(rec: dict, index: int, where: str, file: str, *, prompt_field: str |
         instr = _text(rec["instruction"], where, "instruction", file)
         extra = rec.get("input") or ""
         extra = _text(extra, where, "input", file)
-        prompt = instr if not extra.strip() else f"{instr}\n\n{extra}"
-        return _check(Pair(rid, ({"role": "user", "content": prompt},), _text(rec["output"], where, "output", file), "alpaca"),
+        user = instr if not extra.strip() else f"{instr}\n\n{extra}"
+        return _check(Pair(rid, ({"role": "user", "content": user},), _text(rec["output"], where, "output", file), "alpaca"),
                       where, file, "output")
     for pk, rk, shape in (("question", "answer", "gsm8k"), ("problem", "solution", "math")):
         if pk in rec and rk in rec:

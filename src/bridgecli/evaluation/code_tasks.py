@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
-from .readers import check_limit, field, iter_jsonl
+from .readers import Where, check_limit, field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
 MAX_NEW_TOKENS = 512
@@ -73,9 +73,9 @@ class Problem:
 
 def load_humaneval(path: str | Path) -> list[Problem]:
     hint = "HumanEval records have task_id, prompt, entry_point and test"
-    problems = []
+    problems: list[Problem] = []
     for n, obj in iter_jsonl(path, hint="pass HumanEval.jsonl(.gz) with --data (e.g. data/humaneval/HumanEval.jsonl.gz)"):
-        where = dict(file=str(path), line=n, hint=hint)
+        where = Where(file=str(path), line=n, hint=hint)
         values = [field(obj, key, str, **where) for key in ("task_id", "prompt", "entry_point", "test")]
         if not values[2].isidentifier():
             raise InputError(f"{values[2]!r} is not a function name", file=str(path), record=f"line {n}",
@@ -119,9 +119,9 @@ MBPP_SHOT_IDS = (2, 3, 4, 1, 5, 6, 7, 8, 9, 10)
 
 def load_mbpp(path: str | Path) -> list[MbppTask]:
     hint = "MBPP records have task_id, text, code, test_list (and test_setup_code)"
-    tasks = []
+    tasks: list[MbppTask] = []
     for n, obj in iter_jsonl(path, hint="pass mbpp.jsonl with --data (e.g. data/mbpp/mbpp.jsonl)"):
-        where = dict(file=str(path), line=n, hint=hint)
+        where = Where(file=str(path), line=n, hint=hint)
         task_id = field(obj, "task_id", int, **where)
         text = field(obj, "text", str, **where)
         code = field(obj, "code", str, **where)

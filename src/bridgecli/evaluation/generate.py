@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence, Union, cast
 
 import torch
 from rich.progress import Progress
@@ -75,7 +75,8 @@ class StopOnStrings(StoppingCriteria):
         tail = input_ids[:, self.prompt_length:][:, -self.window:]
         texts = self.tokenizer.batch_decode(tail, skip_special_tokens=True)
         hit = [any(s in t for s in self.stop) for t in texts]
-        return torch.tensor(hit, dtype=torch.bool, device=input_ids.device)
+        # transformers' StoppingCriteria types the result as the legacy torch.BoolTensor
+        return cast(torch.BoolTensor, torch.tensor(hit, dtype=torch.bool, device=input_ids.device))
 
 
 @contextlib.contextmanager
@@ -155,7 +156,7 @@ class ItemProgress(StoppingCriteria):
             finished |= torch.isin(generated, self.eos.to(input_ids.device)).any(dim=1)
         self.done = finished if self.done is None else (self.done | finished)
         self.bar.update(self.task, completed=self.base + int(self.done.sum()))
-        return hit
+        return cast(torch.BoolTensor, hit)  # a bool tensor, typed as transformers' StoppingCriteria says
 
 
 def generate(

@@ -63,15 +63,17 @@ def row_key(row: Row) -> str:
 
 def _token_losses(model: Any, mb: MicroBatch) -> torch.Tensor:
     """Next-token cross-entropy (float32) of every supervised position, in row-major order."""
+    keep, target = mb.keep, mb.target
+    assert keep is not None and target is not None  # set by MicroBatch.__post_init__
     kwargs = {"input_ids": mb.input_ids, "attention_mask": mb.attention_mask, "use_cache": False}
     try:
-        logits = model(**kwargs, logits_to_keep=mb.keep).logits
-        if logits.dim() == 2 and logits.shape[0] == mb.target.shape[0]:
-            return F.cross_entropy(logits.float(), mb.target, reduction="none")
+        logits = model(**kwargs, logits_to_keep=keep).logits
+        if logits.dim() == 2 and logits.shape[0] == target.shape[0]:
+            return F.cross_entropy(logits.float(), target, reduction="none")
     except (TypeError, IndexError, ValueError):
         pass  # a model whose forward takes no boolean logits_to_keep: full logits
     logits = model(**kwargs).logits
-    return F.cross_entropy(logits[mb.keep].float(), mb.target, reduction="none")
+    return F.cross_entropy(logits[keep].float(), target, reduction="none")
 
 
 def row_losses(model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int = 8,
@@ -103,13 +105,15 @@ def row_losses(model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int 
                 mask[b, :n] = 1
             mb = MicroBatch(ids, labels, mask, None, len(batch), int(mask.sum()), ids.numel())
             losses = _token_losses(model, mb.to(device)).double().cpu()
+            assert mb.keep is not None  # set by MicroBatch.__post_init__
             owner = mb.keep.nonzero()[:, 0]
             sums = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, owner, losses)
             counts = torch.bincount(owner, minlength=len(batch))
-            for b, i in enumerate(batch):
-                results[i] = (float(sums[b]), int(counts[b]))
+            scored = [(float(sums[b]), int(counts[b])) for b in range(len(batch))]
+            for i, result in zip(batch, scored):
+                results[i] = result
             if book is not None:
-                book.add([(keys[i], list(results[i])) for i in batch])
+                book.add([(keys[i], list(result)) for i, result in zip(batch, scored)])
             bar.advance(task, len(batch))
     return results  # type: ignore[return-value]
 

@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TextIO
 
 from ..errors import UsageError
 from ..io import lock_exclusively
@@ -53,7 +53,7 @@ class Journal:
         self.request = request
         self.entries = entries
         self.reused = 0
-        self._fh = None
+        self._fh: TextIO | None = None  # open from _start until close
 
     @classmethod
     def open(cls, path: str | os.PathLike, request: dict[str, Any], resume: bool) -> "Journal":
@@ -70,16 +70,21 @@ class Journal:
     def _start(self, keep: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # "a", never "w": another run's journal stays intact until the lock says it is ours
-        self._fh = open(self.path, "a", encoding="utf-8")
-        lock_exclusively(self._fh, self.path, "eval journal")
+        self._fh = fh = open(self.path, "a", encoding="utf-8")
+        lock_exclusively(fh, self.path, "eval journal")
         if not keep:
-            self._fh.truncate(0)
+            fh.truncate(0)
             self._write({"request": self.request})
 
+    def _file(self) -> TextIO:
+        assert self._fh is not None, "the journal is not open"
+        return self._fh
+
     def _write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        fh = self._file()
+        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
     def get(self, k: str) -> Any:
         found = self.entries.get(k)
@@ -89,12 +94,13 @@ class Journal:
 
     def add(self, items: Sequence[tuple[str, Any]]) -> None:
         """Record (key, continuation text or log-likelihood value) pairs at once: one flush per batch."""
+        fh = self._file()
         for k, found in items:
             self.entries[k] = found
             field = "text" if isinstance(found, str) else "value"
-            self._fh.write(json.dumps({"key": k, field: found}, ensure_ascii=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+            fh.write(json.dumps({"key": k, field: found}, ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
     def close(self, remove: bool) -> None:
         if self._fh is not None:

@@ -119,7 +119,7 @@ def hellaswag_docs(path: str | Path) -> list[dict[str, Any]]:
         lines = [line.rstrip("\r\n") for line in fh]
     while lines and not lines[-1].strip():
         lines.pop()
-    docs = []
+    docs: list[dict[str, Any]] = []
     for start in range(0, len(lines), 6):
         ctx, label, *endings = lines[start:start + 6]
         activity, sep, rest = ctx.partition(": ")

@@ -144,6 +144,7 @@ def loglikelihood(
                 mask[b, width - len(seq):] = 1
             tail = max(keep[s] for s in slots)
             logprobs = _forward_tail(model, ids.to(device), mask.to(device), tail).cpu()
+            scored: dict[int, LogLik] = {}  # this batch's, in the order they are recorded
             for b, s in enumerate(slots):
                 for r in by_slot[s]:
                     cont = needs[r][1]
@@ -151,10 +152,10 @@ def loglikelihood(
                     lp = logprobs[b, tail - n:, :]
                     target = torch.tensor(cont, dtype=torch.long)
                     token_lp = lp.gather(-1, target[:, None])[:, 0]
-                    results[r] = LogLik(float(token_lp.double().sum()), bool((lp.argmax(-1) == target).all()), n)
+                    results[r] = scored[r] = LogLik(float(token_lp.double().sum()),
+                                                    bool((lp.argmax(-1) == target).all()), n)
                 bar.advance(task, len(by_slot[s]))
             if book is not None:
-                done = [r for s in slots for r in by_slot[s]]
-                book.add([(keys[r], [results[r].logprob, results[r].greedy, results[r].n_tokens]) for r in done])
+                book.add([(keys[r], [ll.logprob, ll.greedy, ll.n_tokens]) for r, ll in scored.items()])
             del logprobs
     return results  # type: ignore[return-value]

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import InputError, UsageError
 from .math_verify_grader import extracted_text, parse_prediction, parse_reference, reference_answer, verify
-from .readers import check_limit, field, iter_jsonl
+from .readers import Where, check_limit, field, iter_jsonl
 from .tasks import EvalOptions, EvalRun, model_name
 
 TASK = "math"
@@ -46,7 +46,7 @@ def load(path: str | Path) -> list[Item]:
     """Read a MATH JSONL file. Raises :class:`InputError` naming file, line and field."""
     items: list[Item] = []
     for n, obj in iter_jsonl(path, hint="pass a MATH JSONL file with --data (e.g. data/math/math500_test.jsonl)"):
-        where = dict(file=str(path), line=n, hint=HINT)
+        where = Where(file=str(path), line=n, hint=HINT)
         problem = field(obj, "problem", str, **where)
         solution = field(obj, "solution", str, **where)
         answer = field(obj, "answer", str, optional=True, **where)

@@ -142,8 +142,8 @@ def _load_hellaswag_jsonl(p: Path) -> list[Item]:
         if not isinstance(endings, list) or len(endings) < 2 or not all(isinstance(e, str) for e in endings):
             raise InputError("expected a list of ending strings", field="endings", **where)
         try:
-            gold = int(obj.get("label"))
-        except (TypeError, ValueError):
+            gold = int(obj["label"])
+        except (KeyError, TypeError, ValueError):
             raise InputError(f"expected an integer label, got {obj.get('label')!r}", field="label", **where) from None
         if not 0 <= gold < len(endings):
             raise InputError(f"label {gold} out of range", field="label", **where)

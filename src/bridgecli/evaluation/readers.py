@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypedDict
 
 from ..data.sources import jsonl_objects
 from ..errors import InputError
@@ -23,6 +23,14 @@ def iter_jsonl(path: str | Path, *, hint: str) -> Iterator[tuple[int, dict[str, 
         yield from jsonl_objects(p)
     except (OSError, UnicodeDecodeError, EOFError) as err:
         raise InputError(f"cannot read: {err}", file=str(p)) from None
+
+
+class Where(TypedDict):
+    """Where a record is, for :func:`field`'s errors: ``field(obj, key, kind, **where)``."""
+
+    file: str
+    line: int
+    hint: str | None
 
 
 def field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], *, file: str, line: int,

@@ -610,7 +610,7 @@ def namespace_prefix() -> tuple[str, ...]:
     exe = shutil.which("unshare")
     if exe is None:
         return ()
-    candidates = [(exe, "--pid", "--net", "--fork", "--kill-child")]
+    candidates: list[tuple[str, ...]] = [(exe, "--pid", "--net", "--fork", "--kill-child")]
     if os.geteuid() != 0:
         candidates.insert(0, (exe, "--user", "--map-root-user", "--pid", "--net", "--fork", "--kill-child"))
     for prefix in candidates:

@@ -115,7 +115,7 @@ class AttributionScorer(BridgeScorer):
                                           device=dev)
             leaves = [biases[i] for i in self.gate_layers]
             acc = torch.promote_types(dtype, torch.float32)
-            totals = []
+            totals: list[torch.Tensor] = []
             for g in range(k_max):
                 if a is None:
                     totals.append(torch.zeros(B, L, device=dev, dtype=acc))
@@ -125,8 +125,8 @@ class AttributionScorer(BridgeScorer):
                 tot = sum(gr.to(acc) for gr in grads if gr is not None)
                 totals.append(tot if isinstance(tot, torch.Tensor) else torch.zeros(B, L, device=dev, dtype=acc))
         stacked = torch.stack(totals, 1).detach().cpu().numpy() if totals else np.zeros((B, 0, L))  # [B, k, L]
-        out = []
-        for b, (p, g) in enumerate(zip(batch.prompt, groups)):
-            k = int(g.max()) + 1 if len(g) else 0
-            out.append(stacked[b, :k][:, p].astype(np.float64))
-        return out
+        effects: list[np.ndarray] = []
+        for b, (p, ids) in enumerate(zip(batch.prompt, groups)):
+            k = int(ids.max()) + 1 if len(ids) else 0
+            effects.append(stacked[b, :k][:, p].astype(np.float64))
+        return effects

@@ -8,6 +8,8 @@ parameters of the final K blocks, where g_target is the gradient of the mean val
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Sequence
 
 import torch
@@ -19,7 +21,7 @@ from ..training.sft import accumulate
 
 
 def flat_norm(tensors: dict[str, torch.Tensor]) -> float:
-    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors.values())))
+    return float(torch.sqrt(functools.reduce(operator.add, ((t.double() ** 2).sum() for t in tensors.values()))))
 
 
 def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad_id: int, device="cpu",

@@ -131,8 +131,8 @@ def attention_tangent(q, k, v, dq, dk, dv, o, lse, scale: float, causal: bool = 
     precision = ("tf32" if (q.dtype != torch.float32 or (q.is_cuda and torch.backends.cuda.matmul.allow_tf32))
                  else "ieee")
     if block_m is None and q.is_cuda:
-        grid = lambda meta: (triton.cdiv(L, meta["BLOCK_M"]), B * H)  # noqa: E731
-        _attn_jvp_tuned[grid](*args, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision)
+        tuned_grid = lambda meta: (triton.cdiv(L, meta["BLOCK_M"]), B * H)  # noqa: E731
+        _attn_jvp_tuned[tuned_grid](*args, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision)
         return do
     block_m = block_m or 64
     block_n = block_n or 64

@@ -210,6 +210,7 @@ def _quiet():
 
 def _convert_gguf(ref: ResolvedModel) -> Path:
     """Dequantise a GGUF once and save an HF folder in the cache; return that folder."""
+    assert ref.gguf_file is not None  # local_path calls this for GGUF references only
     target = _converted_dir(ref)
     if (target / "config.json").exists():
         return target
@@ -223,8 +224,8 @@ def _convert_gguf(ref: ResolvedModel) -> Path:
         raise ModelError(f"cannot load GGUF {Path(ref.path) / ref.gguf_file}: {exc}") from None
     # The loaded weights are plain dequantised tensors; drop the quantizer so save_pretrained
     # writes an ordinary checkpoint.
-    model.hf_quantizer = None
-    model.is_quantized = False
+    model.hf_quantizer = None  # type: ignore[assignment]  # transformers' stubs do not declare these attributes
+    model.is_quantized = False  # type: ignore[assignment]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -284,7 +285,7 @@ def load_model(spec: str | ResolvedModel | None, *, dtype=None, device: str = "c
     except Exception as exc:
         raise ModelError(f"cannot load model '{ref.spec}': {exc}",
                          hint="no hub access here: pass a local folder or .gguf file") from None
-    return model.to(device)
+    return model.to(device)  # type: ignore[arg-type]  # transformers' wrapper of Module.to hides its signature
 
 
 def resolve_device(device: str) -> str:

@@ -12,6 +12,7 @@ c_j the mass on earlier response tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from ..errors import ModelError
 from .params import blocks_of, tail_layer_indices
 from .tail import Tail
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 @dataclass
 class ScoringCheckpoint:
@@ -36,9 +40,9 @@ class ScoringCheckpoint:
 
     run: WarmupRun
     meta: WarmupMeta
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     tokenizer_fingerprint: str
-    model: torch.nn.Module
+    model: PreTrainedModel
     direction: Direction
 
 
@@ -66,8 +70,8 @@ def load_scoring_checkpoint(run: WarmupRun, dtype: str, device: str) -> ScoringC
 class ScoringContext:
     """Everything a scorer needs: the scoring checkpoint, its tokenizer, the direction v."""
 
-    model: torch.nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     direction: dict[str, torch.Tensor]  # full parameter name -> v component
     attention_layers: int = 4
     device: str = "cpu"
@@ -82,11 +86,11 @@ def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> 
     hist = rows.gather(1, batch.resp_cols[batch.b_idx])  # [N, n_max]
     earlier = torch.arange(hist.shape[1], device=hist.device)[None, :] < batch.j_local[:, None]
     c_all = (hist * earlier).sum(1).float()
-    A_all, c_all = A_all.cpu().numpy(), c_all.cpu().numpy()
+    A_host, c_host = A_all.cpu().numpy(), c_all.cpu().numpy()
     out, start = [], 0
     for p, r in zip(batch.prompt, batch.resp):
         n, m = len(r), len(p)
-        out.append((A_all[start:start + n, :m], c_all[start:start + n]))
+        out.append((A_host[start:start + n, :m], c_host[start:start + n]))
         start += n
     return out
 
@@ -176,7 +180,7 @@ class BridgeScorer:
                            and getattr(model.config, "logit_scale", None) is None)
         self.pad_id = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else 0
         # Llama-family tails get the hand-fused (primal, tangent) pass; others use forward-mode AD
-        self.fast = None
+        self.fast: dual_llama.DualLlamaTail | None = None
         if ctx.options.get("fast_tail", True) and self.plain_head and dual_llama.supported(model, blocks):
             self.fast = dual_llama.DualLlamaTail(blocks, self.tail.indices, self.primals, self.tangents,
                                                  self.tail.norm)
@@ -218,6 +222,7 @@ class BridgeScorer:
         return losses, r.rows
 
     def _fast_tail(self, batch: ScoreBatch, hidden, calls):
+        assert self.fast is not None  # score() takes this path only then
         r = self._routing(batch, self.tail_set)
 
         def on_rows(q, k, lse, scale):

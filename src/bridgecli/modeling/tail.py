@@ -79,10 +79,11 @@ class Tail:
             pass
         finally:
             for i in self.indices:
-                if saved[i] is None:
+                own = saved[i]
+                if own is None:
                     del self.blocks[i].forward
                 else:
-                    self.blocks[i].forward = saved[i]
+                    self.blocks[i].forward = own
         if len(calls) != len(self.indices):
             raise ModelError("the decoder did not call every tail block (unsupported architecture)")
         first = calls[self.indices[0]]

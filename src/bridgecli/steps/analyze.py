@@ -157,7 +157,7 @@ def _score(loaded: Loaded, examples: list[Example], batch_size: int) -> list[Exa
 
 def write_report(report: dict, out: str | Path | None) -> None:
     text = report_json.dumps(report)
-    if is_stdio(out):
+    if out is None or is_stdio(out):
         print(text)
         return
     with atomic_path(out) as tmp:
@@ -238,6 +238,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
 def _fidelity_example(ex: Example, extra_scores: dict, exact, cache: MatrixCache, selector: Selector, options: dict,
                       opts: FidelityOptions) -> fid.ExampleFidelity:
     sc = ex.scores
+    assert sc is not None  # scored by _score
     a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
     m, n = A.shape[1], A.shape[0]
     b_p, b_r = budget(opts.rho_p, m), budget(opts.rho_r, n)
@@ -292,12 +293,14 @@ def run_shift(opts: ShiftOptions) -> dict:
         for start in range(0, len(examples), opts.src.batch_size):
             for ex in _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size):
                 sc = ex.scores
+                assert sc is not None  # scored by _score
                 a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
                 s_r_levels, s_p_levels = sh.states(a, c, A, levels, opts.subset, rng)
                 res = {}
                 if want_sur:
                     res["surrogate"] = sh.surrogate_shifts(a, c, A, s_r_levels, s_p_levels)
                 if want_exact:
+                    assert exact is not None and cache is not None  # built above when want_exact
                     a_full, beta = cache.prompt_matrix(exact, ex)
                     a_red = exact.reduced_utilities(ex, s_p_levels)
                     res["exact"] = sh.exact_shifts(beta, a_full, s_r_levels, a_red)
@@ -314,7 +317,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     report = report_json.clean(report)
     write_report(report, opts.out)
     png = opts.png
-    if png is None and not is_stdio(opts.out):
+    if png is None and opts.out is not None and not is_stdio(opts.out):
         png = str(Path(opts.out).with_suffix(".png"))
     if png:
         from ..analysis.plots import shift_plot

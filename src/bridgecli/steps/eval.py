@@ -145,7 +145,9 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
                     "code_timeout": opts.code_timeout, "dtype": opts.dtype,
                     **({"engine": opts.engine} if opts.engine != "bridge" else {})} for t in tasks}
     evaluate = engine_evaluate(opts.engine, tasks)
-    done = {t: r for t in tasks if opts.resume and (r := reusable(outputs[t], requests[t])) is not None}
+    # --resume: every output is a file (check_eval_options)
+    done = {t: r for t in tasks
+            if opts.resume and (kept := outputs[t]) is not None and (r := reusable(kept, requests[t])) is not None}
     results = []
     todo = [t for t in tasks if t not in done]
     if todo:
@@ -183,6 +185,7 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
         result["device"] = dev
         result["request"] = requests[name]
         if out is not None:
+            assert book is not None  # opened above for every output file
             write_result(result, out)
             book.close(remove=True)
             note(f"wrote {out}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..format.reader import open_reader
@@ -17,7 +19,8 @@ def summarize(path: str | None) -> dict:
         protected_p = protected_r = 0
         gains, unit_sizes, chosen_units = [], [], 0
         a_sum, a_pos, a_count = 0.0, 0, 0
-        methods, references = set(), {}
+        methods: set[str] = set()
+        references: dict[str, int] = {}
         for ex in reader:
             n += 1
             tokens += len(ex.tokens.input_ids)
@@ -46,7 +49,7 @@ def summarize(path: str | None) -> dict:
                 u = np.asarray(ex.closure.units, dtype=np.int64).reshape(-1, 2)
                 unit_sizes += (u[:, 1] - u[:, 0]).tolist()
                 chosen_units += len(ex.closure.chosen)
-    out = {
+    out: dict[str, Any] = {
         "file": reader.name,
         "format": f"{reader.version[0]}.{reader.version[1]}",
         "stage": h.stage,

@@ -21,8 +21,12 @@ import time
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import BridgeError, UsageError
+
+if TYPE_CHECKING:
+    from ..data.examples import Report
 
 #: how long a rank waits for the others (the slowest rank's scoring, rank 0's merge)
 TIMEOUT = timedelta(days=7)
@@ -164,7 +168,7 @@ def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> 
         return sum(1 for _ in reader.payloads())
 
 
-def merge_reports(reports: list) -> object:
+def merge_reports(reports: list[Report]) -> Report:
     """One :class:`~bridgecli.data.examples.Report` for the whole run from each rank's: counts
     summed, lists joined in rank order, settings (``max_length``: the same on every rank) kept."""
     total = type(reports[0])()
@@ -201,4 +205,8 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int |
     outcome = from_rank0(outcome)
     if outcome[0] == "error":
         raise RankError(f"rank 0 could not merge the shards: {outcome[1]}", file=str(out))
-    return outcome[1] if dist.rank == 0 else None
+    if dist.rank != 0:
+        return None
+    merged = outcome[1]
+    assert isinstance(merged, int)  # ("ok", count)
+    return merged

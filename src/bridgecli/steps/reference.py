@@ -16,7 +16,7 @@ import msgspec
 from ..artifacts.warmup_run import WarmupRun
 from ..errors import ModelError, UsageError
 from ..format.reader import open_reader
-from ..format.records import Array, Header, Reference
+from ..format.records import Array, Example, Header, Reference
 from ..format.writer import open_writer
 from ..io import refuse_terminal
 from ..modeling.loading import (
@@ -103,7 +103,7 @@ def run_reference(opts: ReferenceOptions) -> int:
         replaced = 0
         with open_writer(opts.out, out_header) as writer, progress_bar() as bar:
             task = bar.add_task(f"reference {name}", total=None, unit="ex")
-            pending = []
+            pending: list[Example] = []
 
             def flush():
                 nonlocal replaced

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
@@ -33,7 +34,7 @@ class ResumableOutput:
         self.out = Path(out)
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.index = self.out.with_name(self.out.name + ".partial.idx")
-        self._fh = None
+        self._fh: BinaryIO | None = None  # the partial file, open from open() until finish()
 
     def _last_commit(self) -> dict | None:
         if not (self.partial.exists() and self.index.exists()):
@@ -55,36 +56,42 @@ class ResumableOutput:
             if header_key(old) != header_key(header):
                 raise UsageError("the partial output was made with other parameters or data", file=str(self.partial),
                                  hint="delete it, or rerun with the same flags")
-            self._fh = open(self.partial, "r+b")
-            lock_exclusively(self._fh, self.partial, "partial output")
-            self._fh.truncate(commit["bytes"])
-            self._fh.seek(commit["bytes"])
-            return StreamWriter.append(self._fh, commit["records"], records_per_frame=None), commit["position"]
+            self._fh = part = open(self.partial, "r+b")
+            lock_exclusively(part, self.partial, "partial output")
+            part.truncate(commit["bytes"])
+            part.seek(commit["bytes"])
+            return StreamWriter.append(part, commit["records"], records_per_frame=None), commit["position"]
         if resume:
             raise UsageError(f"nothing to resume: no {self.partial.name} with an index next to the output")
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.partial, "ab")  # not "wb": a running writer's file stays intact until locked
-        lock_exclusively(self._fh, self.partial, "partial output")
-        self._fh.truncate(0)
+        self._fh = fresh = open(self.partial, "ab")  # not "wb": a running writer's file stays intact until locked
+        lock_exclusively(fresh, self.partial, "partial output")
+        fresh.truncate(0)
         self.index.write_text("")
-        writer = StreamWriter(self._fh, header, records_per_frame=None)
+        writer = StreamWriter(fresh, header, records_per_frame=None)
         self.commit(writer, 0)
         return writer, 0
 
+    def _file(self) -> BinaryIO:
+        assert self._fh is not None, "the partial output is not open"
+        return self._fh
+
     def commit(self, writer: StreamWriter, position: int) -> None:
+        fh = self._file()
         writer.flush()
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        fh.flush()
+        os.fsync(fh.fileno())
         with open(self.index, "a") as idx:
-            idx.write(json.dumps({"bytes": self._fh.tell(), "records": writer.count, "position": position}) + "\n")
+            idx.write(json.dumps({"bytes": fh.tell(), "records": writer.count, "position": position}) + "\n")
             idx.flush()
             os.fsync(idx.fileno())
 
     def finish(self, writer: StreamWriter) -> None:
+        fh = self._file()
         writer.close()
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
         os.replace(self.partial, self.out)
         self.index.unlink(missing_ok=True)
 

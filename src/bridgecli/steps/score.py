@@ -58,14 +58,14 @@ def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int,
                  on_batch=None) -> list[Example]:
     """Score a window in length buckets; return its examples, in input order, with scores.
     ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
-    scored: list[Example | None] = [None] * len(window)
+    scored: dict[int, Example] = {}
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
         for i, sc in zip(group, scorer.score(batch)):
             scored[i] = msgspec.structs.replace(window[i], scores=sc)
         if on_batch is not None:
             on_batch(len(group))
-    return scored
+    return [scored[i] for i in range(len(window))]
 
 
 def _load(opts: ScoreOptions, device: str):
@@ -108,6 +108,7 @@ def run_score(opts: ScoreOptions) -> int:
         ranks.init(dist)
     try:
         if dist.world > 1:
+            assert opts.out is not None  # stdout is refused above with several ranks
             ranks.check_shared_folder(dist, opts.out)  # before any model loads
         return _score(opts, dist, device, started)
     finally:
@@ -129,7 +130,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     except ValueError as exc:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
     # a scorer may ask for smaller passes (atp keeps every layer's attention for its reverse pass)
-    max_tokens = opts.max_tokens or (getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096)
+    default_max_tokens: int = getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096
+    max_tokens = opts.max_tokens or default_max_tokens
 
     data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
@@ -162,17 +164,18 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         data_opts = dataclasses.replace(data_opts, shard=(dist.rank, dist.world))
     examples = iter_examples(opts.data, tokenizer, data_opts, report)
 
-    if is_stdio(opts.out):
-        with open_binary_output(opts.out) as fh:
+    out = opts.out
+    if out is None or is_stdio(out):
+        with open_binary_output(out) as fh:
             writer = StreamWriter(fh, header, records_per_frame=None)
             done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=0,
                                 commit=lambda w, pos: w.flush())
             writer.close()
-    elif (finished := ranks.finished_shard(dist, opts.out, opts.resume, header)) is not None:
+    elif (finished := ranks.finished_shard(dist, out, opts.resume, header)) is not None:
         done = finished  # --resume: this rank had written its whole shard before another rank stopped
         note(f"rank {dist.rank}: its shard was finished ({done} examples)")
     else:
-        target = dist.shard_path(opts.out) if dist.world > 1 else Path(opts.out)
+        target = dist.shard_path(out) if dist.world > 1 else Path(out)
         output = ResumableOutput(target)
         if not opts.resume and output.leftover():
             note(f"replacing {output.partial.name} left by an interrupted run (pass --resume to continue it)")
@@ -185,7 +188,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         per_rank = ranks.gather((report, done))
         report = ranks.merge_reports([r for r, _ in per_rank])
         total = sum(n for _, n in per_rank)
-        merged = ranks.merge_shards(dist, opts.out, frame=opts.window)
+        assert out is not None  # stdout is refused with several ranks (run_score)
+        merged = ranks.merge_shards(dist, out, frame=opts.window)
         if dist.rank == 0:
             note(f"merged {dist.world} shards: {merged} examples")
     else:
@@ -194,8 +198,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         if dist.rank == 0:
             note(line)
     if total == 0 and not opts.allow_empty:
-        if not is_stdio(opts.out) and dist.rank == 0:
-            Path(opts.out).unlink(missing_ok=True)
+        if out is not None and not is_stdio(out) and dist.rank == 0:
+            Path(out).unlink(missing_ok=True)
         why = "; ".join(report.lines()) or "no example in the data"
         raise EmptyResultError(f"scored 0 examples ({why})", file=str(opts.data),
                                hint="pass --allow-empty to accept an empty result")

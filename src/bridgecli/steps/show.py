@@ -15,7 +15,7 @@ from .options import ShowOptions
 def find_example(path: str | None, index: int | None = None, id: str | None = None) -> tuple[Header, Example]:
     """The example whose ``index`` (its position in the input data) or ``id`` matches; the first one
     when neither is given."""
-    seen = []
+    seen: list[int | str] = []
     with open_reader(path) as reader:
         for ex in reader:
             if (index is None and id is None) or (index is not None and ex.index == index) or \

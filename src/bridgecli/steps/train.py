@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -53,10 +54,8 @@ def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None
                 raise InputError("a bridge stream, not a file of training rows", file=str(p),
                                  hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows")
     for where, rec in read_records(p):
-        ids, labels = rec.get("input_ids"), rec.get("labels")
-        for name, val in (("input_ids", ids), ("labels", labels)):
-            if not isinstance(val, list) or not all(isinstance(x, int) for x in val):
-                raise InputError("expected a list of integers", file=str(p), record=where, field=name)
+        ids = _int_list(rec.get("input_ids"), p, where, "input_ids")
+        labels = _int_list(rec.get("labels"), p, where, "labels")
         if len(ids) != len(labels):
             raise InputError(f"labels has {len(labels)} entries, input_ids {len(ids)}", file=str(p), record=where,
                              field="labels")
@@ -74,6 +73,12 @@ def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None
                              hint="train the model the data was scored for, or re-run the pipeline")
         rows.append(Row(str(rec.get("id", where)), ids, labels))
     return rows
+
+
+def _int_list(val: Any, p: Path, where: str, name: str) -> list[int]:
+    if not isinstance(val, list) or not all(isinstance(x, int) for x in val):
+        raise InputError("expected a list of integers", file=str(p), record=where, field=name)
+    return val
 
 
 def _install(tmp: Path, out: Path) -> None:

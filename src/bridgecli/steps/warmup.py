@@ -73,6 +73,7 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         all_ids = [p.id for _, _, p in iter_pairs(opts.data, opts.data_opts)]
         rest = all_ids
         if opts.val is None:
+            assert opts.val_fraction is not None  # checked at the start
             val_ids = split_ids(rest, opts.val_fraction, opts.sft.seed + 1)
             rest = [i for i in rest if i not in val_ids]
         if opts.warm_fraction is not None:
@@ -90,6 +91,7 @@ def _run_warmup(opts: WarmupOptions) -> dict:
             prompt_field=opts.data_opts.prompt_field, response_field=opts.data_opts.response_field,
             chat_template=opts.data_opts.chat_template, max_length=data_opts.max_length), report))
     else:
+        assert val_ids is not None  # held out above: without --val, --val-fraction is given
         val = [e for e in examples if e.id in val_ids]
     for line in report.lines():
         note(line)

@@ -196,7 +196,9 @@ def collate_packed(seqs: Sequence[Sequence[Row]], pad_id: int = 0) -> MicroBatch
     the block-diagonal causal mask from the position ids."""
     lines = []
     for seq in seqs:
-        ids, labels, pos = [], [], []
+        ids: list[int] = []
+        labels: list[int] = []
+        pos: list[int] = []
         for r in seq:
             ids += r.input_ids
             labels += [IGNORE] + list(r.labels[1:])

@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,9 @@ from .batching import (MicroBatch, collate, dummy_batch, micro_batches, plan_dig
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
 from .packing import check_packing, one_line
 from .rows import Row
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 __all__ = ["FitResult", "SFTConfig", "accumulate", "cosine_lr", "fit", "make_accelerator", "resolve_packing",
            "save_model", "step_plan", "step_rows", "token_loss_sum", "train"]
@@ -72,6 +75,7 @@ def token_loss_sum(model, mb: MicroBatch) -> torch.Tensor:
     The output head runs only on the positions that predict a supervised token (a boolean
     ``logits_to_keep``, transformers >= 5); models that do not take one get full logits."""
     keep, target = mb.keep, mb.target
+    assert keep is not None and target is not None  # set by MicroBatch.__post_init__
     kwargs = {"input_ids": mb.input_ids, "use_cache": False}
     if mb.attention_mask is not None:
         kwargs["attention_mask"] = mb.attention_mask
@@ -161,14 +165,14 @@ def resolve_pack_length(model, rows: Sequence[Row], cfg: SFTConfig) -> int | Non
 @dataclass
 class FitResult:
     history: list[dict]
-    model: object  # the unwrapped model, trained in place
-    accelerator: object
+    model: Any  # the unwrapped model, trained in place (a PreTrainedModel; a peft PeftModel with --lora)
+    accelerator: Accelerator
     packing: bool
     packing_note: str
     resumed_from: int = 0
     plan_digest: str = ""
     steps_total: int = 0
-    prepared: object = None  # the model as accelerate wrapped it (DDP/FSDP), for gathering its state
+    prepared: Any = None  # the model as accelerate wrapped it (DDP/FSDP), for gathering its state
 
 
 def _check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
