@@ -200,7 +200,9 @@ def _math_blocks(text: str) -> list[Span]:
     while (opener := _MATH_OPENER.search(text, pos)) is not None:
         start, token, end = opener.start(), opener.group(), None
         if token.endswith("####"):
-            end = _ANSWER_LINE.match(text, start).end()
+            line = _ANSWER_LINE.match(text, start)
+            assert line is not None, "the opener matched '####', which starts an answer line"
+            end = line.end()
         elif token == "\\boxed{":
             end = partners.get(opener.end() - 1)
         elif token == "$":
@@ -275,6 +277,7 @@ def _expression_spans(text: str, start: int, end: int) -> list[Span]:
     maybe = has_operator = has_variable = False
     for m in _MATH_SCAN.finditer(text, start, end):
         kind = m.lastgroup
+        assert kind is not None, "every alternative of _MATH_SCAN is a named group"
         if kind == "other":
             if maybe:
                 _close_run(run, spans)
@@ -409,7 +412,8 @@ class _PySource:
             col = len(text.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "ignore"))
         return min(start + col, len(self.src))
 
-    def node_span(self, node: ast.AST) -> Span:
+    def node_span(self, node: ast.stmt | ast.expr) -> Span:
+        assert node.end_lineno is not None and node.end_col_offset is not None, "ast.parse sets end positions"
         return (self.byte_offset(node.lineno, node.col_offset),
                 self.byte_offset(node.end_lineno, node.end_col_offset))
 
@@ -445,7 +449,7 @@ def _parse_python(source: _PySource) -> Optional[list[ast.stmt]]:
         if hasattr(node, "lineno"):
             node.lineno -= 1
             if getattr(node, "end_lineno", None) is not None:
-                node.end_lineno -= 1
+                node.end_lineno -= 1  # type: ignore[attr-defined]  # getattr does not narrow ast.AST
     return body
 
 

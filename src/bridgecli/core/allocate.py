@@ -167,9 +167,11 @@ class GainSpill:
         b_r), ...] in stream order, "threshold": ...}`` (threshold: the gain of the last token taken per
         pool, None where every token or none was taken)."""
         if pool == "shared":
+            assert total is not None, "pool='shared' needs total"
             (bp, br), thr = self._allocate_pool((0, 1), int(total))
             thresholds = {"shared": thr}
         elif pool == "sides":
+            assert totals is not None, "pool='sides' needs totals"
             (bp,), thr_p = self._allocate_pool((0,), int(totals[0]))
             (br,), thr_r = self._allocate_pool((1,), int(totals[1]))
             thresholds = {"prompt": thr_p, "response": thr_r}

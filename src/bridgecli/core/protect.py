@@ -59,6 +59,11 @@ PRESETS: dict[str, tuple[str, Callable[[str], list[Span]]]] = {
 }
 
 
+
+def _spans_of(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
+    """The non-empty match spans of ``rx`` in a text."""
+    return lambda text: [m.span() for m in rx.finditer(text) if m.end() > m.start()]
+
 def compile_patterns(patterns: Sequence[str], flag: str) -> list[Callable[[str], list[Span]]]:
     """Finders for ``patterns`` (presets by name, else regular expressions). A bad regular expression
     raises ValueError naming ``flag``."""
@@ -71,7 +76,7 @@ def compile_patterns(patterns: Sequence[str], flag: str) -> list[Callable[[str],
             rx = re.compile(p, re.MULTILINE)
         except re.error as err:
             raise ValueError(f"{flag} {p!r} is not a valid regular expression ({err})") from None
-        out.append(lambda text, rx=rx: [m.span() for m in rx.finditer(text) if m.end() > m.start()])
+        out.append(_spans_of(rx))
     return out
 
 

@@ -6,6 +6,7 @@ import contextlib
 import heapq
 import os
 import zlib
+from typing import Sequence
 
 import msgspec
 
@@ -66,7 +67,7 @@ def _in_order(iters, readers):
             heapq.heappush(heap, (nxt[0], k, nxt[1]))
 
 
-def merge_streams(paths: list[str | os.PathLike], out: str | os.PathLike | None, *, frame: int | None = None,
+def merge_streams(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None, *, frame: int | None = None,
                   validate: bool = True) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
     order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import zlib
-from typing import BinaryIO, Iterator, Union
+from typing import BinaryIO, Iterator, Union, cast
 
 import msgspec
 import zstandard
@@ -81,7 +81,7 @@ class StreamReader:
             raise FormatError(f"stream format {major}.{minor} does not exist (this bridgecli reads format {MAJOR}.x)",
                               file=name, hint="the file is damaged or was not written by bridgecli")
         self.version = (major, minor)
-        self._z = zstandard.ZstdDecompressor().stream_reader(_Available(fh), read_across_frames=True, closefd=False)
+        self._z = zstandard.ZstdDecompressor().stream_reader(cast(BinaryIO, _Available(fh)), read_across_frames=True, closefd=False)
         self._index = 0
         first = self._next_record(expect="header")
         if not isinstance(first, Header):
@@ -91,7 +91,7 @@ class StreamReader:
         self._validate = Validator(name, first) if validate else (lambda ex, position: None)
         self.count: int | None = None
 
-    def _read_exact(self, n: int, what: str) -> bytes:
+    def _read_exact(self, n: int, what: str | int) -> bytes:
         chunks = []
         got = 0
         while got < n:
@@ -106,7 +106,7 @@ class StreamReader:
         return b"".join(chunks)
 
     def _next_payload(self, expect: str) -> bytes:
-        where = "header record" if expect == "header" else self._index
+        where: str | int = "header record" if expect == "header" else self._index
         prefix = self._read_exact(RECORD_PREFIX.size, where)
         if len(prefix) < RECORD_PREFIX.size:
             if expect == "header":

@@ -253,7 +253,7 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
 
 #: the exponent bits of each float dtype, as the unsigned integer of its width: a value is finite exactly
 #: when they are not all set
-_EXPONENT = {"float16": (np.dtype("<u2"), 0x7C00), "float32": (np.dtype("<u4"), 0x7F800000),
+_EXPONENT: dict[str, tuple[np.dtype, int]] = {"float16": (np.dtype("<u2"), 0x7C00), "float32": (np.dtype("<u4"), 0x7F800000),
              "float64": (np.dtype("<u8"), 0x7FF0000000000000)}
 _KIND_BYTES = bytes(range(EOS + 1))
 
@@ -316,7 +316,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
     if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
         return False
 
-    arrays = []  # (array, shape) of every float array: checked together at the end
+    arrays: list[tuple[Array, list[int]]] = []  # (array, shape) of every float array: checked together at the end
     s = ex.scores
     if s is not None:
         arrays += ((s.a, [n_r]), (s.c, [n_r]), (s.A, [n_r, n_p]))

@@ -10,7 +10,7 @@ from ..errors import PluginError
 from ..format.records import Closure, Example, Header
 from ..optionspec import check
 from ..registry import get
-from .common import map_stream, step_record
+from .common import MapArgs, map_stream, selection_of, step_record
 from .options import CloseOptions
 
 
@@ -23,7 +23,7 @@ def response_text(example: Example) -> tuple[str, int]:
 
 
 def close_example(example: Example, segment, name: str, alpha: float) -> Example:
-    sel = example.selection
+    sel = selection_of(example)
     resp = example.tokens.response_positions()
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
@@ -44,7 +44,7 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha,
                                   protected)
     positions = resp.tolist()
-    flat_units = []
+    flat_units: list[int] = []
     for a, b in zip(cuts, cuts[1:]):
         flat_units += (positions[a], positions[b - 1] + 1)
     supervise = []
@@ -63,8 +63,8 @@ def run_close(opts: CloseOptions) -> int:
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha)
 
-    kwargs = dict(step=step_record("close", params), stage="closure", needs="selection",
-                  hint="run `bridge select` first", fn=fn, label="closing")
+    kwargs: MapArgs = {"step": step_record("close", params), "stage": "closure", "needs": "selection",
+                       "hint": "run `bridge select` first", "fn": fn, "label": "closing"}
     if opts.workers > 1:
         from .workers import map_stream_parallel
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypedDict
 
 import msgspec
 
 from .. import PRODUCER
 from ..errors import BridgeError, FormatError
 from ..format.reader import open_reader
-from ..format.records import Example, Header, Step
+from ..format.records import Example, Header, Selection, Step
 from ..format.spec import STAGES
 from ..format.writer import open_writer
 from ..progress import progress_bar
@@ -78,6 +78,21 @@ def naming(file: str, record: int | None = None) -> Iterator[None]:
                         field=err.field, hint=err.hint) from None
 
 
+class _MapArgs(TypedDict):
+    step: Step
+    stage: str
+    needs: str
+    hint: str
+    fn: Callable[[Example, Header], Example | None]
+    label: str
+
+
+class MapArgs(_MapArgs, total=False):
+    """The keyword arguments :func:`map_stream` and ``map_stream_parallel`` share."""
+
+    display: str | None
+
+
 def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
                fn: Callable[[Example, Header], Example | None], label: str, display: str | None = None) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
@@ -97,3 +112,9 @@ def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
                     writer.write(new)
                 bar.update(task, advance=1)
             return writer.count
+
+
+def selection_of(example: Example) -> Selection:
+    """``example``'s selection, in a stream past ``select`` (the steps check the stream's stage first)."""
+    assert example.selection is not None, f"example {example.id} has no selection"
+    return example.selection

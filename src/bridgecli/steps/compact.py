@@ -33,7 +33,7 @@ from ..optionspec import check
 from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
 from ..training.rows import IGNORE, Row, compact_row
-from .common import now, require_stage
+from .common import now, require_stage, selection_of
 from .options import FORMATS, PRESETS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
 
@@ -55,7 +55,7 @@ def supervision_of(example: Example) -> list[int]:
     """The final supervision set: the closure's when present, else the token-level selection."""
     if example.closure is not None:
         return example.closure.supervise
-    return example.selection.response_keep
+    return selection_of(example).response_keep
 
 
 def columns_of(row: Row, preset: str, tokenizer_fingerprint: str = "") -> dict:
@@ -114,7 +114,8 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         with open_text_output(out) as fh:
             yield fh.write if lines else (lambda record: fh.write(_jsonl(record)))
         return
-    if fmt == "parquet":  # (run_compact refuses parquet and hf to stdout before reading anything)
+    assert out is not None, "run_compact refuses parquet and hf to stdout before reading anything"
+    if fmt == "parquet":
         with atomic_path(out) as tmp:
             writer = _TableWriter(tmp, preset)
             try:
@@ -179,7 +180,7 @@ def drop_reason(example: Example) -> str:
     """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`."""
     if len(example.tokens.response_positions()) == 0:
         return "no-response"
-    sel = example.selection
+    sel = selection_of(example)
     if not sel.response_keep or sel.b_r == 0:
         return "selection"
     closure = example.closure
@@ -198,7 +199,7 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     """A human view: the executed prompt, then the response with supervised runs in [[ ]]."""
     kinds = np.frombuffer(example.tokens.kinds, dtype=np.uint8)
     spans = example.tokens.spans()
-    keep = set(example.selection.prompt_keep)
+    keep = set(selection_of(example).prompt_keep)
     sup = set(supervise)
     prompt_parts, resp_parts, open_ = [], [], False
     for pos, kind in enumerate(kinds):
@@ -245,15 +246,15 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         def one(ex: Example) -> tuple:
             """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output)"""
             supervise = supervision_of(ex)
-            row = compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, supervise)
+            row = compact_row(ex.id, ex.tokens, selection_of(ex).prompt_keep, supervise)
             if not supervise:
                 return ex.id, drop_reason(ex), 0, 0, 0, 0, None
+            output: str | dict
             if opts.format == "text":
                 output = render_text(ex, row, supervise) + "\n"
             else:
-                output = columns_of(row, opts.columns, fingerprint)
-                if encoded:
-                    output = _jsonl(output)
+                columns = columns_of(row, opts.columns, fingerprint)
+                output = _jsonl(columns) if encoded else columns
             return (ex.id, None, len(ex.tokens.input_ids), ex.tokens.kinds.count(RESPONSE), len(row.input_ids),
                     len(supervise), output)
 
@@ -263,9 +264,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             else:
                 sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=encoded))
             if opts.workers > 1:
-                from .workers import run_pool
+                from .workers import run_pool, validator_of
 
-                results = (r for _, batch in run_pool(reader, reader._validate, one, list, opts.workers) for r in batch)
+                results = (r for _, batch in run_pool(reader, validator_of(reader), one, list, opts.workers) for r in batch)
             else:
                 results = (one(ex) for ex in reader)
             for id_, reason, before, response, after, supervised, output in results:
@@ -295,7 +296,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         note(f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
              f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
              f"{stats.response_tokens} response tokens")
-    if not is_stdio(opts.out) and opts.format != "text":
+    if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
         write_rows_meta(opts.out, RowsMeta(
             created=now(), format=opts.format, columns=list(PRESETS[opts.columns]),
             model=header.model.source, model_fingerprint=header.model.fingerprint,

@@ -13,7 +13,7 @@ from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
 from ..hookspecs import Plan, Selector, as_selector
 from ..registry import get
-from .common import map_stream, step_record
+from .common import MapArgs, map_stream, selection_of, step_record
 from .options import SelectOptions
 
 
@@ -115,7 +115,7 @@ def run_select(opts: SelectOptions) -> int:
     plan: Plan | None = None  # the budgets from a first pass: the selector's own, or --budget global
 
     def over_budget(new: Example) -> int:
-        sel = new.selection
+        sel = selection_of(new)
         return int(len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r)
 
     def fn(ex: Example, header: Header) -> Example:
@@ -139,8 +139,8 @@ def run_select(opts: SelectOptions) -> int:
 
             plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
             params["global_budget"] = plan.summary
-        kwargs = dict(step=step_record("select", params), stage="selection", needs="scores",
-                      hint="run `bridge score` first", fn=fn, label="selecting", display=display)
+        kwargs: MapArgs = {"step": step_record("select", params), "stage": "selection", "needs": "scores",
+                           "hint": "run `bridge score` first", "fn": fn, "label": "selecting", "display": display}
         if opts.workers > 1:
             from .workers import map_stream_parallel
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import multiprocessing
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from ..errors import BridgeError
 from ..format.reader import decode_example, open_reader
@@ -39,17 +39,18 @@ def _raise(spec: tuple) -> None:
     raise cls(message, file=file, record=record, field=field, hint=hint)
 
 
-def _work(start: int, payloads: list[bytes]) -> tuple[Any, list, tuple | None, str | None]:
+def _work(start: int, payloads: list[bytes]) -> tuple[Any, list[tuple[str, int]], tuple | None, tuple[str, int] | None]:
     """Decode, check and process one batch. Returns (packed results, [(id, record)] of the examples that
     passed their checks, the error of the first one that failed or None, and whether that one's id still
     needs the duplicate check before its error is raised ('fn': it failed in the step itself))."""
     job = _JOB
     name, validator, work = job["name"], job["validator"], job["work"]
-    results, ids = [], []
+    results: list[Any] = []
+    ids: list[tuple[str, int]] = []
     for k, payload in enumerate(payloads):
         position = start + k
         try:
-            ex = decode_example(payload, name, position)
+            ex = cast(Example, decode_example(payload, name, position))  # the parent hands out examples only
             validator.check(ex, position)
         except BridgeError as err:
             return job["pack"](results), ids, _error(err), None
@@ -71,6 +72,13 @@ def _batches(payloads: Iterator[bytes], size: int) -> Iterator[list[bytes]]:
             batch = []
     if batch:
         yield batch
+
+
+def validator_of(reader) -> Validator:
+    """The :class:`Validator` of a stream reader (the steps always read with validation on)."""
+    validator = reader._validate
+    assert isinstance(validator, Validator), "--workers needs a reader that validates"
+    return validator
 
 
 def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
@@ -161,10 +169,10 @@ def map_stream_parallel(inp, out, *, step, stage: str, needs: str, hint: str,
             return encode_record(new), (tally(new) if tally else 0)
 
         total = 0
-        with start_pool(reader, reader._validate, work, _pack_stream, workers) as pool, \
+        with start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool, \
                 open_writer(out, header) as writer, progress_bar() as bar:
             task = bar.add_task(label, total=None, unit="ex", start=False)
-            for n, (count, t, data, is_frame) in run_pool(reader, reader._validate, work, _pack_stream, workers,
+            for n, (count, t, data, is_frame) in run_pool(reader, validator_of(reader), work, _pack_stream, workers,
                                                            pool):
                 bar.start_task(task)
                 total += t
