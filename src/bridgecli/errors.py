@@ -8,8 +8,15 @@ class BridgeError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, file: str | None = None, record: int | str | None = None,
-                 field: str | None = None, hint: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        record: int | str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ):
         self.message = message
         self.file = file
         self.record = record
@@ -23,11 +30,12 @@ class BridgeError(Exception):
             where.append(str(self.file))
         if self.record is not None and self.record != "":
             # "line 12", "row 3", "item 0", "header" are already descriptive; bare numbers are record indices
-            where.append(self.record if isinstance(self.record, str) and not self.record.isdigit()
-                         else f"record {self.record}")
+            where.append(
+                self.record if isinstance(self.record, str) and not self.record.isdigit() else f"record {self.record}"
+            )
         if self.field is not None:
             where.append(f"field '{self.field}'")
-        text = (": ".join([", ".join(where), self.message]) if where else self.message)
+        text = ": ".join([", ".join(where), self.message]) if where else self.message
         if self.hint:
             text += f" ({self.hint})"
         return " ".join(text.split("\n"))

@@ -33,6 +33,7 @@ hookimpl = pluggy.HookimplMarker("bridgecli")
 
 # ------------------------------------------------------------------------------------------ segmenters
 
+
 class Segmenter(Protocol):
     """``bridge close --segmenter NAME``: sorted, non-overlapping, non-empty ``[start, end)``
     character spans of ``text`` (the response). Characters outside every span become one-token
@@ -42,6 +43,7 @@ class Segmenter(Protocol):
 
 
 # ------------------------------------------------------------------------------------------ scorers
+
 
 class Scorer(Protocol):
     """Scores a batch of tokenised examples: for each, ``Scores`` with a_j for every eligible
@@ -61,6 +63,7 @@ class ScorerFactory(Protocol):
 
 
 # ------------------------------------------------------------------------------------------ selectors
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -125,8 +128,10 @@ def default_budgets(example: Example, rho_p: float, rho_r: float) -> tuple[int, 
     """b = ceil(rho * eligible) on each side."""
     from .core.budgets import budget
 
-    return (budget(rho_p, len(example.tokens.prompt_positions())),
-            budget(rho_r, len(example.tokens.response_positions())))
+    return (
+        budget(rho_p, len(example.tokens.prompt_positions())),
+        budget(rho_r, len(example.tokens.response_positions())),
+    )
 
 
 class FunctionSelector:
@@ -170,13 +175,15 @@ def as_selector(obj: Any, name: str = "?") -> Selector:
         raise PluginError(f"selector '{name}' is not callable")
     stale = [a for a in ("budgets", "prepare") if getattr(obj, a, None) is not None]
     if stale:
-        raise PluginError(f"selector '{name}' carries {' and '.join(stale)} as attributes of a function",
-                          hint="make it an object with parse, prepare, budgets and __call__ "
-                               "(bridgecli.hookspecs.Selector)")
+        raise PluginError(
+            f"selector '{name}' carries {' and '.join(stale)} as attributes of a function",
+            hint="make it an object with parse, prepare, budgets and __call__ (bridgecli.hookspecs.Selector)",
+        )
     return FunctionSelector(obj)
 
 
 # ------------------------------------------------------------------------------------------ eval tasks
+
 
 class EvalTask(Protocol):
     """``bridge eval --task NAME``: reads ``options.data``, generates or scores with the model,
@@ -187,6 +194,7 @@ class EvalTask(Protocol):
 
 
 # ------------------------------------------------------------------------------------------ the hooks
+
 
 @hookspec
 def register_segmenters(register):

@@ -249,8 +249,11 @@ def lock_exclusively(fh, path: str | os.PathLike, what: str) -> None:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.close()
-        raise UsageError(f"another process is writing this {what}", file=str(path),
-                         hint="wait for it to finish, or give this run another output") from None
+        raise UsageError(
+            f"another process is writing this {what}",
+            file=str(path),
+            hint="wait for it to finish, or give this run another output",
+        ) from None
 
 
 @contextlib.contextmanager

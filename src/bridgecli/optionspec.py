@@ -25,8 +25,9 @@ DEVICE_HELP = "auto (cuda if present), cpu, cuda, cuda:1, ..."
 MODEL_HELP = "HF model folder, .gguf file or HF id (default: the embedded SmolLM2-135M-Instruct)."
 SEED_HELP = "Random seed (data order, splits)."
 ALLOW_EMPTY_HELP = "Accept an empty input or result (0 examples or rows) instead of failing."
-WORKERS_HELP = ("Processes for the per-example work (1: this process). Output is identical for any number; "
-                "about one per core.")
+WORKERS_HELP = (
+    "Processes for the per-example work (1: this process). Output is identical for any number; about one per core."
+)
 
 
 def _fail(flag: str, value: Any, want: str) -> None:
@@ -41,8 +42,16 @@ def integer(flag: str, value: Any, *, low: int = 1, high: int = MAX_COUNT, optio
         _fail(flag, value, f"an integer in [{low}, {high}]" if high != MAX_COUNT else f"an integer >= {low}")
 
 
-def real(flag: str, value: Any, *, low: float | None = None, high: float | None = None, low_open: bool = False,
-         high_open: bool = False, optional: bool = False) -> None:
+def real(
+    flag: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    optional: bool = False,
+) -> None:
     """``value`` a finite number in the interval given (open or closed at each end)."""
     if value is None and optional:
         return
@@ -77,11 +86,23 @@ class Range:
 
     def check(self, flag: str, value: Any, *, optional: bool = False) -> None:
         if self.integer:
-            integer(flag, value, low=int(self.low if self.low is not None else 1),
-                    high=int(self.high if self.high is not None else MAX_COUNT), optional=optional)
+            integer(
+                flag,
+                value,
+                low=int(self.low if self.low is not None else 1),
+                high=int(self.high if self.high is not None else MAX_COUNT),
+                optional=optional,
+            )
         else:
-            real(flag, value, low=self.low, high=self.high, low_open=self.low_open, high_open=self.high_open,
-                 optional=optional)
+            real(
+                flag,
+                value,
+                low=self.low,
+                high=self.high,
+                low_open=self.low_open,
+                high_open=self.high_open,
+                optional=optional,
+            )
 
 
 def count(low: int = 1, high: int = MAX_COUNT) -> Range:
@@ -89,8 +110,9 @@ def count(low: int = 1, high: int = MAX_COUNT) -> Range:
     return Range(integer=True, low=low, high=high)
 
 
-def number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
-           high_open: bool = False) -> Range:
+def number(
+    low: float | None = None, high: float | None = None, *, low_open: bool = False, high_open: bool = False
+) -> Range:
     """Finite numbers in an interval."""
     return Range(low=low, high=high, low_open=low_open, high_open=high_open)
 
@@ -120,11 +142,23 @@ class Spec:
         return "/".join(sorted(self.flags, key=len)) if len(self.flags) > 1 else self.flags[0]
 
 
-def option(default: Any = MISSING, help: str = "", *flags: str, factory: Any = MISSING, range: Range | None = None,
-           choices: tuple[str, ...] | list[str] | None = None, optional: bool | None = None) -> Any:
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *flags: str,
+    factory: Any = MISSING,
+    range: Range | None = None,
+    choices: tuple[str, ...] | list[str] | None = None,
+    optional: bool | None = None,
+) -> Any:
     """A dataclass field that is also a command-line option (see the module docstring)."""
-    spec = Spec(help=help, flags=tuple(flags), range=range, choices=tuple(choices) if choices else None,
-                optional=default is None if optional is None else optional)
+    spec = Spec(
+        help=help,
+        flags=tuple(flags),
+        range=range,
+        choices=tuple(choices) if choices else None,
+        optional=default is None if optional is None else optional,
+    )
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata={"option": spec})
     return dataclasses.field(default=default, metadata={"option": spec})
@@ -162,6 +196,26 @@ def check(opts: Any, *, prefix: str = "") -> None:
             _fail(flag, value, f"one of {', '.join(spec.choices)}")
 
 
-__all__ = ["ALLOW_EMPTY_HELP", "DEVICE_HELP", "FRACTION", "MAX_COUNT", "MAX_LAYERS", "MAX_ROUNDS", "MAX_SEED",
-           "MODEL_HELP", "RETENTION", "SEED", "SEED_HELP", "WORKERS_HELP", "Range", "Spec", "check", "count",
-           "field_of", "integer", "number", "option", "real"]
+__all__ = [
+    "ALLOW_EMPTY_HELP",
+    "DEVICE_HELP",
+    "FRACTION",
+    "MAX_COUNT",
+    "MAX_LAYERS",
+    "MAX_ROUNDS",
+    "MAX_SEED",
+    "MODEL_HELP",
+    "RETENTION",
+    "SEED",
+    "SEED_HELP",
+    "WORKERS_HELP",
+    "Range",
+    "Spec",
+    "check",
+    "count",
+    "field_of",
+    "integer",
+    "number",
+    "option",
+    "real",
+]

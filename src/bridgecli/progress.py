@@ -132,8 +132,7 @@ class BridgeProgress(Progress):
 
     def add_task(self, description, start=True, total=100.0, completed=0, visible=True, **fields):
         fields.setdefault("_start", completed)
-        return super().add_task(description, start=start, total=total, completed=completed, visible=visible,
-                                **fields)
+        return super().add_task(description, start=start, total=total, completed=completed, visible=visible, **fields)
 
 
 def _fields_text(task: Task) -> str:
@@ -146,8 +145,10 @@ def progress_line(task: Task, *, final: bool = False) -> str:
     count = f"{int(task.completed)}" + (f"/{int(task.total)}" if task.total is not None else "")
     unit = plural(task.fields.get("unit", "it"))
     if final:
-        return (f"{task.description}: {count} {unit} in {task.elapsed or 0.0:.1f} s ({format_rate(task)})"
-                + _fields_text(task))
+        return (
+            f"{task.description}: {count} {unit} in {task.elapsed or 0.0:.1f} s ({format_rate(task)})"
+            + _fields_text(task)
+        )
     left = f", ETA {format_seconds(eta(task))}" if task.total is not None else ""
     return f"{task.description}: {count} {unit} ({format_rate(task)}{left})" + _fields_text(task)
 
@@ -188,14 +189,22 @@ class LineProgress(BridgeProgress):
         super().stop()
 
 
-def make_progress(show: bool | None = None, *extra: ProgressColumn, console: Console | None = None,
-                  rate_column: bool = True) -> Progress:
+def make_progress(
+    show: bool | None = None, *extra: ProgressColumn, console: Console | None = None, rate_column: bool = True
+) -> Progress:
     """A Progress (use it as a context manager) in the mode this process should use: ``show=None``
     decides by :func:`mode`, False turns it off, True asks for a bar (when stderr is a terminal).
     ``rate_column=False`` for a caller whose ``extra`` columns already show a rate (tokens/s)."""
     chosen = mode() if show is None else ("bar" if show else "off")
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), CountColumn(), *extra,
-               *((RateColumn(),) if rate_column else ()), TimeElapsedColumn(), EtaColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        CountColumn(),
+        *extra,
+        *((RateColumn(),) if rate_column else ()),
+        TimeElapsedColumn(),
+        EtaColumn(),
+    )
     if chosen == "lines":
         return LineProgress(*columns, console=console)
     return BridgeProgress(*columns, console=console or stderr, disable=chosen == "off", transient=False)

@@ -62,8 +62,10 @@ def get(kind: str, name: str) -> Entry:
     entries = collect(kind)
     if name not in entries:
         known = ", ".join(sorted(entries)) or "none"
-        raise PluginError(f"no {kind.replace('_', ' ')} named '{name}' (available: {known})",
-                          hint="`bridge plugins` lists what is loaded")
+        raise PluginError(
+            f"no {kind.replace('_', ' ')} named '{name}' (available: {known})",
+            hint="`bridge plugins` lists what is loaded",
+        )
     return entries[name]
 
 

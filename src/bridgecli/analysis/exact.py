@@ -51,8 +51,10 @@ def neutral_token_id(tokenizer, text: str | None = None) -> int:
         if len(ids) == 1:
             return int(ids[0])
     if text is not None:
-        raise ValueError(f"the neutral token {text!r} is {len(tokenizer.encode(text, add_special_tokens=False))} "
-                         "tokens; pass text that is exactly one token")
+        raise ValueError(
+            f"the neutral token {text!r} is {len(tokenizer.encode(text, add_special_tokens=False))} "
+            "tokens; pass text that is exactly one token"
+        )
     return int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
 
 
@@ -66,8 +68,11 @@ def reduce_prompt(example: Example, keep: np.ndarray) -> Example:
     kept = np.setdiff1d(np.arange(n), drop)
     kinds = np.frombuffer(example.tokens.kinds, dtype=np.uint8)[kept]
     spans = example.tokens.spans()[kept]
-    tokens = Tokens(input_ids=[example.tokens.input_ids[t] for t in kept.tolist()], kinds=kinds.tobytes(),
-                    offsets=spans.reshape(-1).tolist())
+    tokens = Tokens(
+        input_ids=[example.tokens.input_ids[t] for t in kept.tolist()],
+        kinds=kinds.tobytes(),
+        offsets=spans.reshape(-1).tolist(),
+    )
     return msgspec.structs.replace(example, tokens=tokens, scores=None, selection=None, closure=None)
 
 
@@ -94,7 +99,7 @@ class ExactScores:
         """a_j for each example (its eligible response tokens, in order), ``batch_size`` at a time."""
         out: list[np.ndarray] = []
         for start in range(0, len(examples), self.batch_size):
-            for sc in self.scorer.score(examples[start:start + self.batch_size]):
+            for sc in self.scorer.score(examples[start : start + self.batch_size]):
                 out.append(sc.a.numpy().astype(np.float64))
         return out
 
@@ -120,8 +125,9 @@ class ExactScores:
                 for i in prompt[cols]:
                     ids = list(example.tokens.input_ids)
                     ids[int(i)] = int(self.neutral_id)
-                    copies.append(msgspec.structs.replace(example, tokens=msgspec.structs.replace(
-                        example.tokens, input_ids=ids)))
+                    copies.append(
+                        msgspec.structs.replace(example, tokens=msgspec.structs.replace(example.tokens, input_ids=ids))
+                    )
                 scores = self.scorer.score(copies)
             a_pert = np.stack([sc.a.numpy().astype(np.float64) for sc in scores], axis=1)  # [n, k]
             beta[:, cols] = a_full[:, None] - a_pert

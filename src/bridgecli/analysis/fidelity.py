@@ -30,20 +30,35 @@ SIDES = ("prompt", "response")
 ATTENTION = "attention"
 BRIDGE = "attention x a"
 METRICS = ("spearman", "overlap", "jaccard", "regret")
-METRIC_TITLES = {"spearman": "Spearman", "overlap": "Top-b overlap", "jaccard": "Jaccard",
-                 "regret": "Norm. regret"}
+METRIC_TITLES = {"spearman": "Spearman", "overlap": "Top-b overlap", "jaccard": "Jaccard", "regret": "Norm. regret"}
 
 #: Table 2 of the paper: 200 MetaMathQA examples, Llama-3.2-3B warmup checkpoint, rho_p = rho_r = 0.75.
 #: (mean, std) pairs where the paper gives a std, else (value, None).
 PAPER_TABLE2 = {
-    ("prompt", ATTENTION): {"spearman": (-0.0528, 0.1830), "overlap": (0.7094, 0.0353), "jaccard": (0.5509, None),
-                            "regret": (0.5905, None)},
-    ("prompt", BRIDGE): {"spearman": (0.9123, 0.1922), "overlap": (0.9462, 0.0372), "jaccard": (0.9192, None),
-                         "regret": (0.0347, None)},
-    ("response", ATTENTION): {"spearman": (-0.0409, 0.1170), "overlap": (0.7639, 0.0262), "jaccard": (0.6187, None),
-                              "regret": (0.5182, None)},
-    ("response", BRIDGE): {"spearman": (0.9463, 0.0376), "overlap": (0.9667, 0.0188), "jaccard": (0.9362, None),
-                           "regret": (0.0251, None)},
+    ("prompt", ATTENTION): {
+        "spearman": (-0.0528, 0.1830),
+        "overlap": (0.7094, 0.0353),
+        "jaccard": (0.5509, None),
+        "regret": (0.5905, None),
+    },
+    ("prompt", BRIDGE): {
+        "spearman": (0.9123, 0.1922),
+        "overlap": (0.9462, 0.0372),
+        "jaccard": (0.9192, None),
+        "regret": (0.0347, None),
+    },
+    ("response", ATTENTION): {
+        "spearman": (-0.0409, 0.1170),
+        "overlap": (0.7639, 0.0262),
+        "jaccard": (0.6187, None),
+        "regret": (0.5182, None),
+    },
+    ("response", BRIDGE): {
+        "spearman": (0.9463, 0.0376),
+        "overlap": (0.9667, 0.0188),
+        "jaccard": (0.9362, None),
+        "regret": (0.0251, None),
+    },
 }
 PAPER_SETTING = "paper Table 2: 200 MetaMathQA examples, Llama-3.2-3B warmup checkpoint, rho_p = rho_r = 0.75"
 
@@ -65,7 +80,9 @@ def response_proxies(a: np.ndarray, c: np.ndarray, A: np.ndarray, s_p: np.ndarra
     return {ATTENTION: routed, BRIDGE: a * routed}
 
 
-def interaction_proxies(a: np.ndarray, B: np.ndarray, s_r: np.ndarray, s_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def interaction_proxies(
+    a: np.ndarray, B: np.ndarray, s_r: np.ndarray, s_p: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """A scorer's interaction matrix B [n, m] as ``select`` uses it: (Delta_p(. | S_r), Delta_r(. | S_p))
     with beta = B and gamma = a - B.sum(1)."""
     from ..core.select import Surrogate
@@ -93,10 +110,18 @@ class ExampleFidelity:
     seconds: float | None = None
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "index": self.index, "m": self.m, "n": self.n, "b_p": self.b_p, "b_r": self.b_r,
-                "seconds": self.seconds,
-                "sides": {side: {proxy: ag.as_dict() for proxy, ag in proxies.items()}
-                          for side, proxies in self.sides.items()}}
+        return {
+            "id": self.id,
+            "index": self.index,
+            "m": self.m,
+            "n": self.n,
+            "b_p": self.b_p,
+            "b_r": self.b_r,
+            "seconds": self.seconds,
+            "sides": {
+                side: {proxy: ag.as_dict() for proxy, ag in proxies.items()} for side, proxies in self.sides.items()
+            },
+        }
 
 
 def evaluate(proxies: dict[str, np.ndarray], exact: np.ndarray, b: int) -> dict[str, Agreement]:

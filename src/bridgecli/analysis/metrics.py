@@ -95,7 +95,8 @@ def agreement(proxy: np.ndarray, exact: np.ndarray, b: int) -> Agreement:
         overlap=inter / b if b else math.nan,
         jaccard=inter / union if union else math.nan,
         regret=normalised_regret(exact, sp, b),
-        b=b, size=n,
+        b=b,
+        size=n,
     )
 
 

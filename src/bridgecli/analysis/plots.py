@@ -23,8 +23,12 @@ def _save(fig, path: str | Path) -> None:
         fig.savefig(tmp, dpi=130, bbox_inches="tight", format="png")
 
 
-STYLES = {("exact", "prompt"): ("tab:blue", "-", "o"), ("exact", "response"): ("tab:orange", "-", "s"),
-          ("surrogate", "prompt"): ("tab:blue", "--", "o"), ("surrogate", "response"): ("tab:orange", "--", "s")}
+STYLES = {
+    ("exact", "prompt"): ("tab:blue", "-", "o"),
+    ("exact", "response"): ("tab:orange", "-", "s"),
+    ("surrogate", "prompt"): ("tab:blue", "--", "o"),
+    ("surrogate", "response"): ("tab:orange", "--", "s"),
+}
 
 
 def shift_plot(report: dict, path: str | Path) -> None:
@@ -76,7 +80,7 @@ def stats_plot(dists: dict, path: str | Path, title: str = "") -> None:
             ax.legend(fontsize=8)
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
-    for ax in axes.ravel()[len(panels):]:
+    for ax in axes.ravel()[len(panels) :]:
         ax.axis("off")
     if title:
         fig.suptitle(title, fontsize=10)

@@ -129,11 +129,22 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
             unit = unit_of.get(pos)
             if unit is not None:
                 info["unit"] = f"{unit}{' (chosen)' if unit in chosen_units else ''}"
-            views.append(TokenView(pos, text, kname, kept, score=val,
-                                   strength=(abs(val) / scale if (val is not None and scale > 0) else 0.0),
-                                   unit=unit, unit_start=pos in unit_first, unit_end=pos in unit_last,
-                                   unit_size=unit_sizes.get(unit, 0) if unit is not None else 0, unit_chosen=unit in chosen_units,
-                                   info=info))
+            views.append(
+                TokenView(
+                    pos,
+                    text,
+                    kname,
+                    kept,
+                    score=val,
+                    strength=(abs(val) / scale if (val is not None and scale > 0) else 0.0),
+                    unit=unit,
+                    unit_start=pos in unit_first,
+                    unit_end=pos in unit_last,
+                    unit_size=unit_sizes.get(unit, 0) if unit is not None else 0,
+                    unit_chosen=unit in chosen_units,
+                    info=info,
+                )
+            )
         elif kind == EOS:
             info["supervised"] = "yes (EOS, always)"
             views.append(TokenView(pos, text, kname, True, info=info))
@@ -141,8 +152,11 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
             info["kept"] = "yes (template, always)"
             views.append(TokenView(pos, text, kname, True, info=info))
 
-    summary = {"tokens": len(kinds), "prompt kept": f"{len(prompt_keep & set(prompt.tolist()))}/{len(prompt)}",
-               "response supervised": f"{len(supervised & set(resp.tolist()))}/{len(resp)}"}
+    summary = {
+        "tokens": len(kinds),
+        "prompt kept": f"{len(prompt_keep & set(prompt.tolist()))}/{len(prompt)}",
+        "response supervised": f"{len(supervised & set(resp.tolist()))}/{len(resp)}",
+    }
     if sel is not None:
         summary.update({"selector": sel.method, "b_p": sel.b_p, "b_r": sel.b_r})
         if sel.u_sur:
@@ -201,10 +215,13 @@ def render_plain(view: ExampleView) -> str:
             mark(None, t.text)
     close()
     title = f"example {view.id} (index {view.index}, stage {view.stage})  " + "  ".join(
-        f"{k}: {v}" for k, v in view.summary.items())
-    legend = (f"legend: kept prompt as is  {DROPPED_OPEN}dropped prompt{DROPPED_CLOSE}  "
-              f"{SUPERVISED_OPEN}supervised{SUPERVISED_CLOSE}  not supervised as is  "
-              f"{UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of their own)")
+        f"{k}: {v}" for k, v in view.summary.items()
+    )
+    legend = (
+        f"legend: kept prompt as is  {DROPPED_OPEN}dropped prompt{DROPPED_CLOSE}  "
+        f"{SUPERVISED_OPEN}supervised{SUPERVISED_CLOSE}  not supervised as is  "
+        f"{UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of their own)"
+    )
     return f"{title}\n\n{''.join(out)}\n\n{legend}\n"
 
 
@@ -245,8 +262,10 @@ def render_terminal(view: ExampleView):
     legend.append("supervised (-)", style=_rich_highlight(-1.0, 1.0))
     legend.append("  ")
     legend.append("not supervised", style="grey62")
-    legend.append(f"  {UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of "
-                  "their own)", style="cyan")
+    legend.append(
+        f"  {UNIT_OPEN} {UNIT_CLOSE} a closure unit of several tokens (other response tokens are units of their own)",
+        style="cyan",
+    )
     if view.score_name:
         legend.append(f"  (highlight strength: |{view.score_name}|)", style="dim")
     return Group(title, Text(""), body, Text(""), legend)
@@ -335,12 +354,12 @@ def render_html(view: ExampleView, title: str = "bridge show") -> str:
         f'<span style="background:{_html_color(-1.0, 1.0)}">supervised (&minus;)</span>'
         '<span class="response unsup">not supervised</span>'
         f'<span class="unit chosen">closure unit (chosen)</span><span class="unit">closure unit (not chosen)</span>'
-        f'{score_note} &middot; hover a token for its scores</div>'
+        f"{score_note} &middot; hover a token for its scores</div>"
     )
     head = html.escape(f"example {view.id} (index {view.index}, stage {view.stage})")
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
-        f"<h1>{head}</h1>\n<div class=\"summary\">{summary}</div>\n"
-        f"<div class=\"text\" id=\"example\">{''.join(parts)}</div>\n{legend}\n</body></html>\n"
+        f'<h1>{head}</h1>\n<div class="summary">{summary}</div>\n'
+        f'<div class="text" id="example">{"".join(parts)}</div>\n{legend}\n</body></html>\n'
     )

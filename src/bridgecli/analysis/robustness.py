@@ -87,7 +87,7 @@ def kappa(a: np.ndarray, B: np.ndarray, selected: np.ndarray) -> Kappa:
     arg_out = np.zeros(n, dtype=np.int64)
     chunk = max(1, CHUNK_FLOATS // (rest.size * n))
     for start in range(0, sel.size, chunk):
-        rows = sel[start:start + chunk]
+        rows = sel[start : start + chunk]
         d = B[rows, None, :] - B[None, rest, :]  # [c, r, n]
         d.sort(axis=-1)
         vals = np.cumsum(d, axis=-1) + (a[rows, None] - a[None, rest])[..., None]  # [c, r, n]
@@ -110,7 +110,9 @@ def witness(B: np.ndarray, i: int, i_out: int, q: int) -> np.ndarray:
 
 def conditional(a: np.ndarray, B: np.ndarray, V: np.ndarray) -> np.ndarray:
     """s(V) = a + sum_{j in V} B[:, j]."""
-    return np.asarray(a, dtype=np.float64) + np.asarray(B, dtype=np.float64)[:, np.asarray(V, dtype=np.int64)].sum(axis=1)
+    return np.asarray(a, dtype=np.float64) + np.asarray(B, dtype=np.float64)[:, np.asarray(V, dtype=np.int64)].sum(
+        axis=1
+    )
 
 
 def is_optimal(a: np.ndarray, B: np.ndarray, selected: np.ndarray, V: np.ndarray) -> bool:
@@ -145,6 +147,7 @@ def side_problem(side: str, a: np.ndarray, c: np.ndarray, A: np.ndarray) -> tupl
 
 # ------------------------------------------------------------------------------------ the report
 
+
 def _abs(positions: np.ndarray, idx) -> list[int]:
     return positions[np.asarray(idx, dtype=np.int64)].tolist()
 
@@ -171,21 +174,29 @@ def example_side(side: str, ex: Example, rho_side: float, rho_opp: float, full: 
         i, i2 = int(k.pair_in[q - 1]), int(k.pair_out[q - 1])
         V = witness(B, i, i2, q)
         s = conditional(a_x, B, V)
-        return {"q": q, "kappa": float(k.kappa[q - 1]), "out": int(own[i]), "in": int(own[i2]),
-                "V": _abs(opp, V), "gain": float(s[i2] - s[i])}
+        return {
+            "q": q,
+            "kappa": float(k.kappa[q - 1]),
+            "out": int(own[i]),
+            "in": int(own[i2]),
+            "V": _abs(opp, V),
+            "gain": float(s[i2] - s[i]),
+        }
 
     first_neg = k.first_negative()
-    out.update({
-        "selected": _abs(own, sel),
-        "kappa": [float(x) for x in k.kappa],
-        "pairs": [[int(own[i]), int(own[j])] for i, j in zip(k.pair_in, k.pair_out)],
-        "first_negative_q": first_neg,
-        "robust_from_q": k.robust_from(),
-        "kappa_at_b_opposite": float(k.kappa[b_opp - 1]) if b_opp >= 1 else None,
-        "robust_at_b_opposite": bool(k.kappa[b_opp - 1] >= 0) if b_opp >= 1 else None,
-        "swap_at_first_negative": swap(first_neg) if first_neg is not None else None,
-        "swap_at_b_opposite": swap(b_opp) if b_opp >= 1 and k.kappa[b_opp - 1] < 0 else None,
-    })
+    out.update(
+        {
+            "selected": _abs(own, sel),
+            "kappa": [float(x) for x in k.kappa],
+            "pairs": [[int(own[i]), int(own[j])] for i, j in zip(k.pair_in, k.pair_out)],
+            "first_negative_q": first_neg,
+            "robust_from_q": k.robust_from(),
+            "kappa_at_b_opposite": float(k.kappa[b_opp - 1]) if b_opp >= 1 else None,
+            "robust_at_b_opposite": bool(k.kappa[b_opp - 1] >= 0) if b_opp >= 1 else None,
+            "swap_at_first_negative": swap(first_neg) if first_neg is not None else None,
+            "swap_at_b_opposite": swap(b_opp) if b_opp >= 1 and k.kappa[b_opp - 1] < 0 else None,
+        }
+    )
     if full:
         out["swaps"] = [swap(q) for q in range(1, n + 1) if k.kappa[q - 1] < 0]
     return out
@@ -202,15 +213,17 @@ def table(examples: list[dict]) -> list[dict]:
             rows.append({"side": side, "examples": 0})
             continue
         frac_first = [(d["first_negative_q"] / d["opposite"]) if d["first_negative_q"] else None for d in defined]
-        rows.append({
-            "side": side,
-            "examples": len(defined),
-            "undefined": len(examples) - len(defined),
-            "mean_b": float(np.mean([d["b"] for d in defined])),
-            "mean_b_opposite": float(np.mean([d["b_opposite"] for d in defined])),
-            "robust_at_b_opposite": float(np.mean([d["robust_at_b_opposite"] for d in defined])),
-            "robust_at_every_q": float(np.mean([d["first_negative_q"] is None for d in defined])),
-            "first_negative_fraction": summary([x for x in frac_first if x is not None]),
-            "robust_from_fraction": summary([(d["robust_from_q"] - 1) / d["opposite"] for d in defined]),
-        })
+        rows.append(
+            {
+                "side": side,
+                "examples": len(defined),
+                "undefined": len(examples) - len(defined),
+                "mean_b": float(np.mean([d["b"] for d in defined])),
+                "mean_b_opposite": float(np.mean([d["b_opposite"] for d in defined])),
+                "robust_at_b_opposite": float(np.mean([d["robust_at_b_opposite"] for d in defined])),
+                "robust_at_every_q": float(np.mean([d["first_negative_q"] is None for d in defined])),
+                "first_negative_fraction": summary([x for x in frac_first if x is not None]),
+                "robust_from_fraction": summary([(d["robust_from_q"] - 1) / d["opposite"] for d in defined]),
+            }
+        )
     return rows

@@ -78,8 +78,10 @@ def exact_shifts(beta_exact, a_full, s_r_levels, a_reduced_levels) -> dict[str, 
     beta_exact = np.asarray(beta_exact, dtype=np.float64)
     full = beta_exact.sum(axis=0)
     prompt = [beta_exact[s].sum(axis=0) for s in s_r_levels]
-    return {"prompt": shifts(full, prompt),
-            "response": shifts(np.asarray(a_full, dtype=np.float64), [np.asarray(x) for x in a_reduced_levels])}
+    return {
+        "prompt": shifts(full, prompt),
+        "response": shifts(np.asarray(a_full, dtype=np.float64), [np.asarray(x) for x in a_reduced_levels]),
+    }
 
 
 def aggregate(per_example: list[dict[str, dict[str, list[float]]]], levels) -> dict:
@@ -92,7 +94,10 @@ def aggregate(per_example: list[dict[str, dict[str, list[float]]]], levels) -> d
                 out.setdefault(scores, {}).setdefault(side, [[] for _ in levels])
                 for k, v in enumerate(vals):
                     out[scores][side][k].append(v)
-    return {scores: {side: [summary([None if (v is None or math.isnan(v)) else v for v in vals])
-                            for vals in per_level]
-                     for side, per_level in sides.items()}
-            for scores, sides in out.items()}
+    return {
+        scores: {
+            side: [summary([None if (v is None or math.isnan(v)) else v for v in vals]) for vals in per_level]
+            for side, per_level in sides.items()
+        }
+        for scores, sides in out.items()
+    }

@@ -59,7 +59,9 @@ def collect(path: str | None) -> tuple[dict, dict[str, list[float]], list[list[f
     if sum(kept_p.total.values()) + sum(kept_r.total.values()):
         info["token_classes"] = {
             "response_set": "closure" if info["stage"] == "closure" else "selection",
-            "prompt": kept_p.table(), "response": kept_r.table()}
+            "prompt": kept_p.table(),
+            "response": kept_r.table(),
+        }
     return info, d, trajectories
 
 
@@ -68,8 +70,16 @@ def describe(values: list[float]) -> dict | None:
         return None
     v = np.asarray(values, dtype=np.float64)
     q = np.quantile(v, [0.0, 0.1, 0.5, 0.9, 1.0])
-    return {"count": int(v.size), "mean": float(v.mean()), "std": float(v.std()), "min": float(q[0]),
-            "p10": float(q[1]), "median": float(q[2]), "p90": float(q[3]), "max": float(q[4])}
+    return {
+        "count": int(v.size),
+        "mean": float(v.mean()),
+        "std": float(v.std()),
+        "min": float(q[0]),
+        "p10": float(q[1]),
+        "median": float(q[2]),
+        "p90": float(q[3]),
+        "max": float(q[4]),
+    }
 
 
 def histogram(values: list[float], bins: int = 10) -> dict | None:
@@ -106,7 +116,8 @@ def render(summary: dict):
         t.add_row(name, str(d["count"]), *(f"{d[c]:.4g}" for c in ("mean", "min", "p10", "median", "p90", "max")))
     if "u_sur_mean_trajectory" in summary:
         t.caption = "mean U_sur / |first U_sur| after each update: " + " ".join(
-            f"{x:.3f}" for x in summary["u_sur_mean_trajectory"])
+            f"{x:.3f}" for x in summary["u_sur_mean_trajectory"]
+        )
     return t
 
 

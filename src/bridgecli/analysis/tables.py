@@ -14,8 +14,10 @@ def fidelity_table(report: dict):
     from rich.table import Table
 
     p = report["params"]
-    t = Table(title=f"Selection-level fidelity: rho_p={p['rho_p']}, rho_r={p['rho_r']}, T={p['rounds']}, "
-                    f"{p['perturb']} perturbation, n={report['examples_used']}")
+    t = Table(
+        title=f"Selection-level fidelity: rho_p={p['rho_p']}, rho_r={p['rho_r']}, T={p['rounds']}, "
+        f"{p['perturb']} perturbation, n={report['examples_used']}"
+    )
     t.add_column("side", style="bold")
     t.add_column("proxy")
     t.add_column("source", style="dim")
@@ -26,14 +28,21 @@ def fidelity_table(report: dict):
         if last_side is not None and row["side"] != last_side:
             t.add_section()
         last_side = row["side"]
-        t.add_row(row["side"], row["proxy"], f"ours (n={row['examples']})",
-                  *(fmt(row[m], with_std=m in ("spearman", "overlap")) for m in METRICS))
+        t.add_row(
+            row["side"],
+            row["proxy"],
+            f"ours (n={row['examples']})",
+            *(fmt(row[m], with_std=m in ("spearman", "overlap")) for m in METRICS),
+        )
         paper = PAPER_TABLE2.get((row["side"], row["proxy"]))
         if paper is not None:
-            t.add_row("", "", "paper (n=200)",
-                      *(fmt({"mean": paper[m][0], "std": paper[m][1]}) for m in METRICS), style="dim")
-    t.caption = ("Spearman and top-b overlap: mean ± std over examples; Jaccard and regret: mean. "
-                 "paper: Table 2, 200 MetaMathQA examples, Llama-3.2-3B")
+            t.add_row(
+                "", "", "paper (n=200)", *(fmt({"mean": paper[m][0], "std": paper[m][1]}) for m in METRICS), style="dim"
+            )
+    t.caption = (
+        "Spearman and top-b overlap: mean ± std over examples; Jaccard and regret: mean. "
+        "paper: Table 2, 200 MetaMathQA examples, Llama-3.2-3B"
+    )
     return t
 
 
@@ -42,8 +51,10 @@ def shift_table(report: dict):
 
     levels = report["levels"]
     p = report["params"]
-    t = Table(title=f"Ranking shift (1 - Spearman with full retention), {p['subset']} opposite-side subsets, "
-                    f"n={report['examples_used']}")
+    t = Table(
+        title=f"Ranking shift (1 - Spearman with full retention), {p['subset']} opposite-side subsets, "
+        f"n={report['examples_used']}"
+    )
     t.add_column("side", style="bold")
     t.add_column("scores")
     for rho in levels:
@@ -59,12 +70,20 @@ def robustness_table(report: dict):
     from rich.table import Table
 
     p = report["params"]
-    t = Table(title=f"Full-state selection robustness (Theorem 1): rho_p={p['rho_p']}, rho_r={p['rho_r']}, "
-                    f"n={report['examples_used']}")
+    t = Table(
+        title=f"Full-state selection robustness (Theorem 1): rho_p={p['rho_p']}, rho_r={p['rho_r']}, "
+        f"n={report['examples_used']}"
+    )
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("side", "left"), ("examples", "right"), ("mean b", "right"), ("mean b_opp", "right"),
-        ("robust at b_opp", "right"), ("robust at every q", "right"),
-        ("first q<0 / n (median)", "right"), ("robust from q / n (median)", "right"))
+        ("side", "left"),
+        ("examples", "right"),
+        ("mean b", "right"),
+        ("mean b_opp", "right"),
+        ("robust at b_opp", "right"),
+        ("robust at every q", "right"),
+        ("first q<0 / n (median)", "right"),
+        ("robust from q / n (median)", "right"),
+    )
     for col, just in columns:
         t.add_column(col, justify=just, style="bold" if col == "side" else None)
     for row in report["table"]:
@@ -72,10 +91,18 @@ def robustness_table(report: dict):
             t.add_row(row["side"], "0", *["—"] * 6)
             continue
         fn, rf = row["first_negative_fraction"], row["robust_from_fraction"]
-        t.add_row(row["side"], str(row["examples"]), f"{row['mean_b']:.1f}", f"{row['mean_b_opposite']:.1f}",
-                  f"{row['robust_at_b_opposite']:.1%}", f"{row['robust_at_every_q']:.1%}",
-                  "—" if fn["median"] is None else f"{fn['median']:.3f}",
-                  "—" if rf["median"] is None else f"{rf['median']:.3f}")
-    t.caption = ("robust at b_opp: kappa_q >= 0 at q = the opposite side's budget, i.e. the full-state top-b stays "
-                 "optimal for every opposite subset of that size; robust from q: kappa_q' >= 0 for all q' >= q")
+        t.add_row(
+            row["side"],
+            str(row["examples"]),
+            f"{row['mean_b']:.1f}",
+            f"{row['mean_b_opposite']:.1f}",
+            f"{row['robust_at_b_opposite']:.1%}",
+            f"{row['robust_at_every_q']:.1%}",
+            "—" if fn["median"] is None else f"{fn['median']:.3f}",
+            "—" if rf["median"] is None else f"{rf['median']:.3f}",
+        )
+    t.caption = (
+        "robust at b_opp: kappa_q >= 0 at q = the opposite side's budget, i.e. the full-state top-b stays "
+        "optimal for every opposite subset of that size; robust from q: kappa_q' >= 0 for all q' >= q"
+    )
     return t

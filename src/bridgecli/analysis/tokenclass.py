@@ -82,5 +82,11 @@ class Retention:
             self.kept[cls] += int(keep)
 
     def table(self) -> dict:
-        return {c: {"tokens": self.total[c], "kept": self.kept[c],
-                    "fraction": self.kept[c] / self.total[c] if self.total[c] else None} for c in CLASSES}
+        return {
+            c: {
+                "tokens": self.total[c],
+                "kept": self.kept[c],
+                "fraction": self.kept[c] / self.total[c] if self.total[c] else None,
+            }
+            for c in CLASSES
+        }

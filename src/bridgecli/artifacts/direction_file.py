@@ -41,11 +41,17 @@ class DirectionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
     layers: int | None = None
     base_model: str | None = None
 
-
     @classmethod
     def of(cls, stats: DirectionStats, *, layers: int, base_model: str) -> "DirectionMeta":
-        return cls(lam=stats.lam, eps=stats.eps, g_target_norm=stats.g_target_norm,
-                   g_anchor_norm=stats.g_anchor_norm, v_norm=stats.v_norm, layers=layers, base_model=base_model)
+        return cls(
+            lam=stats.lam,
+            eps=stats.eps,
+            g_target_norm=stats.g_target_norm,
+            g_anchor_norm=stats.g_anchor_norm,
+            v_norm=stats.v_norm,
+            layers=layers,
+            base_model=base_model,
+        )
 
 
 @dataclass

@@ -94,6 +94,8 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
     if not any((out / m).exists() for m in RUN_MARKERS):
         raise UsageError(f"{out} is not empty and holds no training run", hint="pass another -o, or empty it")
     if checkpoint.complete(out) and not overwrite:
-        raise UsageError(f"{out} holds checkpoints of an earlier run",
-                         hint="pass --resume to continue it, or --overwrite to start over")
+        raise UsageError(
+            f"{out} holds checkpoints of an earlier run",
+            hint="pass --resume to continue it, or --overwrite to start over",
+        )
     return True

@@ -121,13 +121,16 @@ class WarmupRun:
                     f"no warmup run at {root} (the folder `bridge warmup` writes by default)",
                     hint="run `bridge warmup WARM.jsonl --val VAL.jsonl` first, or pass --from RUN_DIR",
                 )
-            raise ModelError(f"{root} is not a warmup run folder (no {META} or {CHECKPOINT}/)",
-                             hint="pass the folder `bridge warmup -o` wrote")
+            raise ModelError(
+                f"{root} is not a warmup run folder (no {META} or {CHECKPOINT}/)",
+                hint="pass the folder `bridge warmup -o` wrote",
+            )
         return cls(root)
 
 
-def write_warmup_run(out: str | Path, *, model, tokenizer, meta: WarmupMeta, direction: Direction,
-                     history: list[dict]) -> WarmupRun:
+def write_warmup_run(
+    out: str | Path, *, model, tokenizer, meta: WarmupMeta, direction: Direction, history: list[dict]
+) -> WarmupRun:
     """Write the whole run folder ``out``: it appears complete, or not at all (an earlier run there
     is replaced only once the new one is written)."""
     from ..io import atomic_dir

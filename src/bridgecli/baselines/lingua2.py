@@ -24,9 +24,11 @@ from ..format.records import Example
 WINDOW = 510
 _WORD = re.compile(r"\S+")
 
-HOW_TO_GET = ("llmlingua2 needs a local LLMLingua-2 token classifier: on a machine with hub access run "
-              "`huggingface-cli download microsoft/llmlingua-2-xlm-roberta-large-meetingbank --local-dir DIR`, "
-              "copy DIR here and pass --option classifier=DIR (or use --method llmlingua1, which needs no classifier)")
+HOW_TO_GET = (
+    "llmlingua2 needs a local LLMLingua-2 token classifier: on a machine with hub access run "
+    "`huggingface-cli download microsoft/llmlingua-2-xlm-roberta-large-meetingbank --local-dir DIR`, "
+    "copy DIR here and pass --option classifier=DIR (or use --method llmlingua1, which needs no classifier)"
+)
 
 
 @lru_cache(maxsize=2)
@@ -45,8 +47,9 @@ def load_classifier(path: str):
     if not getattr(tok, "is_fast", False):
         raise ModelError(f"the classifier at {p} has no fast tokenizer (character offsets are needed)")
     if model.config.num_labels < 2:
-        raise ModelError(f"the classifier at {p} has {model.config.num_labels} label(s); "
-                         "LLMLingua-2's has 2 (drop, keep)")
+        raise ModelError(
+            f"the classifier at {p} has {model.config.num_labels} label(s); LLMLingua-2's has 2 (drop, keep)"
+        )
     return tok, model
 
 
@@ -80,8 +83,14 @@ def word_probabilities(text: str, tok, model) -> tuple[list[tuple[int, int]], np
     total = np.zeros(len(words))
     count = np.zeros(len(words))
     for c0, c1 in windows:
-        enc = tok(text[c0:c1], add_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True,
-                  truncation=True, max_length=WINDOW + 2)
+        enc = tok(
+            text[c0:c1],
+            add_special_tokens=True,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            truncation=True,
+            max_length=WINDOW + 2,
+        )
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([enc["input_ids"]])).logits[0].float()
         keep = torch.softmax(logits, dim=-1)[:, 1].numpy()

@@ -67,8 +67,9 @@ class Matched:
     summary: dict = field(default_factory=dict)
 
 
-def matched_budgets(sizes: Sequence[tuple[int, int]], rho_p: float, rho_r: float, scope: str,
-                    match: str = "tokens") -> Matched:
+def matched_budgets(
+    sizes: Sequence[tuple[int, int]], rho_p: float, rho_r: float, scope: str, match: str = "tokens"
+) -> Matched:
     """Per-example (b_p, b_r) for a method of ``scope`` under the matching rule ``match``.
     ``sizes`` are the (m, n) eligible counts of the examples, in stream order."""
     if scope not in SCOPES:

@@ -44,8 +44,11 @@ def _check(arr: np.ndarray, size: int, example: Example, what: str) -> np.ndarra
 def _scores_loss(example: Example, name: str) -> np.ndarray:
     s = example.scores
     if s is None or s.loss is None:
-        raise FormatError(f"no response losses '{name}': the example's scores carry no loss", record=example.index,
-                          hint=_hint(WARMUP, "loss"))
+        raise FormatError(
+            f"no response losses '{name}': the example's scores carry no loss",
+            record=example.index,
+            hint=_hint(WARMUP, "loss"),
+        )
     return _check(s.loss.numpy(), len(example.tokens.response_positions()), example, "scores.loss")
 
 
@@ -58,8 +61,11 @@ def losses(example: Example, name: str, side: str) -> np.ndarray:
     if side == "response" and (name == SCORES or (name == WARMUP and ref is None)):
         return _scores_loss(example, name)
     known = ", ".join(sorted(example.references)) or "none"
-    raise FormatError(f"no {side} losses named '{name}' in the stream (references: {known})", record=example.index,
-                      hint=_hint(name, "loss"))
+    raise FormatError(
+        f"no {side} losses named '{name}' in the stream (references: {known})",
+        record=example.index,
+        hint=_hint(name, "loss"),
+    )
 
 
 def quantity(example: Example, name: str, field: str) -> np.ndarray:
@@ -71,8 +77,11 @@ def quantity(example: Example, name: str, field: str) -> np.ndarray:
     if arr is None:
         what = "attention" if field == "response_attention" else ("grad" if field.endswith("grad") else "received")
         known = ", ".join(sorted(example.references)) or "none"
-        raise FormatError(f"no {field.replace('_', ' ')} from a model named '{name}' in the stream "
-                          f"(references: {known})", record=example.index, hint=_hint(name, what))
+        raise FormatError(
+            f"no {field.replace('_', ' ')} from a model named '{name}' in the stream (references: {known})",
+            record=example.index,
+            hint=_hint(name, what),
+        )
     return _check(arr.numpy(), size, example, f"references.{name}.{field}")
 
 

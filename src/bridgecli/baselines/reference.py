@@ -26,8 +26,15 @@ def _targets(ex: Example) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return t.prompt_positions(), t.response_positions(), t.eos_positions()
 
 
-def reference_batch(model, examples: list[Example], *, pad_id: int, device: str = "cpu",
-                    attention: bool = True, grad_norms: bool = False) -> list[dict[str, np.ndarray]]:
+def reference_batch(
+    model,
+    examples: list[Example],
+    *,
+    pad_id: int,
+    device: str = "cpu",
+    attention: bool = True,
+    grad_norms: bool = False,
+) -> list[dict[str, np.ndarray]]:
     """Per example: ``prompt_loss`` [m], ``response_loss`` [n]; with ``attention``
     ``response_attention`` [n], ``prompt_received`` [m], ``response_received`` [n]; with
     ``grad_norms`` ``prompt_grad`` [m], ``response_grad`` [n]."""
@@ -56,7 +63,7 @@ def reference_batch(model, examples: list[Example], *, pad_id: int, device: str 
         emb = model.get_input_embeddings()(ids)
         if grad_norms:
             emb = emb.detach().requires_grad_(True)
-        with (routing(capture) if attention else contextlib.nullcontext()):
+        with routing(capture) if attention else contextlib.nullcontext():
             out = decoder(inputs_embeds=emb, attention_mask=mask, use_cache=False)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
         logits = model.get_output_embeddings()(hidden[b_idx_t, query]).float()
@@ -82,7 +89,7 @@ def reference_batch(model, examples: list[Example], *, pad_id: int, device: str 
     start = 0
     for b, (p, r, e) in enumerate(parts):
         m, n = len(p), len(r)
-        item = {"prompt_loss": ce_np[start:start + m], "response_loss": ce_np[start + m:start + m + n]}
+        item = {"prompt_loss": ce_np[start : start + m], "response_loss": ce_np[start + m : start + m + n]}
         start += m + n + len(e)
         if rows is not None:
             L = lengths[b]

@@ -72,8 +72,14 @@ class Baseline:
         if self.scope != "both":
             spec.setdefault("match", Opt("tokens", "budget matching rule for the side kept whole", MATCH_RULES))
         if len(self.rankings) > 1:
-            spec.setdefault("ranking", Opt(self.rankings[0], "rank response tokens per sample, over the whole "
-                                           "stream, or per batch of consecutive examples", self.rankings))
+            spec.setdefault(
+                "ranking",
+                Opt(
+                    self.rankings[0],
+                    "rank response tokens per sample, over the whole stream, or per batch of consecutive examples",
+                    self.rankings,
+                ),
+            )
             if "batch" in self.rankings:
                 spec.setdefault("batch", Opt(64, "examples per batch for ranking=batch"))
         self.options = spec
@@ -108,8 +114,11 @@ class Baseline:
         seen = set()
         for ex in examples:
             if ex.index in seen:
-                raise FormatError(f"two examples with index {ex.index} in one stream", record=ex.index,
-                                  hint="select each input file's stream on its own")
+                raise FormatError(
+                    f"two examples with index {ex.index} in one stream",
+                    record=ex.index,
+                    hint="select each input file's stream on its own",
+                )
             seen.add(ex.index)
             indices.append(ex.index)
             sizes.append((len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())))
@@ -164,17 +173,22 @@ class Baseline:
             if o.get("joint", True):
                 prompt, response = self._joint_pick(example, o, b_p + b_r, (p_scores, r_scores))
                 if len(prompt) != b_p or len(response) != b_r:
-                    raise FormatError(f"selector '{self.name}': joint ranking gave {len(prompt)}/{len(response)} "
-                                      f"tokens for declared budgets {b_p}/{b_r}", record=example.index)
+                    raise FormatError(
+                        f"selector '{self.name}': joint ranking gave {len(prompt)}/{len(response)} "
+                        f"tokens for declared budgets {b_p}/{b_r}",
+                        record=example.index,
+                    )
             else:
                 prompt, response = top_b(p_scores, b_p), top_b(r_scores, b_r)
             return SelectionResult(prompt=prompt, response=response, response_scores=r_scores)
         p_scores = self.prompt_score(example, o) if self.prompt_score is not None else np.ones(m)
         r_scores = self._response_scores(example, o)
         # protected tokens (select --protect-*): kept / supervised always, the rest by the method's ranking
-        return SelectionResult(prompt=top_b_forced(p_scores, b_p, o.get("_protect_prompt")),
-                               response=top_b_forced(r_scores, b_r, o.get("_protect_response")),
-                               response_scores=r_scores)
+        return SelectionResult(
+            prompt=top_b_forced(p_scores, b_p, o.get("_protect_prompt")),
+            response=top_b_forced(r_scores, b_r, o.get("_protect_response")),
+            response_scores=r_scores,
+        )
 
     @property
     def protects(self) -> bool:

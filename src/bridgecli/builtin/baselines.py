@@ -26,7 +26,8 @@ def _draws(example: Example, o: dict, side: int, size: int) -> np.ndarray:
 
 
 RANDOM = Baseline(
-    "random", "both",
+    "random",
+    "both",
     prompt_score=lambda ex, o: _draws(ex, o, 0, len(ex.tokens.prompt_positions())),
     response_score=lambda ex, o: _draws(ex, o, 1, len(ex.tokens.response_positions())),
     options={"seed": Opt(DEFAULT_SEED, "random seed; example k draws from the seed sequence (seed, index_k, side)")},
@@ -36,12 +37,15 @@ RANDOM = Baseline(
 # -- RHO-1 (static) -------------------------------------------------------------------------------
 def _rho1_validate(o: dict) -> None:
     if o["mode"] != "static":
-        raise UsageError("rho1 mode=online needs the current model's loss inside the training step, which "
-                         "`bridge train` does not compute (it trains on fixed labels); use mode=static")
+        raise UsageError(
+            "rho1 mode=online needs the current model's loss inside the training step, which "
+            "`bridge train` does not compute (it trains on fixed labels); use mode=static"
+        )
 
 
 RHO1 = Baseline(
-    "rho1", "response",
+    "rho1",
+    "response",
     response_score=lambda ex, o: rules.excess_loss(losses(ex, o["cur"], "response"), losses(ex, o["ref"], "response")),
     options={
         "cur": Opt("base", "the 'current' model's losses (static mode: the base model theta_old)"),
@@ -63,8 +67,9 @@ _TC_OPTIONS = {
     "ref": Opt(WARMUP, "reference model's losses (default: the warmup checkpoint)"),
 }
 
-TOKEN_CLEANING = Baseline("tokencleaning", "response", response_score=_tc_score, options=dict(_TC_OPTIONS),
-                          rankings=("global", "sample"))
+TOKEN_CLEANING = Baseline(
+    "tokencleaning", "response", response_score=_tc_score, options=dict(_TC_OPTIONS), rankings=("global", "sample")
+)
 
 
 # -- ssToken (static) -----------------------------------------------------------------------------
@@ -80,13 +85,18 @@ def _gamma_validate(o: dict) -> None:
 
 
 SSTOKEN = Baseline(
-    "sstoken", "response", response_score=_sstoken_score,
+    "sstoken",
+    "response",
+    response_score=_sstoken_score,
     options={
         "gamma": Opt(0.5, "weight of the min-max loss difference (1 - gamma: attention)"),
         "hist": Opt("base", "history model's losses (the fixed base model, as the authors' code)"),
         "cur": Opt(WARMUP, "current model's losses (static: the warmup checkpoint)"),
-        "attention": Opt("", "model whose last-layer attention mass is used (default: cur); 'scores' uses the "
-                             "row sums of the stream's A instead"),
+        "attention": Opt(
+            "",
+            "model whose last-layer attention mass is used (default: cur); 'scores' uses the "
+            "row sums of the stream's A instead",
+        ),
     },
     validate=_gamma_validate,
 )
@@ -105,11 +115,19 @@ def _lingua2(ex: Example, o: dict) -> np.ndarray:
     return prompt_token_probabilities(ex, o["classifier"])
 
 
-LLMLINGUA1 = Baseline("llmlingua1", "prompt", prompt_score=_lingua1,
-                      options={"lm": Opt("base", "causal LM whose prompt losses give the self-information")})
+LLMLINGUA1 = Baseline(
+    "llmlingua1",
+    "prompt",
+    prompt_score=_lingua1,
+    options={"lm": Opt("base", "causal LM whose prompt losses give the self-information")},
+)
 
-LLMLINGUA2 = Baseline("llmlingua2", "prompt", prompt_score=_lingua2,
-                      options={"classifier": Opt("", "local LLMLingua-2 token-classifier folder (required)")})
+LLMLINGUA2 = Baseline(
+    "llmlingua2",
+    "prompt",
+    prompt_score=_lingua2,
+    options={"classifier": Opt("", "local LLMLingua-2 token-classifier folder (required)")},
+)
 
 
 # -- LLM+TC ---------------------------------------------------------------------------------------
@@ -118,10 +136,15 @@ def _llm_tc_prompt(ex: Example, o: dict) -> np.ndarray:
 
 
 LLM_TC = Baseline(
-    "llm+tc", "both", prompt_score=_llm_tc_prompt, response_score=_tc_score,
-    options={**_TC_OPTIONS,
-             "lm": Opt("base", "prompt side without a classifier: LLMLingua-1 self-information under this model"),
-             "classifier": Opt("", "prompt side with LLMLingua-2: a local token-classifier folder")},
+    "llm+tc",
+    "both",
+    prompt_score=_llm_tc_prompt,
+    response_score=_tc_score,
+    options={
+        **_TC_OPTIONS,
+        "lm": Opt("base", "prompt side without a classifier: LLMLingua-1 self-information under this model"),
+        "classifier": Opt("", "prompt side with LLMLingua-2: a local token-classifier folder"),
+    },
     rankings=("global", "sample"),
 )
 
@@ -137,9 +160,13 @@ def _tokenseek(ex: Example, o: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 TOKENSEEK = Baseline(
-    "tokenseek-approx", "both", joint=_tokenseek,
-    options={"model": Opt("base", "model whose attention received and embedding-gradient norms are used"),
-             "joint": Opt(True, "rank prompt and response tokens together under b_p + b_r (false: per side)")},
+    "tokenseek-approx",
+    "both",
+    joint=_tokenseek,
+    options={
+        "model": Opt("base", "model whose attention received and embedding-gradient norms are used"),
+        "joint": Opt(True, "rank prompt and response tokens together under b_p + b_r (false: per side)"),
+    },
 )
 
 BASELINES = (RANDOM, RHO1, TOKEN_CLEANING, SSTOKEN, LLMLINGUA1, LLMLINGUA2, LLM_TC, TOKENSEEK)

@@ -22,7 +22,8 @@ class _Task:
         import importlib
 
         return getattr(importlib.import_module(f"bridgecli.evaluation.{self.module}"), self.__name__)(
-            model, tokenizer, options)
+            model, tokenizer, options
+        )
 
 
 gsm8k_task = _Task("gsm8k", "gsm8k_task", "gsm8k/test.jsonl")
@@ -46,5 +47,9 @@ def register_eval_tasks(register):
     register("arc_easy", arc_easy_task, "ARC-Easy: multiple choice by log-likelihood (acc, acc_norm)")
     register("hellaswag", hellaswag_task, "HellaSwag: multiple choice by log-likelihood (acc, acc_norm)")
     register("mmlu", mmlu_task, "MMLU (57 subjects): multiple choice by log-likelihood of the letter (acc)")
-    register("heldout-loss", heldout_loss_task, "Held-out loss: token-mean loss of the reference responses given "
-             "their prompts (any input shape score reads), 95% bootstrap interval")
+    register(
+        "heldout-loss",
+        heldout_loss_task,
+        "Held-out loss: token-mean loss of the reference responses given "
+        "their prompts (any input shape score reads), 95% bootstrap interval",
+    )

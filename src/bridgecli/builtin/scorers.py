@@ -26,6 +26,10 @@ def atp_scorer(ctx):
 @hookimpl(trylast=True)
 def register_scorers(register):
     register("bridge", bridge_scorer, "a_j by one forward-mode JVP along v; A and c from the same pass")
-    register("atp", atp_scorer, "bridge's a, A, c plus B: each prompt token's effect on a_j by key-gate "
-             "attribution (one reverse pass through the JVP; --option chunks=K for K passes)")
+    register(
+        "atp",
+        atp_scorer,
+        "bridge's a, A, c plus B: each prompt token's effect on a_j by key-gate "
+        "attribution (one reverse pass through the JVP; --option chunks=K for K passes)",
+    )
     register("exact", exact_scorer, "diagnostic: a_j by one backward pass per response token (slow)")

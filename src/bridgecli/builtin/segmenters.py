@@ -120,7 +120,7 @@ def _is_false_stop(text: str, line_start: int, stop: re.Match, protected: list[S
             break
     if _ENUMERATOR.fullmatch(text, line_start, stop.start()):
         return True
-    return text[word_start:stop.start()].lstrip("([\"'“‘").lower() in _ABBREVIATIONS
+    return text[word_start : stop.start()].lstrip("([\"'“‘").lower() in _ABBREVIATIONS
 
 
 def _sentence_spans(text: str) -> list[Span]:
@@ -381,8 +381,15 @@ def split_list_items(text: str) -> list[Span]:
 _FENCE_OPEN = re.compile(r"[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\r\n]*)")
 _PYTHON_LANGS = frozenset({"python", "py", "python3", "py3", "ipython", "sage"})
 _NOT_CODE_TOKENS = frozenset(
-    {tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT,
-     tokenize.ENDMARKER, tokenize.ENCODING}
+    {
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.COMMENT,
+        tokenize.ENDMARKER,
+        tokenize.ENCODING,
+    }
 )
 _PARSE_ERRORS = (SyntaxError, ValueError, UnicodeError, RecursionError, MemoryError)
 _TRY_NODES = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* is Python 3.11+
@@ -414,8 +421,7 @@ class _PySource:
 
     def node_span(self, node: ast.stmt | ast.expr) -> Span:
         assert node.end_lineno is not None and node.end_col_offset is not None, "ast.parse sets end positions"
-        return (self.byte_offset(node.lineno, node.col_offset),
-                self.byte_offset(node.end_lineno, node.end_col_offset))
+        return (self.byte_offset(node.lineno, node.col_offset), self.byte_offset(node.end_lineno, node.end_col_offset))
 
     def tokens(self) -> tuple[list[tuple[int, int, int, str]], Optional[Exception]]:
         """``(start, end, type, string)`` for every token tokenize yields, and the error that
@@ -475,8 +481,9 @@ def _python_statement_spans(source: _PySource, body: list[ast.stmt]) -> list[Spa
         """The code tokens in ``[start, end)``, one span per logical line ("match x:", "case 1:")."""
         out: list[Span] = []
         line: Optional[Span] = None
-        for t_start, t_end, kind, _ in tokens[bisect.bisect_left(token_starts, start):
-                                             bisect.bisect_left(token_starts, end)]:
+        for t_start, t_end, kind, _ in tokens[
+            bisect.bisect_left(token_starts, start) : bisect.bisect_left(token_starts, end)
+        ]:
             if kind == tokenize.NEWLINE and line is not None:
                 out.append(line)
                 line = None

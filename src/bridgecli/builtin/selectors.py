@@ -45,8 +45,15 @@ class Schedule:
         return default_budgets(example, rho_p, rho_r)
 
     def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
-        return select(surrogate_of(example), b_p, b_r, self.name, int(options.get("rounds", 4)),
-                      options.get("_protect_prompt"), options.get("_protect_response"))
+        return select(
+            surrogate_of(example),
+            b_p,
+            b_r,
+            self.name,
+            int(options.get("rounds", 4)),
+            options.get("_protect_prompt"),
+            options.get("_protect_response"),
+        )
 
 
 @hookimpl(trylast=True)

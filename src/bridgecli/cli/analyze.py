@@ -15,15 +15,42 @@ from ..steps.options import ShiftOptions as Sh
 from ..steps.options import Source as S
 from .options import InputArg, arg, data_options, opt
 
-HELP = ("Check BRIDGE's claims on your own checkpoint and data: surrogate fidelity (paper Table 2), "
-        "ranking shift (Finding 2), full-state selection robustness (Theorem 1).")
+HELP = (
+    "Check BRIDGE's claims on your own checkpoint and data: surrogate fidelity (paper Table 2), "
+    "ranking shift (Finding 2), full-state selection robustness (Theorem 1)."
+)
 
 
-def _source(data, from_, n, seed, first, device, dtype, batch_size, attention_layers, prompt_field,
-            response_field, chat_template, max_length, split, cache) -> S:
-    return S(data=data, run=from_, n=n, seed=seed, first=first, device=device, dtype=dtype, batch_size=batch_size,
-             attention_layers=attention_layers, cache=cache,
-             data_opts=data_options(prompt_field, response_field, chat_template, max_length, split))
+def _source(
+    data,
+    from_,
+    n,
+    seed,
+    first,
+    device,
+    dtype,
+    batch_size,
+    attention_layers,
+    prompt_field,
+    response_field,
+    chat_template,
+    max_length,
+    split,
+    cache,
+) -> S:
+    return S(
+        data=data,
+        run=from_,
+        n=n,
+        seed=seed,
+        first=first,
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        attention_layers=attention_layers,
+        cache=cache,
+        data_opts=data_options(prompt_field, response_field, chat_template, max_length, split),
+    )
 
 
 def _print(table, out: str) -> None:
@@ -61,10 +88,36 @@ def fidelity(
     from ..analysis.tables import fidelity_table
     from ..steps.analyze import run_fidelity
 
-    src = _source(data, from_, n, seed, first, device, dtype, batch_size, attention_layers, prompt_field,
-                  response_field, chat_template, max_length, split, cache)
-    report = run_fidelity(F(src=src, out=output, rho_p=rho_p, rho_r=rho_r, rounds=rounds, method=method,
-                            perturb=perturb, neutral=neutral, proxies=proxy or []))
+    src = _source(
+        data,
+        from_,
+        n,
+        seed,
+        first,
+        device,
+        dtype,
+        batch_size,
+        attention_layers,
+        prompt_field,
+        response_field,
+        chat_template,
+        max_length,
+        split,
+        cache,
+    )
+    report = run_fidelity(
+        F(
+            src=src,
+            out=output,
+            rho_p=rho_p,
+            rho_r=rho_r,
+            rounds=rounds,
+            method=method,
+            perturb=perturb,
+            neutral=neutral,
+            proxies=proxy or [],
+        )
+    )
     _print(fidelity_table(report), output)
 
 
@@ -97,10 +150,35 @@ def shift(
     from ..steps.analyze import run_shift
     from ..steps.common import number_list
 
-    src = _source(data, from_, n, seed, first, device, dtype, batch_size, attention_layers, prompt_field,
-                  response_field, chat_template, max_length, split, cache)
-    report = run_shift(Sh(src=src, out=output, png=png, levels=number_list(levels, "--levels"), subset=subset,
-                          scores=scores, perturb=perturb, neutral=neutral))
+    src = _source(
+        data,
+        from_,
+        n,
+        seed,
+        first,
+        device,
+        dtype,
+        batch_size,
+        attention_layers,
+        prompt_field,
+        response_field,
+        chat_template,
+        max_length,
+        split,
+        cache,
+    )
+    report = run_shift(
+        Sh(
+            src=src,
+            out=output,
+            png=png,
+            levels=number_list(levels, "--levels"),
+            subset=subset,
+            scores=scores,
+            perturb=perturb,
+            neutral=neutral,
+        )
+    )
     _print(shift_table(report), output)
 
 
@@ -121,8 +199,14 @@ def robustness(
 
 def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
     """The sub-app; ``reporting(name, fn)`` wraps each command the way the top-level ones are."""
-    sub = typer.Typer(name="analyze", help=HELP, no_args_is_help=True, add_completion=False,
-                      pretty_exceptions_enable=False, rich_markup_mode="rich")
+    sub = typer.Typer(
+        name="analyze",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="rich",
+    )
     for name, fn in (("fidelity", fidelity), ("shift", shift), ("robustness", robustness)):
         sub.command(name)(reporting(f"analyze {name}", fn))
     return sub

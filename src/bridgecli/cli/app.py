@@ -68,7 +68,7 @@ app = typer.Typer(
     cls=_OneLineErrors,
     name="bridge",
     help="BRIDGE: coupled selection of prompt context and response supervision for instruction tuning.\n\n"
-         "bridge score data.jsonl | bridge select -T 4 | bridge close | bridge compact -o train.jsonl",
+    "bridge score data.jsonl | bridge select -T 4 | bridge close | bridge compact -o train.jsonl",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -108,8 +108,11 @@ def _version(value: bool):
 
 
 @app.callback()
-def _root(version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
-                                                          help="Show the version and exit.")] = None):
+def _root(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = None,
+):
     pass
 
 

@@ -49,8 +49,12 @@ def evaluate(
     dtype: Optional[str] = opt(E, "dtype"),
     resume: bool = opt(E, "resume"),
     engine: str = opt(E, "engine"),
-    compare: bool = typer.Option(False, "--compare", help="Don't evaluate: print the paper's Table 1 for the given "
-                                                          "run folders (and their held-out losses with intervals)."),
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Don't evaluate: print the paper's Table 1 for the given "
+        "run folders (and their held-out losses with intervals).",
+    ),
     target: Optional[str] = _alias("target"),
     general: Optional[str] = _alias("general"),
     metric: Optional[str] = _alias("metric"),
@@ -62,12 +66,28 @@ def evaluate(
     from ..evaluation.run import render_table
     from ..steps.eval import names, one_model, run_eval
 
-    results = run_eval(E(model=one_model(model), tasks=names(task), data=data or [], data_dir=data_dir,
-                         output=output, limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
-                         batch_size=batch_size, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                         code_timeout=code_timeout, allow_code_execution=allow_code_execution,
-                         unsafe_code_execution=unsafe_code_execution, device=device, dtype=dtype, resume=resume,
-                         engine=engine))
+    results = run_eval(
+        E(
+            model=one_model(model),
+            tasks=names(task),
+            data=data or [],
+            data_dir=data_dir,
+            output=output,
+            limit=limit,
+            few_shot=few_shot,
+            few_shot_data=few_shot_data,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            chat_template=chat_template,
+            code_timeout=code_timeout,
+            allow_code_execution=allow_code_execution,
+            unsafe_code_execution=unsafe_code_execution,
+            device=device,
+            dtype=dtype,
+            resume=resume,
+            engine=engine,
+        )
+    )
     Console(stderr=False).print(render_table(results))
 
 

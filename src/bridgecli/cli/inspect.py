@@ -22,9 +22,15 @@ def _fmt(v) -> str:
 def inspect(
     input: InputArg = "-",
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    stats: Annotated[bool, typer.Option("--stats", help="Distributions instead: kept ratios per side, U_sur gain "
-                                                       "over rounds, closure unit sizes, and retention per token "
-                                                       "class (answer, digits, math, words, space/punct).")] = False,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats",
+            help="Distributions instead: kept ratios per side, U_sur gain "
+            "over rounds, closure unit sizes, and retention per token "
+            "class (answer, digits, math, words, space/punct).",
+        ),
+    ] = False,
     png: Annotated[Optional[str], typer.Option(help="With --stats: also draw their histograms into this PNG.")] = None,
 ):
     """Header and summary of a bridge stream, human readable."""
@@ -41,8 +47,15 @@ def inspect(
     t = Table(title=f"{info['file']}  (format {info['format']}, stage {info['stage']})", show_header=False)
     t.add_column(style="bold")
     t.add_column()
-    for key in ("producer", "created", "source", "examples", "tokens", "eligible_prompt_tokens",
-                "eligible_response_tokens"):
+    for key in (
+        "producer",
+        "created",
+        "source",
+        "examples",
+        "tokens",
+        "eligible_prompt_tokens",
+        "eligible_response_tokens",
+    ):
         t.add_row(key, _fmt(info[key]))
     for key, val in info["model"].items():
         t.add_row(f"model.{key}", _fmt(val))

@@ -6,8 +6,17 @@ from __future__ import annotations
 import functools
 import re
 
-_NAMES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": "BOOLEAN", "path": "PATH", "file": "FILE",
-          "directory": "DIRECTORY", "datetime": "DATETIME", "uuid": "UUID"}
+_NAMES = {
+    "str": "TEXT",
+    "int": "INTEGER",
+    "float": "FLOAT",
+    "bool": "BOOLEAN",
+    "path": "PATH",
+    "file": "FILE",
+    "directory": "DIRECTORY",
+    "datetime": "DATETIME",
+    "uuid": "UUID",
+}
 
 
 def clean(label: str | None) -> str | None:

@@ -21,8 +21,9 @@ def opt(cls: type, name: str, *decls: str, default: Any = _SAME, help: str | Non
     ``default`` is given only where the command line spells "not set" its own way (None for an empty
     list, or for a value the step derives); ``help`` only where a command words a shared field its own way."""
     spec, value = field_of(cls, name)
-    return typer.Option(value if default is _SAME else default, *(decls or spec.flags),
-                        help=spec.help if help is None else help, **kw)
+    return typer.Option(
+        value if default is _SAME else default, *(decls or spec.flags), help=spec.help if help is None else help, **kw
+    )
 
 
 def arg(cls: type, name: str, *, default: Any = _SAME, help: str | None = None, **kw: Any) -> Any:
@@ -38,12 +39,20 @@ def shown_range(cls: type, name: str) -> dict[str, Any]:
     spec, _ = field_of(cls, name)
     rng = spec.range
     assert rng is not None and rng.integer, f"{cls.__name__}.{name} has no integer range"
-    return {"min": None if rng.low is None else int(rng.low),
-            "max": None if rng.high is None or rng.high >= MAX_COUNT else int(rng.high)}
+    return {
+        "min": None if rng.low is None else int(rng.low),
+        "max": None if rng.high is None or rng.high >= MAX_COUNT else int(rng.high),
+    }
 
 
 def data_options(prompt_field, response_field, chat_template, max_length, split, limit=None):
     from ..data.examples import DataOptions
 
-    return DataOptions(prompt_field=prompt_field, response_field=response_field, chat_template=chat_template,
-                       max_length=max_length, split=split, limit=limit)
+    return DataOptions(
+        prompt_field=prompt_field,
+        response_field=response_field,
+        chat_template=chat_template,
+        max_length=max_length,
+        split=split,
+        limit=limit,
+    )

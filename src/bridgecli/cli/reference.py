@@ -21,5 +21,17 @@ def reference(
     """Store a model's per-token losses (prompt and response) in every example, for the compared methods."""
     from ..steps.reference import run_reference
 
-    run_reference(R(inp=input, out=output, model=model, name=name, attention=attention, grad_norms=grad_norms,
-                    batch_size=batch_size, device=device, dtype=dtype, tokenizer_check=tokenizer_check))
+    run_reference(
+        R(
+            inp=input,
+            out=output,
+            model=model,
+            name=name,
+            attention=attention,
+            grad_norms=grad_norms,
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+            tokenizer_check=tokenizer_check,
+        )
+    )

@@ -37,10 +37,22 @@ def score(
     from ..steps.common import key_values
     from ..steps.score import run_score
 
-    run_score(S(
-        data=data, out=output, run=from_, scorer=scorer,
-        scorer_options=key_values(scorer_option, "--scorer-option"), batch_size=batch_size, max_tokens=max_tokens,
-        window=window, resume=resume, attention_layers=attention_layers, allow_empty=allow_empty,
-        device=device, dtype=dtype, tf32=tf32,
-        data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),
-    ))
+    run_score(
+        S(
+            data=data,
+            out=output,
+            run=from_,
+            scorer=scorer,
+            scorer_options=key_values(scorer_option, "--scorer-option"),
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            window=window,
+            resume=resume,
+            attention_layers=attention_layers,
+            allow_empty=allow_empty,
+            device=device,
+            dtype=dtype,
+            tf32=tf32,
+            data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),
+        )
+    )

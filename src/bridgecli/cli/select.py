@@ -30,6 +30,18 @@ def select(
     (for example 45% with --rho-r 0.75), and a response whose units are all longer than b_r keeps
     no supervised token (`bridge compact` then drops its row and says why). `bridge inspect`
     reports the achieved shares."""
-    run_select(S(inp=input, out=output, method=method, rho_p=rho_p, rho_r=rho_r, rounds=rounds,
-                 options=key_values(option, "--option"), protect_prompt=list(protect_prompt or []),
-                 protect_response=list(protect_response or []), budget=budget, workers=workers))
+    run_select(
+        S(
+            inp=input,
+            out=output,
+            method=method,
+            rho_p=rho_p,
+            rho_r=rho_r,
+            rounds=rounds,
+            options=key_values(option, "--option"),
+            protect_prompt=list(protect_prompt or []),
+            protect_response=list(protect_response or []),
+            budget=budget,
+            workers=workers,
+        )
+    )

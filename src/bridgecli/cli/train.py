@@ -53,16 +53,38 @@ def train(
     from ..steps.train import run_train
 
     settings = lora_settings(lora_targets, r=lora_r, alpha=lora_alpha, dropout=lora_dropout) if lora else None
-    summary = run_train(T(
-        data=data, out=output, model=model, device=device, resume=resume, overwrite=overwrite, allow_empty=allow_empty,
-        sft=C(epochs=epochs, lr=lr if lr is not None else default_lr(lora), batch_size=batch_size,
-              grad_accum=grad_accum, warmup_ratio=warmup_ratio, weight_decay=weight_decay,
-              max_grad_norm=max_grad_norm, max_steps=max_steps, seed=seed, packing=packing,
-              max_tokens_per_batch=max_tokens_per_batch, pack_length=pack_length,
-              gradient_checkpointing=gradient_checkpointing,
-              lora=settings, save_every=save_every, keep_checkpoints=keep_checkpoints or None),
-    ))
+    summary = run_train(
+        T(
+            data=data,
+            out=output,
+            model=model,
+            device=device,
+            resume=resume,
+            overwrite=overwrite,
+            allow_empty=allow_empty,
+            sft=C(
+                epochs=epochs,
+                lr=lr if lr is not None else default_lr(lora),
+                batch_size=batch_size,
+                grad_accum=grad_accum,
+                warmup_ratio=warmup_ratio,
+                weight_decay=weight_decay,
+                max_grad_norm=max_grad_norm,
+                max_steps=max_steps,
+                seed=seed,
+                packing=packing,
+                max_tokens_per_batch=max_tokens_per_batch,
+                pack_length=pack_length,
+                gradient_checkpointing=gradient_checkpointing,
+                lora=settings,
+                save_every=save_every,
+                keep_checkpoints=keep_checkpoints or None,
+            ),
+        )
+    )
     if os.environ.get("RANK", "0") == "0" and summary.get("written", True):  # one line, not one per process
-        typer.echo(f"train: {summary['rows']} rows, {summary['steps']} steps, final loss "
-                   f"{summary['final_loss'] if summary['final_loss'] is not None else float('nan'):.4f} -> {output}",
-                   err=True)
+        typer.echo(
+            f"train: {summary['rows']} rows, {summary['steps']} steps, final loss "
+            f"{summary['final_loss'] if summary['final_loss'] is not None else float('nan'):.4f} -> {output}",
+            err=True,
+        )

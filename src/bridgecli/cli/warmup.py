@@ -43,12 +43,24 @@ def warmup(
     """Short standard SFT from theta_old on the warm split; then the scoring direction v."""
     from ..steps.warmup import run_warmup
 
-    meta = run_warmup(W(
-        data=data, val=val, out=output, model=model, warm_fraction=warm_fraction, val_fraction=val_fraction,
-        direction_layers=direction_layers, lam=lam, device=device,
-        sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum, max_steps=max_steps,
-                      seed=seed),
-        data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),
-    ))
-    typer.echo(f"warmup: {meta['warm_examples']} examples, {meta['steps']} steps, val loss {meta['val_loss']:.4f} "
-               f"-> {output}", err=True)
+    meta = run_warmup(
+        W(
+            data=data,
+            val=val,
+            out=output,
+            model=model,
+            warm_fraction=warm_fraction,
+            val_fraction=val_fraction,
+            direction_layers=direction_layers,
+            lam=lam,
+            device=device,
+            sft=SFTConfig(
+                epochs=epochs, lr=lr, batch_size=batch_size, grad_accum=grad_accum, max_steps=max_steps, seed=seed
+            ),
+            data_opts=data_options(prompt_field, response_field, chat_template, max_length, split, limit),
+        )
+    )
+    typer.echo(
+        f"warmup: {meta['warm_examples']} examples, {meta['steps']} steps, val loss {meta['val_loss']:.4f} -> {output}",
+        err=True,
+    )

@@ -178,4 +178,3 @@ class GainSpill:
         else:
             raise ValueError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
         return {"budgets": [(int(p), int(r)) for p, r in zip(bp, br)], "threshold": thresholds}
-

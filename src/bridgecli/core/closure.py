@@ -67,8 +67,9 @@ def _joined_to(token_spans: np.ndarray, starts: np.ndarray, ends: np.ndarray) ->
     return np.maximum(lo[:-1], lo[1:]) < np.minimum(hi[:-1], hi[1:])
 
 
-def units_from_spans(token_spans: np.ndarray, char_spans: list[tuple[int, int]],
-                     text: str | None = None) -> list[np.ndarray]:
+def units_from_spans(
+    token_spans: np.ndarray, char_spans: list[tuple[int, int]], text: str | None = None
+) -> list[np.ndarray]:
     """Partition tokens into units. ``token_spans`` is [n, 2] character ranges of the tokens (in the
     same coordinates as ``char_spans``). A token joins the span it overlaps most (ties: the earlier
     span); tokens that overlap no span become units of their own. Units come back in token order,
@@ -96,8 +97,9 @@ def unit_cuts(token_spans: np.ndarray, char_spans: list[tuple[int, int]], text: 
     if spans:
         starts = np.array([s for s, _ in spans], dtype=np.int64)
         ends = np.array([e for _, e in spans], dtype=np.int64)
-        overlap = (np.minimum(token_spans[:, 1:2], ends[None, :])
-                   - np.maximum(token_spans[:, 0:1], starts[None, :]))  # [n, S]
+        overlap = np.minimum(token_spans[:, 1:2], ends[None, :]) - np.maximum(
+            token_spans[:, 0:1], starts[None, :]
+        )  # [n, S]
         best = overlap.argmax(axis=1)  # argmax returns the first maximum: ties go to the earlier span
         owner = np.where(overlap[np.arange(n), best] > 0, best, -1)
         # a unit starts at every token that owns no span, and wherever the owning span changes
@@ -176,8 +178,9 @@ class Projection:
     supervise: np.ndarray  # ascending indices of supervised tokens
 
 
-def project(units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float,
-            protected: np.ndarray | None = None) -> Projection:
+def project(
+    units: list[np.ndarray], scores: np.ndarray, b_r: int, alpha: float, protected: np.ndarray | None = None
+) -> Projection:
     """Choose whole units by knapsack under budget ``b_r``; return the chosen units and tokens.
 
     ``protected`` (token indices) forces in every unit holding one of them, whatever its value; those
@@ -225,7 +228,7 @@ def _pairwise(x: list[float], lo: int, n: int) -> float:
             total += x[i]
         return total
     if n <= 128:
-        r0, r1, r2, r3, r4, r5, r6, r7 = x[lo:lo + 8]
+        r0, r1, r2, r3, r4, r5, r6, r7 = x[lo : lo + 8]
         i, stop = lo + 8, lo + n - n % 8
         while i < stop:
             r0 += x[i]
@@ -269,8 +272,9 @@ def unit_sums(x: np.ndarray, cuts: list[int]) -> list[float]:
     return sums
 
 
-def project_cuts(cuts: list[int], scores: np.ndarray, b_r: int, alpha: float,
-                 protected: np.ndarray | None = None) -> tuple[list[int], list[int]]:
+def project_cuts(
+    cuts: list[int], scores: np.ndarray, b_r: int, alpha: float, protected: np.ndarray | None = None
+) -> tuple[list[int], list[int]]:
     """:func:`project` on the units of :func:`unit_cuts` (unit k: tokens ``cuts[k]`` to ``cuts[k + 1] - 1``),
     with the same q(u) bit for bit and so the same choice: ``(chosen, forced)``, the ascending indices of
     the chosen units and of the units forced in by ``protected``."""
@@ -287,8 +291,9 @@ def project_cuts(cuts: list[int], scores: np.ndarray, b_r: int, alpha: float,
         taken = set(forced)
         rest = [u for u in range(k) if u not in taken]
         budget = b_r - sum(sizes[u] for u in forced)
-        extra = knapsack(np.array([sizes[u] for u in rest], dtype=np.int64),
-                         np.array([q[u] for u in rest], dtype=np.float64), budget).tolist()
+        extra = knapsack(
+            np.array([sizes[u] for u in rest], dtype=np.int64), np.array([q[u] for u in rest], dtype=np.float64), budget
+        ).tolist()
         return sorted(forced + [rest[i] for i in extra]), forced
     return knapsack(np.array(sizes, dtype=np.int64), np.array(q, dtype=np.float64), b_r).tolist(), forced
 
@@ -298,5 +303,4 @@ def forced_cuts(cuts: list[int], protected: np.ndarray | None) -> list[int]:
     if protected is None or len(protected) == 0:
         return []
     k = len(cuts) - 1
-    return sorted({u for u in (bisect_right(cuts, int(p)) - 1 for p in np.asarray(protected).tolist())
-                   if 0 <= u < k})
+    return sorted({u for u in (bisect_right(cuts, int(p)) - 1 for p in np.asarray(protected).tolist()) if 0 <= u < k})

@@ -59,10 +59,10 @@ PRESETS: dict[str, tuple[str, Callable[[str], list[Span]]]] = {
 }
 
 
-
 def _spans_of(rx: re.Pattern[str]) -> Callable[[str], list[tuple[int, int]]]:
     """The non-empty match spans of ``rx`` in a text."""
     return lambda text: [m.span() for m in rx.finditer(text) if m.end() > m.start()]
+
 
 def compile_patterns(patterns: Sequence[str], flag: str) -> list[Callable[[str], list[Span]]]:
     """Finders for ``patterns`` (presets by name, else regular expressions). A bad regular expression

@@ -90,8 +90,14 @@ class SelectionResult:
     u_sur: list[float] = field(default_factory=list)
 
 
-def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int,
-              forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
+def alternate(
+    sur: Surrogate,
+    b_p: int,
+    b_r: int,
+    rounds: int,
+    forced_p: np.ndarray | None = None,
+    forced_r: np.ndarray | None = None,
+) -> SelectionResult:
     """S_r(0) = Top_{b_r}(gamma); then ``rounds`` times: S_p = Top_{b_p} Delta_p(.|S_r),
     S_r = Top_{b_r} Delta_r(.|S_p). Each update maximises U_sur exactly over one side, so the
     recorded U_sur values never decrease.
@@ -122,18 +128,25 @@ def alternate(sur: Surrogate, b_p: int, b_r: int, rounds: int,
     return SelectionResult(prompt=s_p, response=new_r, response_scores=delta_r, u_sur=history)
 
 
-def independent(sur: Surrogate, b_p: int, b_r: int,
-                forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
+def independent(
+    sur: Surrogate, b_p: int, b_r: int, forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None
+) -> SelectionResult:
     """Each side ranked by its full-state score: Delta_p(. | all R), Delta_r(. | all P)."""
     s_p = top_b_forced(sur.delta_p(np.arange(sur.n)), b_p, forced_p)
     delta_full = sur.delta_r(np.arange(sur.m))
     s_r = top_b_forced(delta_full, b_r, forced_r)
-    return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_full,
-                           u_sur=[sur.u_sur(s_p, s_r)])
+    return SelectionResult(prompt=s_p, response=s_r, response_scores=delta_full, u_sur=[sur.u_sur(s_p, s_r)])
 
 
-def select(sur: Surrogate, b_p: int, b_r: int, schedule: str = "bridge", rounds: int = 4,
-           forced_p: np.ndarray | None = None, forced_r: np.ndarray | None = None) -> SelectionResult:
+def select(
+    sur: Surrogate,
+    b_p: int,
+    b_r: int,
+    schedule: str = "bridge",
+    rounds: int = 4,
+    forced_p: np.ndarray | None = None,
+    forced_r: np.ndarray | None = None,
+) -> SelectionResult:
     if schedule == "bridge":
         return alternate(sur, b_p, b_r, rounds, forced_p, forced_r)
     if schedule == "one-pass":

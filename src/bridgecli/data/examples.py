@@ -18,11 +18,15 @@ from .tokenize import tokenize_pair
 class DataOptions:
     prompt_field: str | None = option(None, "Record field holding the prompt (overrides shape detection).")
     response_field: str | None = option(None, "Record field holding the response.")
-    chat_template: bool = option(True, "Render with the tokenizer's chat template when it has one.",
-                                 "--chat-template/--no-chat-template")
-    max_length: int | None = option(None, "Skip (and report) examples longer than this many tokens (score, warmup: "
-                                          "default and upper bound the model's limit, max_position_embeddings).",
-                                    range=count())
+    chat_template: bool = option(
+        True, "Render with the tokenizer's chat template when it has one.", "--chat-template/--no-chat-template"
+    )
+    max_length: int | None = option(
+        None,
+        "Skip (and report) examples longer than this many tokens (score, warmup: "
+        "default and upper bound the model's limit, max_position_embeddings).",
+        range=count(),
+    )
     split: str | None = option(None, "Split of a save_to_disk DatasetDict.")
     limit: int | None = option(None, "Use only the first N records.", range=count())
     exclude_ids: frozenset[str] = frozenset()
@@ -63,8 +67,10 @@ def with_model_limit(opts: DataOptions, model) -> DataOptions:
     if opts.max_length is None:
         return dataclasses.replace(opts, max_length=limit)
     if opts.max_length > limit:
-        raise UsageError(f"--max-length {opts.max_length} is beyond the model's limit of {limit} tokens",
-                         hint=f"leave --max-length out (default: {limit}) or lower it")
+        raise UsageError(
+            f"--max-length {opts.max_length} is beyond the model's limit of {limit} tokens",
+            hint=f"leave --max-length out (default: {limit}) or lower it",
+        )
     return opts
 
 
@@ -75,8 +81,11 @@ def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, 
             return
         if opts.shard is not None and index % opts.shard[1] != opts.shard[0]:
             continue
-        yield index, where, to_pair(rec, index, where, str(path), prompt_field=opts.prompt_field,
-                                    response_field=opts.response_field)
+        yield (
+            index,
+            where,
+            to_pair(rec, index, where, str(path), prompt_field=opts.prompt_field, response_field=opts.response_field),
+        )
 
 
 def iter_examples(path: str | Path, tokenizer, opts: DataOptions, report: Report | None = None) -> Iterator[Example]:

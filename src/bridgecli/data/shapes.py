@@ -19,8 +19,15 @@ from typing import Any
 
 from ..errors import InputError
 
-ROLE_ALIASES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
-                "model": "assistant", "bot": "assistant", "system": "system"}
+ROLE_ALIASES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "bot": "assistant",
+    "system": "system",
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,12 @@ def _messages(value: Any, where: str, field: str, file: str) -> list[dict]:
 def _from_chat(rec: dict, key: str, where: str, file: str) -> tuple[list[dict], str]:
     msgs = _messages(rec[key], where, key, file)
     if msgs[-1]["role"] != "assistant":
-        raise InputError("the last message must be the assistant's response", file=file, record=where,
-                         field=f"{key}[{len(msgs) - 1}].role")
+        raise InputError(
+            "the last message must be the assistant's response",
+            file=file,
+            record=where,
+            field=f"{key}[{len(msgs) - 1}].role",
+        )
     if len(msgs) < 2:
         raise InputError("needs at least one prompt message before the response", file=file, record=where, field=key)
     return msgs[:-1], msgs[-1]["content"]
@@ -71,8 +82,16 @@ def _from_chat(rec: dict, key: str, where: str, file: str) -> tuple[list[dict], 
 RESPONSE_KEYS = ("response", "completion", "output", "chosen")
 
 
-def to_pair(rec: dict, index: int, where: str, file: str, *, prompt_field: str | None = None,
-            response_field: str | None = None, id_field: str = "id") -> Pair:
+def to_pair(
+    rec: dict,
+    index: int,
+    where: str,
+    file: str,
+    *,
+    prompt_field: str | None = None,
+    response_field: str | None = None,
+    id_field: str = "id",
+) -> Pair:
     """Normalise one record; raise :class:`InputError` naming the file, record and field."""
     rid = rec.get(id_field)
     rid = str(rid) if isinstance(rid, (str, int)) and str(rid) else str(index)
@@ -98,21 +117,38 @@ def to_pair(rec: dict, index: int, where: str, file: str, *, prompt_field: str |
                 resp = rec[rk]
                 if isinstance(resp, list):
                     resp = _messages(resp, where, rk, file)[-1]["content"]
-                return _check(Pair(rid, tuple(prompt), _text(resp, where, rk, file), "prompt-response"), where, file, rk)
+                return _check(
+                    Pair(rid, tuple(prompt), _text(resp, where, rk, file), "prompt-response"), where, file, rk
+                )
     if "instruction" in rec and "output" in rec:
         instr = _text(rec["instruction"], where, "instruction", file)
         extra = rec.get("input") or ""
         extra = _text(extra, where, "input", file)
         user = instr if not extra.strip() else f"{instr}\n\n{extra}"
-        return _check(Pair(rid, ({"role": "user", "content": user},), _text(rec["output"], where, "output", file), "alpaca"),
-                      where, file, "output")
+        return _check(
+            Pair(rid, ({"role": "user", "content": user},), _text(rec["output"], where, "output", file), "alpaca"),
+            where,
+            file,
+            "output",
+        )
     for pk, rk, shape in (("question", "answer", "gsm8k"), ("problem", "solution", "math")):
         if pk in rec and rk in rec:
-            return _check(Pair(rid, ({"role": "user", "content": _text(rec[pk], where, pk, file)},),
-                               _text(rec[rk], where, rk, file), shape), where, file, rk)
+            return _check(
+                Pair(
+                    rid,
+                    ({"role": "user", "content": _text(rec[pk], where, pk, file)},),
+                    _text(rec[rk], where, rk, file),
+                    shape,
+                ),
+                where,
+                file,
+                rk,
+            )
     keys = ", ".join(sorted(rec)[:8])
     raise InputError(
-        f"cannot tell the prompt from the response (fields: {keys})", file=file, record=where,
+        f"cannot tell the prompt from the response (fields: {keys})",
+        file=file,
+        record=where,
         hint="use --prompt-field and --response-field",
     )
 

@@ -59,8 +59,9 @@ def jsonl_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
             except msgspec.DecodeError as exc:
                 raise InputError(f"invalid JSON ({exc})", file=str(path), record=f"line {lineno}") from None
             if not isinstance(rec, dict):
-                raise InputError(f"expected a JSON object, got {type(rec).__name__}", file=str(path),
-                                 record=f"line {lineno}")
+                raise InputError(
+                    f"expected a JSON object, got {type(rec).__name__}", file=str(path), record=f"line {lineno}"
+                )
             yield lineno, rec
 
 
@@ -84,7 +85,9 @@ def read_json(path: Path) -> Iterator[tuple[str, dict]]:
         elif len(lists) == 1:
             data = lists[0]
         else:
-            raise InputError("expected a JSON array of records (or an object with one array, e.g. 'data')", file=str(path))
+            raise InputError(
+                "expected a JSON array of records (or an object with one array, e.g. 'data')", file=str(path)
+            )
     if not isinstance(data, list):
         raise InputError("expected a JSON array of records", file=str(path))
     for i, rec in enumerate(data):

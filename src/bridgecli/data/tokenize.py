@@ -72,8 +72,13 @@ def _pieces_by_search(messages: list[dict], full: str, file: str, where: str) ->
             at = full.rfind(content) if last else full.find(content, cursor)
         if at < cursor or not content:
             field = "response" if last else f"messages[{k}].content"
-            raise InputError("the chat template changed this text beyond recognition", file=file, record=where,
-                             field=field, hint="try --no-chat-template")
+            raise InputError(
+                "the chat template changed this text beyond recognition",
+                file=file,
+                record=where,
+                field=field,
+                hint="try --no-chat-template",
+            )
         pieces.append((full[cursor:at], TEMPLATE))
         pieces.append((content, RESPONSE if last else PROMPT))
         cursor = at + len(content)
@@ -90,8 +95,9 @@ def _adds_bos(tokenizer) -> bool:
     return len(with_special) > len(without) and with_special[0] == bos
 
 
-def tokenize_pair(tokenizer, pair: Pair, *, chat_template: bool = True, file: str = "<data>",
-                  where: str = "") -> Tokenized:
+def tokenize_pair(
+    tokenizer, pair: Pair, *, chat_template: bool = True, file: str = "<data>", where: str = ""
+) -> Tokenized:
     """Tokenise one pair (see module docstring)."""
     use_template = chat_template and has_chat_template(tokenizer)
     messages = list(pair.messages) + [{"role": "assistant", "content": pair.response}]
@@ -99,8 +105,9 @@ def tokenize_pair(tokenizer, pair: Pair, *, chat_template: bool = True, file: st
         try:
             full = _render(tokenizer, messages)
         except Exception as exc:
-            raise InputError(f"the chat template failed ({exc})", file=file, record=where,
-                             hint="try --no-chat-template") from None
+            raise InputError(
+                f"the chat template failed ({exc})", file=file, record=where, hint="try --no-chat-template"
+            ) from None
         pieces = _pieces_by_markers(tokenizer, messages, full) or _pieces_by_search(messages, full, file, where)
     else:
         pieces = []

@@ -27,8 +27,14 @@ class Interval:
     seed: int
 
 
-def ratio_bootstrap(sums: Sequence[float], counts: Sequence[float], *, resamples: int = RESAMPLES,
-                    level: float = LEVEL, seed: int = SEED) -> Interval:
+def ratio_bootstrap(
+    sums: Sequence[float],
+    counts: Sequence[float],
+    *,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> Interval:
     """``sum(sums) / sum(counts)`` with a ``level`` percentile bootstrap interval over examples.
 
     Resample ``b`` draws ``len(sums)`` example indices with ``numpy.random.default_rng(seed)``,
@@ -50,7 +56,7 @@ def ratio_bootstrap(sums: Sequence[float], counts: Sequence[float], *, resamples
     for start in range(0, resamples, chunk):
         rows = min(chunk, resamples - start)
         idx = rng.integers(0, n, size=(rows, n))
-        stats[start:start + rows] = s[idx].sum(axis=1) / c[idx].sum(axis=1)
+        stats[start : start + rows] = s[idx].sum(axis=1) / c[idx].sum(axis=1)
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(stats, [tail, 1.0 - tail])
     return Interval(mean, float(low), float(high), level, resamples, seed)

@@ -37,8 +37,9 @@ from .tasks import EvalOptions, EvalRun, model_name
 MAX_NEW_TOKENS = 512
 HUMANEVAL_STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 MBPP_STOP = ("[DONE]",)
-HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the complete function "
-                         "in a ```python code block.")
+HUMANEVAL_INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function in a ```python code block."
+)
 
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -74,12 +75,15 @@ class Problem:
 def load_humaneval(path: str | Path) -> list[Problem]:
     hint = "HumanEval records have task_id, prompt, entry_point and test"
     problems: list[Problem] = []
-    for n, obj in iter_jsonl(path, hint="pass HumanEval.jsonl(.gz) with --data (e.g. data/humaneval/HumanEval.jsonl.gz)"):
+    for n, obj in iter_jsonl(
+        path, hint="pass HumanEval.jsonl(.gz) with --data (e.g. data/humaneval/HumanEval.jsonl.gz)"
+    ):
         where = Where(file=str(path), line=n, hint=hint)
         values = [field(obj, key, str, **where) for key in ("task_id", "prompt", "entry_point", "test")]
         if not values[2].isidentifier():
-            raise InputError(f"{values[2]!r} is not a function name", file=str(path), record=f"line {n}",
-                             field="entry_point")
+            raise InputError(
+                f"{values[2]!r} is not a function name", file=str(path), record=f"line {n}", field="entry_point"
+            )
         problems.append(Problem(len(problems), *values))
     return problems
 
@@ -127,8 +131,9 @@ def load_mbpp(path: str | Path) -> list[MbppTask]:
         code = field(obj, "code", str, **where)
         tests = field(obj, "test_list", list, **where)
         if not tests or not all(isinstance(t, str) for t in tests):
-            raise InputError("expected a non-empty list of assert strings", file=str(path), record=f"line {n}",
-                             field="test_list")
+            raise InputError(
+                "expected a non-empty list of assert strings", file=str(path), record=f"line {n}", field="test_list"
+            )
         setup = field(obj, "test_setup_code", str, optional=True, **where) or ""
         tasks.append(MbppTask(len(tasks), task_id, text, code.replace("\r\n", "\n"), tests, setup))
     return tasks
@@ -136,8 +141,10 @@ def load_mbpp(path: str | Path) -> list[MbppTask]:
 
 def mbpp_question(task: MbppTask) -> str:
     tests = "\n".join(task.tests[:3])
-    return (f"You are an expert Python programmer, and here is your task: {task.text} "
-            f"Your code should pass these tests:\n\n{tests}\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {task.text} "
+        f"Your code should pass these tests:\n\n{tests}\n"
+    )
 
 
 def mbpp_prompt(task: MbppTask, shots: list[MbppTask], *, chat: bool) -> str | list[dict[str, str]]:
@@ -197,23 +204,51 @@ def _summary(task: str, records: list[dict[str, Any]], settings: dict[str, Any])
     statuses: dict[str, int] = {}
     for r in records:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    return {"task": task, "n": n, "accuracy": passed / n, "correct": passed, "metric": "pass@1",
-            "pass@1": passed / n, "statuses": statuses, "settings": settings}
+    return {
+        "task": task,
+        "n": n,
+        "accuracy": passed / n,
+        "correct": passed,
+        "metric": "pass@1",
+        "pass@1": passed / n,
+        "statuses": statuses,
+        "settings": settings,
+    }
 
 
 def _generation_settings(options: EvalOptions, chat: bool, stop: tuple[str, ...], max_new: int, model: Any) -> dict:
     from .sandbox import Limits, sandbox_info
 
     limits = Limits(timeout=options.code_timeout)
-    return {**options.to_dict(), "chat_template_used": chat, "stop": list(stop), "max_new_tokens": max_new,
-            "decoding": "greedy", "sandbox": {**sandbox_info(), "timeout_s": limits.timeout,
-                                              "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb,
-                                              "processes": limits.processes, "disk_mb": limits.disk_mb},
-            "model": model_name(model)}
+    return {
+        **options.to_dict(),
+        "chat_template_used": chat,
+        "stop": list(stop),
+        "max_new_tokens": max_new,
+        "decoding": "greedy",
+        "sandbox": {
+            **sandbox_info(),
+            "timeout_s": limits.timeout,
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "processes": limits.processes,
+            "disk_mb": limits.disk_mb,
+        },
+        "model": model_name(model),
+    }
 
 
-def _generate_and_run(model: Any, tokenizer: Any, options: EvalOptions, items: list, plain_stop: tuple[str, ...],
-                      description: str, *, prompt, program) -> tuple[list[dict], dict]:
+def _generate_and_run(
+    model: Any,
+    tokenizer: Any,
+    options: EvalOptions,
+    items: list,
+    plain_stop: tuple[str, ...],
+    description: str,
+    *,
+    prompt,
+    program,
+) -> tuple[list[dict], dict]:
     """What the code tasks share: greedy completions of ``prompt(item, chat)``, the programs
     ``program(item, completion, chat)`` run in the sandbox, one record per item, and the settings."""
     from .generate import generate, uses_chat_template
@@ -222,14 +257,32 @@ def _generate_and_run(model: Any, tokenizer: Any, options: EvalOptions, items: l
     chat = uses_chat_template(tokenizer, use_template)
     stop = () if chat else plain_stop
     max_new = options.max_new_tokens or MAX_NEW_TOKENS
-    completions = generate(model, tokenizer, [prompt(item, chat) for item in items],
-                           max_new_tokens=max_new, batch_size=options.batch_size, stop=stop,
-                           chat_template=use_template, progress=options.progress, description=description)
+    completions = generate(
+        model,
+        tokenizer,
+        [prompt(item, chat) for item in items],
+        max_new_tokens=max_new,
+        batch_size=options.batch_size,
+        stop=stop,
+        chat_template=use_template,
+        progress=options.progress,
+        description=description,
+    )
     programs = [program(item, c, chat) for item, c in zip(items, completions)]
     outcomes = _execute(programs, options)
-    records = [{"index": item.index, "task_id": item.task_id, "completion": c, "program": prog,
-                "status": o.status, "error": o.error, "seconds": o.seconds, "correct": o.passed}
-               for item, c, prog, o in zip(items, completions, programs, outcomes)]
+    records = [
+        {
+            "index": item.index,
+            "task_id": item.task_id,
+            "completion": c,
+            "program": prog,
+            "status": o.status,
+            "error": o.error,
+            "seconds": o.seconds,
+            "correct": o.passed,
+        }
+        for item, c, prog, o in zip(items, completions, programs, outcomes)
+    ]
     return records, _generation_settings(options, chat, stop, max_new, model)
 
 
@@ -240,13 +293,19 @@ def humaneval_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     if options.few_shot:
         raise UsageError("humaneval is zero-shot; --few-shot does not apply")
     problems = load_humaneval(options.data)
-    evaluated = problems if options.limit is None else problems[:options.limit]
+    evaluated = problems if options.limit is None else problems[: options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     records, settings = _generate_and_run(
-        model, tokenizer, options, evaluated, HUMANEVAL_STOP, "humaneval",
+        model,
+        tokenizer,
+        options,
+        evaluated,
+        HUMANEVAL_STOP,
+        "humaneval",
         prompt=lambda p, chat: humaneval_prompt(p, chat=chat),
-        program=lambda p, c, chat: humaneval_program(p, c, chat=chat))
+        program=lambda p, c, chat: humaneval_program(p, c, chat=chat),
+    )
     return {"summary": _summary("humaneval", records, settings), "items": records}
 
 
@@ -258,22 +317,30 @@ def mbpp_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     by_id = {t.task_id: t for t in tasks}
     standard = all(i in by_id for i in MBPP_TEST_IDS)
     pool_tasks = tasks if not standard else [by_id[i] for i in MBPP_TEST_IDS]
-    evaluated = pool_tasks if options.limit is None else pool_tasks[:options.limit]
+    evaluated = pool_tasks if options.limit is None else pool_tasks[: options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     if options.few_shot:
         source = load_mbpp(options.few_shot_data) if options.few_shot_data else tasks
         source_ids = {t.task_id: t for t in source}
-        shots = [source_ids[i] for i in MBPP_SHOT_IDS if i in source_ids][:options.few_shot]
+        shots = [source_ids[i] for i in MBPP_SHOT_IDS if i in source_ids][: options.few_shot]
         if len(shots) < options.few_shot:
-            raise UsageError(f"--few-shot {options.few_shot}: MBPP few-shot examples are task_ids 1-10; "
-                             f"{options.few_shot_data or options.data} has {len(shots)} of them")
+            raise UsageError(
+                f"--few-shot {options.few_shot}: MBPP few-shot examples are task_ids 1-10; "
+                f"{options.few_shot_data or options.data} has {len(shots)} of them"
+            )
     else:
         shots = []
     records, settings = _generate_and_run(
-        model, tokenizer, options, evaluated, MBPP_STOP, "mbpp",
+        model,
+        tokenizer,
+        options,
+        evaluated,
+        MBPP_STOP,
+        "mbpp",
         prompt=lambda t, chat: mbpp_prompt(t, shots, chat=chat),
-        program=lambda t, c, chat: mbpp_program(t, c, chat=chat))
+        program=lambda t, c, chat: mbpp_program(t, c, chat=chat),
+    )
     settings["split"] = "test (task_ids 11-510)" if standard else "every record"
     settings["few_shot_ids"] = [s.task_id for s in shots]
     return {"summary": _summary("mbpp", records, settings), "items": records}

@@ -26,8 +26,16 @@ from .run import is_loss, loss_text
 
 GENERAL = ("arc_challenge", "hellaswag", "mmlu", "humaneval")
 TARGETS = ("gsm8k", "math")
-LABELS = {"arc_challenge": "ARC-C", "arc_easy": "ARC-E", "hellaswag": "HellaSwag", "mmlu": "MMLU",
-          "humaneval": "HumanEval", "mbpp": "MBPP", "gsm8k": "GSM8K", "math": "MATH"}
+LABELS = {
+    "arc_challenge": "ARC-C",
+    "arc_easy": "ARC-E",
+    "hellaswag": "HellaSwag",
+    "mmlu": "MMLU",
+    "humaneval": "HumanEval",
+    "mbpp": "MBPP",
+    "gsm8k": "GSM8K",
+    "math": "MATH",
+}
 
 
 @dataclass
@@ -48,16 +56,18 @@ def _read_result(path: Path) -> list[dict[str, Any]]:
     results = data if isinstance(data, list) else [data]
     for k, result in enumerate(results):
         if not isinstance(result, dict) or not isinstance(result.get("summary"), dict):
-            raise InputError("not a bridge eval result (no 'summary')", file=str(path),
-                             record=None if len(results) == 1 else k)
+            raise InputError(
+                "not a bridge eval result (no 'summary')", file=str(path), record=None if len(results) == 1 else k
+            )
         summary = result["summary"]
         if "task" not in result and "task" not in summary:
             raise InputError("no 'task' in the result", file=str(path))
         if is_loss(summary):
             for name in ("ci_low", "ci_high"):
                 if not isinstance(summary.get(name), (int, float)):
-                    raise InputError(f"no numeric '{name}' in the loss summary", file=str(path),
-                                     field=f"summary.{name}")
+                    raise InputError(
+                        f"no numeric '{name}' in the loss summary", file=str(path), field=f"summary.{name}"
+                    )
         elif not isinstance(summary.get("accuracy"), (int, float)):
             raise InputError("no numeric 'accuracy' in the summary", file=str(path), field="summary.accuracy")
     return results
@@ -68,8 +78,9 @@ def load_run(path: str | Path) -> Run:
     if p.is_dir():
         files = sorted(p.glob("eval-*.json"))
         if not files:
-            raise InputError("no eval-*.json results in this folder", file=str(p),
-                             hint=f"run `bridge eval {p} --task ...` first")
+            raise InputError(
+                "no eval-*.json results in this folder", file=str(p), hint=f"run `bridge eval {p} --task ...` first"
+            )
         name = p.name or str(p)
     elif p.is_file():
         files, name = [p], p.stem
@@ -109,8 +120,9 @@ class Comparison:
     losses: list[str] = field(default_factory=list)  # loss columns; each row's "losses" maps them to summaries
 
 
-def compare(runs: Sequence[Run], *, general: Sequence[str] | None = None, target: str | None = None,
-            metric: str | None = None) -> Comparison:
+def compare(
+    runs: Sequence[Run], *, general: Sequence[str] | None = None, target: str | None = None, metric: str | None = None
+) -> Comparison:
     """Table 1 values for ``runs``; see the module docstring."""
     if not runs:
         raise UsageError("--compare needs at least one run folder")
@@ -120,8 +132,10 @@ def compare(runs: Sequence[Run], *, general: Sequence[str] | None = None, target
     if target is None:
         target = next((t for t in TARGETS if t in present), None)
     elif target not in present:
-        raise UsageError(f"no run has a result for the target task '{target}'",
-                         hint=f"tasks found: {', '.join(sorted(present)) or 'none'}")
+        raise UsageError(
+            f"no run has a result for the target task '{target}'",
+            hint=f"tasks found: {', '.join(sorted(present)) or 'none'}",
+        )
     columns = [c for c in columns if c != target]
     rows = []
     for run in runs:

@@ -72,7 +72,7 @@ class StopOnStrings(StoppingCriteria):
         self.window = max((len(s) for s in self.stop), default=0) + 8
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        tail = input_ids[:, self.prompt_length:][:, -self.window:]
+        tail = input_ids[:, self.prompt_length :][:, -self.window :]
         texts = self.tokenizer.batch_decode(tail, skip_special_tokens=True)
         hit = [any(s in t for s in self.stop) for t in texts]
         # transformers' StoppingCriteria types the result as the legacy torch.BoolTensor
@@ -109,7 +109,7 @@ def _eval_mode(model: Any) -> Iterator[None]:
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     ids: list[int] = []
     for source in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        for i in ([source] if isinstance(source, int) else source or []):
+        for i in [source] if isinstance(source, int) else source or []:
             if i not in ids:
                 ids.append(i)
     return ids
@@ -120,8 +120,18 @@ def _greedy_config(model: Any, *, max_new_tokens: int, pad_token_id: int, eos_id
     # Plain greedy, whatever the checkpoint's defaults: no sampling, no beams, no repetition
     # penalties. The sampling knobs get their neutral values (transformers would refill None from
     # the checkpoint and then warn that they are ignored).
-    config.update(do_sample=False, num_beams=1, num_return_sequences=1, temperature=1.0, top_k=50, top_p=1.0,
-                  typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, max_length=None)
+    config.update(
+        do_sample=False,
+        num_beams=1,
+        num_return_sequences=1,
+        temperature=1.0,
+        top_k=50,
+        top_p=1.0,
+        typical_p=1.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        max_length=None,
+    )
     config.max_new_tokens = max_new_tokens
     config.pad_token_id = pad_token_id
     config.eos_token_id = eos_ids or None
@@ -139,8 +149,15 @@ class ItemProgress(StoppingCriteria):
     holds an EOS token or (through the wrapped ``stop`` criteria) a stop string. Never stops a row
     by itself; returns what ``stop`` returns."""
 
-    def __init__(self, bar: Progress, task: Any, base: int, prompt_length: int, eos_ids: Sequence[int],
-                 stop: StoppingCriteria | None = None):
+    def __init__(
+        self,
+        bar: Progress,
+        task: Any,
+        base: int,
+        prompt_length: int,
+        eos_ids: Sequence[int],
+        stop: StoppingCriteria | None = None,
+    ):
         self.bar, self.task, self.base = bar, task, base
         self.prompt_length = prompt_length
         self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long) if eos_ids else None
@@ -148,11 +165,14 @@ class ItemProgress(StoppingCriteria):
         self.done: torch.Tensor | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        hit = (self.stop(input_ids, scores, **kwargs) if self.stop is not None
-               else torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device))
+        hit = (
+            self.stop(input_ids, scores, **kwargs)
+            if self.stop is not None
+            else torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        )
         finished = hit.clone()
         if self.eos is not None:
-            generated = input_ids[:, self.prompt_length:]
+            generated = input_ids[:, self.prompt_length :]
             finished |= torch.isin(generated, self.eos.to(input_ids.device)).any(dim=1)
         self.done = finished if self.done is None else (self.done | finished)
         self.bar.update(self.task, completed=self.base + int(self.done.sum()))
@@ -199,14 +219,19 @@ def generate(
     order = sorted(todo, key=lambda i: -len(encoded[i]))
     device = getattr(model, "device", None) or next(model.parameters()).device
 
-    with _left_padding(tokenizer), _eval_mode(model), torch.inference_mode(), \
-            progress_bar(progress, description) as bar:
+    with (
+        _left_padding(tokenizer),
+        _eval_mode(model),
+        torch.inference_mode(),
+        progress_bar(progress, description) as bar,
+    ):
         eos_list = _eos_ids(model, tokenizer)
-        config = _greedy_config(model, max_new_tokens=max_new_tokens,
-                                pad_token_id=tokenizer.pad_token_id, eos_ids=eos_list)
+        config = _greedy_config(
+            model, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_list
+        )
         task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo), unit="item")
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
+            rows = order[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in rows]}, padding=True, return_tensors="pt")
             input_ids = batch["input_ids"].to(device)
             attention_mask = batch["attention_mask"].to(device)
@@ -214,8 +239,9 @@ def generate(
             stop_rule = StopOnStrings(tokenizer, stop, prompt_length) if any(stop) else None
             base = len(texts) - len(todo) + start
             criteria = StoppingCriteriaList([ItemProgress(bar, task, base, prompt_length, eos_list, stop_rule)])
-            out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                 generation_config=config, stopping_criteria=criteria)
+            out = model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, generation_config=config, stopping_criteria=criteria
+            )
             continuations = tokenizer.batch_decode(out[:, prompt_length:], skip_special_tokens=True)
             for i, text in zip(rows, continuations):
                 outputs[i] = cut_at_stop(text, stop)

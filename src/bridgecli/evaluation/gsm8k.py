@@ -39,9 +39,7 @@ _NUMBER = (
 _NUMBER_RE = re.compile(_NUMBER)
 _HASH_RE = re.compile(r"####\s*(?:\$\s*)?(" + _NUMBER + r")")
 _BOXED_RE = re.compile(r"\\boxed\s*\{\s*(?:\\\$|\$)?\s*(" + _NUMBER + r")")
-_ANSWER_RE = re.compile(
-    r"answer\s*(?:is|:|=|is\s*:)\s*[*_\s]*(?:\\?\$\s*)?\**\s*(" + _NUMBER + r")", re.IGNORECASE
-)
+_ANSWER_RE = re.compile(r"answer\s*(?:is|:|=|is\s*:)\s*[*_\s]*(?:\\?\$\s*)?\**\s*(" + _NUMBER + r")", re.IGNORECASE)
 _CALC_RE = re.compile(r"<<[^<>]*>>")
 
 
@@ -108,8 +106,9 @@ def load(path: str | Path) -> list[Item]:
         answer = field(obj, "answer", str, file=str(path), line=n, hint=hint)
         reference = reference_answer(answer)
         if reference is None:
-            raise InputError("no final '#### <number>' in the reference answer", file=str(path),
-                             record=f"line {n}", field="answer")
+            raise InputError(
+                "no final '#### <number>' in the reference answer", file=str(path), record=f"line {n}", field="answer"
+            )
         items.append(Item(len(items), n, question, answer, reference))
     return items
 
@@ -153,14 +152,16 @@ def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
     records = []
     for item, prediction in zip(items, predictions, strict=True):
         extracted = extract_answer(prediction)
-        records.append({
-            "index": item.index,
-            "question": item.question,
-            "reference": item.reference,
-            "prediction": prediction,
-            "extracted": extracted,
-            "correct": extracted is not None and extracted == item.reference,
-        })
+        records.append(
+            {
+                "index": item.index,
+                "question": item.question,
+                "reference": item.reference,
+                "prediction": prediction,
+                "extracted": extracted,
+                "correct": extracted is not None and extracted == item.reference,
+            }
+        )
     return records
 
 
@@ -179,7 +180,7 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     if options.few_shot < 0:
         raise UsageError(f"--few-shot must be 0 or more (got {options.few_shot})")
     items = load(options.data)
-    evaluated = items if options.limit is None else items[:options.limit]
+    evaluated = items if options.limit is None else items[: options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     shots = few_shot_examples(items, len(evaluated), options.few_shot, options.few_shot_data)
@@ -187,9 +188,17 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     chat = uses_chat_template(tokenizer, use_template)
     stop = () if chat else PLAIN_STOP
     prompts = [build_prompt(item.question, shots, chat=chat) for item in evaluated]
-    predictions = generate(model, tokenizer, prompts, max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS,
-                           batch_size=options.batch_size, stop=stop, chat_template=use_template,
-                           progress=options.progress, description=TASK)
+    predictions = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS,
+        batch_size=options.batch_size,
+        stop=stop,
+        chat_template=use_template,
+        progress=options.progress,
+        description=TASK,
+    )
     records = grade(evaluated, predictions)
     settings = {
         **options.to_dict(),

@@ -42,8 +42,9 @@ from .readers import check_limit
 from .tasks import EvalOptions, EvalRun, model_name
 
 
-def load_rows(path: str, tokenizer: Any, *, chat_template: bool = True,
-              limit: int | None = None) -> list[tuple[int, str, Row]]:
+def load_rows(
+    path: str, tokenizer: Any, *, chat_template: bool = True, limit: int | None = None
+) -> list[tuple[int, str, Row]]:
     """``(index, where, row)`` for the first ``limit`` records of ``path``: the row as full SFT
     trains on it (labels on the response tokens and the EOS)."""
     rows = []
@@ -76,8 +77,9 @@ def _token_losses(model: Any, mb: MicroBatch) -> torch.Tensor:
     return F.cross_entropy(logits[keep].float(), target, reduction="none")
 
 
-def row_losses(model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int = 8,
-               progress: bool = True) -> list[tuple[float, int]]:
+def row_losses(
+    model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int = 8, progress: bool = True
+) -> list[tuple[float, int]]:
     """``(summed token loss, supervised tokens)`` per row, in input order. Rows already in the
     active journal are taken from it; the others are scored and recorded batch by batch."""
     if batch_size < 1:
@@ -93,7 +95,7 @@ def row_losses(model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int 
     with _eval_mode(model), torch.inference_mode(), progress_bar(progress, "held-out loss") as bar:
         task = bar.add_task("held-out loss", total=len(rows), completed=len(rows) - len(todo))
         for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
+            batch = todo[start : start + batch_size]
             width = max(len(rows[i].input_ids) for i in batch)
             ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
             labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
@@ -129,23 +131,44 @@ def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalR
     rows = [r for r, ok in zip(loaded, fits) if ok]
     skipped = [r[2].id for r, ok in zip(loaded, fits) if not ok]
     if skipped:
-        note(f"left out {len(skipped)} examples longer than the model's {max_len} positions "
-             f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})")
+        note(
+            f"left out {len(skipped)} examples longer than the model's {max_len} positions "
+            f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})"
+        )
     if not rows:
         raise InputError(f"every example is longer than the model's {max_len} positions", file=options.data)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    scored = row_losses(model, [r[2] for r in rows], pad_id=pad, batch_size=options.batch_size,
-                        progress=options.progress)
+    scored = row_losses(
+        model, [r[2] for r in rows], pad_id=pad, batch_size=options.batch_size, progress=options.progress
+    )
     ci = ratio_bootstrap([s for s, _ in scored], [n for _, n in scored])
     tokens = sum(n for _, n in scored)
-    items = [{"index": index, "id": row.id, "source": f"{options.data}:{where}", "tokens": n, "loss_sum": total,
-              "loss": total / n} for (index, where, row), (total, n) in zip(rows, scored)]
+    items = [
+        {
+            "index": index,
+            "id": row.id,
+            "source": f"{options.data}:{where}",
+            "tokens": n,
+            "loss_sum": total,
+            "loss": total / n,
+        }
+        for (index, where, row), (total, n) in zip(rows, scored)
+    ]
     summary = {
-        "task": "heldout-loss", "metric": "loss", "n": len(rows), "tokens": tokens,
-        "loss": ci.mean, "ci_low": ci.low, "ci_high": ci.high, "ci_level": ci.level,
-        "perplexity": math.exp(ci.mean), "skipped_too_long": skipped,
+        "task": "heldout-loss",
+        "metric": "loss",
+        "n": len(rows),
+        "tokens": tokens,
+        "loss": ci.mean,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "ci_level": ci.level,
+        "perplexity": math.exp(ci.mean),
+        "skipped_too_long": skipped,
         "bootstrap": {"resamples": ci.resamples, "seed": ci.seed, "over": "examples"},
-        "model": model_name(model), "data": str(options.data), "chat_template": chat,
+        "model": model_name(model),
+        "data": str(options.data),
+        "chat_template": chat,
         "settings": options.to_dict(),
     }
     return {"summary": summary, "items": items}

@@ -115,8 +115,11 @@ def check_same_request(before: dict[str, Any], request: dict[str, Any], what: st
     ``request``; ``where`` (file, record, field) locates the earlier one."""
     for name in sorted(set(request) | set(before)):
         if before.get(name) != request.get(name):
-            raise UsageError(f"{what} was made with {name}={before.get(name)!r}, this run asks for "
-                             f"{request.get(name)!r}", hint="remove it, or drop --resume to evaluate again", **where)
+            raise UsageError(
+                f"{what} was made with {name}={before.get(name)!r}, this run asks for {request.get(name)!r}",
+                hint="remove it, or drop --resume to evaluate again",
+                **where,
+            )
 
 
 def _read(path: Path, request: dict[str, Any]) -> dict[str, Any]:
@@ -127,12 +130,17 @@ def _read(path: Path, request: dict[str, Any]) -> dict[str, Any]:
     try:
         first = json.loads(lines[0])
     except ValueError:
-        raise UsageError("the journal of the interrupted run has no readable request line", file=str(path),
-                         record="line 1", hint=hint) from None
+        raise UsageError(
+            "the journal of the interrupted run has no readable request line",
+            file=str(path),
+            record="line 1",
+            hint=hint,
+        ) from None
     before = first.get("request") if isinstance(first, dict) else None
     if not isinstance(before, dict):
-        raise UsageError("the journal of the interrupted run records no request", file=str(path), record="line 1",
-                         hint=hint)
+        raise UsageError(
+            "the journal of the interrupted run records no request", file=str(path), record="line 1", hint=hint
+        )
     check_same_request(before, request, "the interrupted run", file=str(path), record="line 1")
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():

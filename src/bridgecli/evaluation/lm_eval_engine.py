@@ -48,8 +48,18 @@ LM_EVAL_YAML = {
     "mmlu": "mmlu/default/_default_template_yaml",
 }
 # what bridge replaces in lm-eval's config: where the documents come from, and the few-shot sampler
-DATASET_KEYS = ("dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
-                "test_split", "fewshot_split", "custom_dataset", "tag", "include")
+DATASET_KEYS = (
+    "dataset_path",
+    "dataset_name",
+    "dataset_kwargs",
+    "training_split",
+    "validation_split",
+    "test_split",
+    "fewshot_split",
+    "custom_dataset",
+    "tag",
+    "include",
+)
 
 
 def check_engine(engine: str, tasks: Sequence[str]) -> None:
@@ -60,8 +70,10 @@ def check_engine(engine: str, tasks: Sequence[str]) -> None:
         return
     other = [t for t in tasks if t not in LM_EVAL_TASKS]
     if other:
-        raise UsageError(f"--engine lm-eval runs {', '.join(LM_EVAL_TASKS)}; not {', '.join(other)}",
-                         hint="run the other tasks without --engine (bridge's own engine)")
+        raise UsageError(
+            f"--engine lm-eval runs {', '.join(LM_EVAL_TASKS)}; not {', '.join(other)}",
+            hint="run the other tasks without --engine (bridge's own engine)",
+        )
     lm_eval_version()
 
 
@@ -72,8 +84,9 @@ def lm_eval_version() -> str:
 
         return version("lm_eval")
     except PackageNotFoundError:
-        raise UsageError("--engine lm-eval needs lm-evaluation-harness, which is not installed",
-                         hint=INSTALL_HINT) from None
+        raise UsageError(
+            "--engine lm-eval needs lm-evaluation-harness, which is not installed", hint=INSTALL_HINT
+        ) from None
 
 
 def engine_evaluate(engine: str, tasks: Sequence[str]) -> Callable[..., dict[str, Any]]:
@@ -89,15 +102,21 @@ def engine_evaluate(engine: str, tasks: Sequence[str]) -> Callable[..., dict[str
 
 # -- documents in the layout of lm-eval's datasets ----------------------------------------------
 
+
 def arc_docs(path: str | Path) -> list[dict[str, Any]]:
     """An AI2 ARC JSONL file as ``allenai/ai2_arc`` rows: ``{id, question, choices: {text, label}, answerKey}``."""
     items = mc.load_arc(path)  # validates: one-line errors naming file, line and field
     docs = []
     for item, (_, obj) in zip(items, iter_jsonl(path, hint=mc.ARC_HINT), strict=True):
         q = obj["question"]
-        docs.append({"id": item.id, "question": q["stem"],
-                     "choices": {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]},
-                     "answerKey": obj["answerKey"]})
+        docs.append(
+            {
+                "id": item.id,
+                "question": q["stem"],
+                "choices": {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]},
+                "answerKey": obj["answerKey"],
+            }
+        )
     return docs
 
 
@@ -112,28 +131,52 @@ def hellaswag_docs(path: str | Path) -> list[dict[str, Any]]:
     mc.load_hellaswag(path)  # validates
     p = Path(path)
     if ".jsonl" in p.suffixes:
-        return [{"id": str(obj.get("ind", k)), "activity_label": obj["activity_label"], "ctx_a": obj["ctx_a"],
-                 "ctx_b": obj["ctx_b"], "endings": list(obj["endings"]), "label": str(int(obj["label"]))}
-                for k, (_, obj) in enumerate(iter_jsonl(p, hint="HellaSwag JSONL"))]
+        return [
+            {
+                "id": str(obj.get("ind", k)),
+                "activity_label": obj["activity_label"],
+                "ctx_a": obj["ctx_a"],
+                "ctx_b": obj["ctx_b"],
+                "endings": list(obj["endings"]),
+                "label": str(int(obj["label"])),
+            }
+            for k, (_, obj) in enumerate(iter_jsonl(p, hint="HellaSwag JSONL"))
+        ]
     with open_text(p) as fh:
         lines = [line.rstrip("\r\n") for line in fh]
     while lines and not lines[-1].strip():
         lines.pop()
     docs: list[dict[str, Any]] = []
     for start in range(0, len(lines), 6):
-        ctx, label, *endings = lines[start:start + 6]
+        ctx, label, *endings = lines[start : start + 6]
         activity, sep, rest = ctx.partition(": ")
         if not sep:  # no label: lm-eval's ": " join would add one; keep the line whole instead
             activity, rest = "", ctx
-        docs.append({"id": str(len(docs)), "activity_label": activity, "ctx_a": rest, "ctx_b": "",
-                     "endings": endings, "label": label.strip()})
+        docs.append(
+            {
+                "id": str(len(docs)),
+                "activity_label": activity,
+                "ctx_a": rest,
+                "ctx_b": "",
+                "endings": endings,
+                "label": label.strip(),
+            }
+        )
     return docs
 
 
 def mmlu_docs(path: str | Path) -> list[dict[str, Any]]:
     """One subject's MMLU CSV as ``cais/mmlu`` rows: ``{question, subject, choices, answer}``."""
-    return [{"id": item.id, "question": item.extra["question"], "subject": item.subject,
-             "choices": list(item.extra["options"]), "answer": item.gold} for item in mc.load_mmlu_csv(path)]
+    return [
+        {
+            "id": item.id,
+            "question": item.extra["question"],
+            "subject": item.subject,
+            "choices": list(item.extra["options"]),
+            "answer": item.gold,
+        }
+        for item in mc.load_mmlu_csv(path)
+    ]
 
 
 def _dataset(test: list[dict[str, Any]], fewshot: list[dict[str, Any]] | None, **_metadata: Any):
@@ -149,6 +192,7 @@ def _dataset(test: list[dict[str, Any]], fewshot: list[dict[str, Any]] | None, *
 
 # -- task configs ------------------------------------------------------------------------------
 
+
 def lm_eval_yaml(relative: str) -> dict[str, Any]:
     """One of lm-eval's installed task YAML files, loaded by lm-eval (``include`` and ``!function`` resolved)."""
     import lm_eval
@@ -160,28 +204,47 @@ def lm_eval_yaml(relative: str) -> dict[str, Any]:
     return load_yaml(path)
 
 
-def task_config(base: dict[str, Any], name: str, data: str, test: list[dict[str, Any]],
-                fewshot: list[dict[str, Any]] | None, few_shot: int) -> dict[str, Any]:
+def task_config(
+    base: dict[str, Any],
+    name: str,
+    data: str,
+    test: list[dict[str, Any]],
+    fewshot: list[dict[str, Any]] | None,
+    few_shot: int,
+) -> dict[str, Any]:
     """lm-eval's config ``base`` reading ``test`` (and ``fewshot``) instead of its hub dataset."""
     config = {k: v for k, v in base.items() if k not in DATASET_KEYS}
-    config.update(task=name, dataset_path=str(data), test_split="test", num_fewshot=few_shot,
-                  custom_dataset=partial(_dataset, test, fewshot))
+    config.update(
+        task=name,
+        dataset_path=str(data),
+        test_split="test",
+        num_fewshot=few_shot,
+        custom_dataset=partial(_dataset, test, fewshot),
+    )
     if fewshot is not None:
-        config.update(fewshot_split="fewshot",
-                      fewshot_config={**(base.get("fewshot_config") or {}), "sampler": "first_n"})
+        config.update(
+            fewshot_split="fewshot", fewshot_config={**(base.get("fewshot_config") or {}), "sampler": "first_n"}
+        )
     return config
 
 
-def _pool(docs: list[dict[str, Any]], evaluated: int, k: int, few_shot_data: str | None,
-          reader: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+def _pool(
+    docs: list[dict[str, Any]],
+    evaluated: int,
+    k: int,
+    few_shot_data: str | None,
+    reader: Callable[[str], list[dict[str, Any]]],
+) -> list[dict[str, Any]] | None:
     """Few-shot documents as ``bridge eval`` takes them: ``--few-shot-data``, else the items past the evaluated ones."""
     if k <= 0:
         return None
     pool = reader(few_shot_data) if few_shot_data else docs[evaluated:]
     if len(pool) < k:
         source = few_shot_data or "the data file past the evaluated items"
-        raise UsageError(f"--few-shot {k} needs {k} examples; {source} has {len(pool)}",
-                         hint="pass --few-shot-data, or lower --limit")
+        raise UsageError(
+            f"--few-shot {k} needs {k} examples; {source} has {len(pool)}",
+            hint="pass --few-shot-data, or lower --limit",
+        )
     return pool[:k]
 
 
@@ -195,7 +258,7 @@ def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
     if task != "mmlu":
         reader = hellaswag_docs if task == "hellaswag" else arc_docs
         docs = reader(options.data)
-        evaluated = docs if options.limit is None else docs[:options.limit]
+        evaluated = docs if options.limit is None else docs[: options.limit]
         pool = _pool(docs, len(evaluated), options.few_shot, options.few_shot_data, reader)
         return [task_config(base, task, options.data, evaluated, pool, options.few_shot)]
     tests, devs = mc.mmlu_files(options.data)
@@ -204,12 +267,14 @@ def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
     configs = []
     for subject, path in tests.items():
         docs = mmlu_docs(path)
-        evaluated = docs if options.limit is None else docs[:options.limit]
+        evaluated = docs if options.limit is None else docs[: options.limit]
         shots = None
         if options.few_shot:
             if subject not in devs:
-                raise UsageError(f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
-                                 hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data")
+                raise UsageError(
+                    f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
+                    hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data",
+                )
             shots = mmlu_docs(devs[subject])
             if len(shots) < options.few_shot:
                 raise UsageError(f"--few-shot {options.few_shot}: {devs[subject]} has {len(shots)} rows")
@@ -233,6 +298,7 @@ def _mmlu_description(subject: str) -> str:
 
 
 # -- running -----------------------------------------------------------------------------------
+
 
 @contextmanager
 def _quiet(progress: bool) -> Iterator[None]:
@@ -280,8 +346,9 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int) -> Any:
     return HFLM(pretrained=model, tokenizer=copy.deepcopy(tokenizer), batch_size=batch_size)
 
 
-def run_lm_eval(lm: Any, configs: list[dict[str, Any]], *, chat: bool,
-                progress: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def run_lm_eval(
+    lm: Any, configs: list[dict[str, Any]], *, chat: bool, progress: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """``lm_eval.evaluator.evaluate`` on ``configs`` with every sample logged: its results dict, and
     the task objects by name."""
     from lm_eval import evaluator
@@ -293,8 +360,14 @@ def run_lm_eval(lm: Any, configs: list[dict[str, Any]], *, chat: bool,
             task = ConfigurableTask(config=config)
             task.set_fewshot_seed(seed=1234)  # lm-eval's default; the first_n sampler does not use it
             tasks[config["task"]] = task
-        results = evaluator.evaluate(lm, {"tasks": tasks, "groups": {}, "group_map": {}}, log_samples=True,
-                                     bootstrap_iters=0, apply_chat_template=chat, fewshot_as_multiturn=False)
+        results = evaluator.evaluate(
+            lm,
+            {"tasks": tasks, "groups": {}, "group_map": {}},
+            log_samples=True,
+            bootstrap_iters=0,
+            apply_chat_template=chat,
+            fewshot_as_multiturn=False,
+        )
     return results, tasks
 
 
@@ -306,7 +379,7 @@ def item_record(sample: dict[str, Any], query: str, subject: str | None, delimit
     continuations = [a[1] for a in sample["arguments"]]
     logliks = [float(r[0]) for r in sample["filtered_resps"]]
     greedy = [bool(r[1]) for r in sample["filtered_resps"]]
-    lengths = [max(1, len(c[len(delimiter):] if c.startswith(delimiter) else c)) for c in continuations]
+    lengths = [max(1, len(c[len(delimiter) :] if c.startswith(delimiter) else c)) for c in continuations]
     pred = max(range(len(logliks)), key=logliks.__getitem__)
     pred_norm = max(range(len(logliks)), key=lambda k: logliks[k] / lengths[k])
     doc = sample["doc"]
@@ -324,15 +397,25 @@ def item_record(sample: dict[str, Any], query: str, subject: str | None, delimit
         "pred_norm": pred_norm,
         "correct": float(sample["acc"]) == 1.0,
         # lm-eval's verdict where its task computes acc_norm (ARC, HellaSwag); MMLU's computes acc alone
-        "correct_norm": float(sample["acc_norm"]) == 1.0 if "acc_norm" in sample else pred_norm == int(sample["target"]),
+        "correct_norm": float(sample["acc_norm"]) == 1.0
+        if "acc_norm" in sample
+        else pred_norm == int(sample["target"]),
     }
 
 
 def _config_record(config: Any) -> dict[str, Any]:
     """The prompt-building part of a task's effective config (lm-eval's defaults filled in), for the
     result's settings."""
-    keys = ("description", "doc_to_text", "doc_to_choice", "doc_to_target", "target_delimiter",
-            "fewshot_delimiter", "num_fewshot", "output_type")
+    keys = (
+        "description",
+        "doc_to_text",
+        "doc_to_choice",
+        "doc_to_target",
+        "target_delimiter",
+        "fewshot_delimiter",
+        "num_fewshot",
+        "output_type",
+    )
     out = {k: getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (str, int, list))}
     sampler = getattr(getattr(config, "fewshot_config", None), "sampler", None)
     if isinstance(sampler, str) and getattr(config, "fewshot_split", None):
@@ -364,16 +447,24 @@ def run_task(model: Any, tokenizer: Any, task: str, options: EvalOptions, lm: An
             records.append(item_record(sample, query, subject, task_obj.config.target_delimiter))
     if not records:
         raise UsageError(f"{task}: lm-eval evaluated no items")
-    settings = {**options.to_dict(), "engine": "lm-eval", "lm_eval_version": lm_eval_version(), "chat_template_used": chat,
-                "normalisation": "loglik / len(choice chars), target delimiter excluded (lm-eval)",
-                "model": model_name(model), "task_config": _config_record(tasks[configs[0]["task"]].config),
-                "lm_eval_tasks": [c["task"] for c in configs]}
+    settings = {
+        **options.to_dict(),
+        "engine": "lm-eval",
+        "lm_eval_version": lm_eval_version(),
+        "chat_template_used": chat,
+        "normalisation": "loglik / len(choice chars), target delimiter excluded (lm-eval)",
+        "model": model_name(model),
+        "task_config": _config_record(tasks[configs[0]["task"]].config),
+        "lm_eval_tasks": [c["task"] for c in configs],
+    }
     if task == "mmlu":
         settings.update(limit_applies_to="each subject", subjects=len(configs))
     summary = mc.summarize(task, records, settings)
     summary["engine"] = "lm-eval"
-    summary["lm_eval"] = {name: {k.split(",")[0]: v for k, v in r.items() if k.split(",")[0] in ("acc", "acc_norm")}
-                          for name, r in results["results"].items()}
+    summary["lm_eval"] = {
+        name: {k.split(",")[0]: v for k, v in r.items() if k.split(",")[0] in ("acc", "acc_norm")}
+        for name, r in results["results"].items()
+    }
     if task == "mmlu":
         by_subject: dict[str, list[dict[str, Any]]] = {}
         for r in records:
@@ -389,18 +480,42 @@ def _doc_to_text(task_obj: Any, doc: dict[str, Any]) -> str:
     return text if isinstance(text, str) else str(text)
 
 
-def evaluate(model: Any, tokenizer: Any, task: str, data: str, *, limit: int | None = None, few_shot: int = 0,
-             few_shot_data: str | None = None, batch_size: int = 8, chat_template: bool | None = None,
-             progress: bool = True, journal: Any = None, **_ignored: Any) -> dict[str, Any]:
+def evaluate(
+    model: Any,
+    tokenizer: Any,
+    task: str,
+    data: str,
+    *,
+    limit: int | None = None,
+    few_shot: int = 0,
+    few_shot_data: str | None = None,
+    batch_size: int = 8,
+    chat_template: bool | None = None,
+    progress: bool = True,
+    journal: Any = None,
+    **_ignored: Any,
+) -> dict[str, Any]:
     """:func:`bridgecli.evaluation.run.evaluate`'s signature and result (``{"task", "summary", "items"}``),
     with lm-eval running the task. Options that only generation or code tasks use are accepted and
     ignored; ``journal`` too (lm-eval's scores are not journaled: ``--resume`` keeps finished tasks only)."""
     from .run import check_numbers
 
-    check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size,
-                  max_new_tokens=_ignored.get("max_new_tokens"), code_timeout=_ignored.get("code_timeout", 10.0))
-    options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
-                          batch_size=batch_size, chat_template=chat_template, progress=progress)
+    check_numbers(
+        limit=limit,
+        few_shot=few_shot,
+        batch_size=batch_size,
+        max_new_tokens=_ignored.get("max_new_tokens"),
+        code_timeout=_ignored.get("code_timeout", 10.0),
+    )
+    options = EvalOptions(
+        data=str(data),
+        limit=limit,
+        few_shot=few_shot,
+        few_shot_data=few_shot_data,
+        batch_size=batch_size,
+        chat_template=chat_template,
+        progress=progress,
+    )
     start = time.perf_counter()
     run = run_task(model, tokenizer, task, options)
     summary = dict(run["summary"])

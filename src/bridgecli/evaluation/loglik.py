@@ -51,7 +51,7 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
     if eos is not None and whole and whole[-1] == eos and not continuation.endswith(tokenizer.eos_token or "\0"):
         whole = whole[:-1]
         ctx = ctx[:-1] if ctx and ctx[-1] == eos else ctx
-    cont = whole[len(ctx):]
+    cont = whole[len(ctx) :]
     if not ctx:
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else eos
         if start is None:
@@ -75,11 +75,17 @@ def _forward_tail(model: Any, input_ids: torch.Tensor, attention_mask: torch.Ten
     """Logits of the last ``keep`` positions, float32 log-softmaxed: ``[batch, keep, vocab]``."""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     try:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       logits_to_keep=keep, use_cache=False).logits
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=keep,
+            use_cache=False,
+        ).logits
     except TypeError:  # a model whose forward has no logits_to_keep
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                       use_cache=False).logits
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).logits
     return torch.log_softmax(logits[:, -keep:, :].float(), dim=-1)
 
 
@@ -116,7 +122,7 @@ def loglikelihood(
         if max_len is not None and len(whole) - 1 > max_len:
             if len(cont) >= max_len:
                 raise UsageError(f"a continuation of {len(cont)} tokens does not fit the model's {max_len} positions")
-            whole = whole[-(max_len + 1):]  # drop the oldest context tokens
+            whole = whole[-(max_len + 1) :]  # drop the oldest context tokens
         key = tuple(whole[:-1])
         needs[r] = (inputs.setdefault(key, len(inputs)), cont)
     unique = list(inputs)
@@ -134,14 +140,14 @@ def loglikelihood(
     with _eval_mode(model), torch.inference_mode(), progress_bar(progress, description) as bar:
         task = bar.add_task(description, total=len(requests), completed=len(requests) - len(todo), unit="input")
         for start in range(0, len(order), batch_size):
-            slots = order[start:start + batch_size]
+            slots = order[start : start + batch_size]
             width = max(len(unique[s]) for s in slots)
             ids = torch.full((len(slots), width), pad, dtype=torch.long)
             mask = torch.zeros((len(slots), width), dtype=torch.long)
             for b, s in enumerate(slots):
                 seq = unique[s]
-                ids[b, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-                mask[b, width - len(seq):] = 1
+                ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+                mask[b, width - len(seq) :] = 1
             tail = max(keep[s] for s in slots)
             logprobs = _forward_tail(model, ids.to(device), mask.to(device), tail).cpu()
             scored: dict[int, LogLik] = {}  # this batch's, in the order they are recorded
@@ -149,11 +155,12 @@ def loglikelihood(
                 for r in by_slot[s]:
                     cont = needs[r][1]
                     n = len(cont)
-                    lp = logprobs[b, tail - n:, :]
+                    lp = logprobs[b, tail - n :, :]
                     target = torch.tensor(cont, dtype=torch.long)
                     token_lp = lp.gather(-1, target[:, None])[:, 0]
-                    results[r] = scored[r] = LogLik(float(token_lp.double().sum()),
-                                                    bool((lp.argmax(-1) == target).all()), n)
+                    results[r] = scored[r] = LogLik(
+                        float(token_lp.double().sum()), bool((lp.argmax(-1) == target).all()), n
+                    )
                 bar.advance(task, len(by_slot[s]))
             if book is not None:
                 book.add([(keys[r], [ll.logprob, ll.greedy, ll.n_tokens]) for r, ll in scored.items()])

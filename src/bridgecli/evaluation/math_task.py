@@ -52,14 +52,26 @@ def load(path: str | Path) -> list[Item]:
         answer = field(obj, "answer", str, optional=True, **where)
         reference = reference_answer(solution, answer)
         if reference is None:
-            raise InputError("no 'answer' field and no \\boxed{} answer in the solution", file=str(path),
-                             record=f"line {n}", field="solution")
+            raise InputError(
+                "no 'answer' field and no \\boxed{} answer in the solution",
+                file=str(path),
+                record=f"line {n}",
+                field="solution",
+            )
         subject = obj.get("subject", obj.get("type"))
         level = obj.get("level")
-        items.append(Item(len(items), n, problem, solution, reference,
-                          str(subject) if subject is not None else None,
-                          str(level) if level is not None else None,
-                          str(obj["unique_id"]) if obj.get("unique_id") is not None else None))
+        items.append(
+            Item(
+                len(items),
+                n,
+                problem,
+                solution,
+                reference,
+                str(subject) if subject is not None else None,
+                str(level) if level is not None else None,
+                str(obj["unique_id"]) if obj.get("unique_id") is not None else None,
+            )
+        )
     return items
 
 
@@ -81,17 +93,19 @@ def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
     for item, prediction in zip(items, predictions, strict=True):
         parsed = parse_prediction(prediction)
         extracted = extracted_text(parsed)
-        records.append({
-            "index": item.index,
-            "unique_id": item.unique_id,
-            "subject": item.subject,
-            "level": item.level,
-            "problem": item.problem,
-            "reference": item.reference,
-            "prediction": prediction,
-            "extracted": extracted,
-            "correct": verify(parse_reference(item.reference), parsed),
-        })
+        records.append(
+            {
+                "index": item.index,
+                "unique_id": item.unique_id,
+                "subject": item.subject,
+                "level": item.level,
+                "problem": item.problem,
+                "reference": item.reference,
+                "prediction": prediction,
+                "extracted": extracted,
+                "correct": verify(parse_reference(item.reference), parsed),
+            }
+        )
     return records
 
 
@@ -109,16 +123,18 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
 
     check_limit(options.limit, options.few_shot)
     items = load(options.data)
-    evaluated = items if options.limit is None else items[:options.limit]
+    evaluated = items if options.limit is None else items[: options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     if options.few_shot:
-        pool = load(options.few_shot_data) if options.few_shot_data else items[len(evaluated):]
+        pool = load(options.few_shot_data) if options.few_shot_data else items[len(evaluated) :]
         if len(pool) < options.few_shot:
-            raise UsageError(f"--few-shot {options.few_shot} needs {options.few_shot} worked examples; "
-                             f"{options.few_shot_data or 'the data file past the evaluated items'} has {len(pool)}",
-                             hint="pass --few-shot-data (e.g. math/hendrycks_math_train.jsonl), or lower --limit")
-        shots = pool[:options.few_shot]
+            raise UsageError(
+                f"--few-shot {options.few_shot} needs {options.few_shot} worked examples; "
+                f"{options.few_shot_data or 'the data file past the evaluated items'} has {len(pool)}",
+                hint="pass --few-shot-data (e.g. math/hendrycks_math_train.jsonl), or lower --limit",
+            )
+        shots = pool[: options.few_shot]
     else:
         shots = []
     use_template = options.chat_template is not False
@@ -126,15 +142,37 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     stop = () if chat else PLAIN_STOP
     max_new = options.max_new_tokens or MAX_NEW_TOKENS
     prompts = [build_prompt(item.problem, shots, chat=chat) for item in evaluated]
-    predictions = generate(model, tokenizer, prompts, max_new_tokens=max_new, batch_size=options.batch_size,
-                           stop=stop, chat_template=use_template, progress=options.progress, description=TASK)
+    predictions = generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new,
+        batch_size=options.batch_size,
+        stop=stop,
+        chat_template=use_template,
+        progress=options.progress,
+        description=TASK,
+    )
     records = grade(evaluated, predictions)
     n = len(records)
     correct = sum(r["correct"] for r in records)
-    settings = {**options.to_dict(), "chat_template_used": chat, "stop": list(stop), "max_new_tokens": max_new,
-                "few_shot_ids": [s.unique_id or s.index for s in shots], "model": model_name(model)}
-    summary = {"task": TASK, "n": n, "accuracy": correct / n, "correct": correct, "metric": "exact_match",
-               "extracted": sum(r["extracted"] is not None for r in records),
-               "by_subject": _breakdown(records, "subject"), "by_level": _breakdown(records, "level"),
-               "settings": settings}
+    settings = {
+        **options.to_dict(),
+        "chat_template_used": chat,
+        "stop": list(stop),
+        "max_new_tokens": max_new,
+        "few_shot_ids": [s.unique_id or s.index for s in shots],
+        "model": model_name(model),
+    }
+    summary = {
+        "task": TASK,
+        "n": n,
+        "accuracy": correct / n,
+        "correct": correct,
+        "metric": "exact_match",
+        "extracted": sum(r["extracted"] is not None for r in records),
+        "by_subject": _breakdown(records, "subject"),
+        "by_level": _breakdown(records, "level"),
+        "settings": settings,
+    }
     return {"summary": summary, "items": records}

@@ -39,7 +39,7 @@ def last_boxed(text: str) -> str | None:
     for k in range(j, len(text)):
         depth += {"{": 1, "}": -1}.get(text[k], 0)
         if depth == 0:
-            return text[j + 1:k]
+            return text[j + 1 : k]
     return None  # the box was never closed
 
 

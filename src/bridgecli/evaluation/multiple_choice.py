@@ -73,16 +73,28 @@ def load_arc(path: str | Path) -> list[Item]:
             raise InputError("expected a list of at least 2 choices", field="question.choices", **where)
         labels, texts = [], []
         for k, choice in enumerate(choices):
-            if not isinstance(choice, dict) or not isinstance(choice.get("text"), str) \
-                    or not isinstance(choice.get("label"), str):
+            if (
+                not isinstance(choice, dict)
+                or not isinstance(choice.get("text"), str)
+                or not isinstance(choice.get("label"), str)
+            ):
                 raise InputError("expected {text, label} strings", field=f"question.choices[{k}]", **where)
             labels.append(choice["label"])
             texts.append(choice["text"])
         key = obj.get("answerKey")
         if not isinstance(key, str) or key not in labels:
             raise InputError(f"{key!r} is not one of the choice labels {labels}", field="answerKey", **where)
-        items.append(Item(len(items), str(obj.get("id", len(items))), arc_query(stem),
-                          [" " + t for t in texts], labels.index(key), f"{p}:{n}", extra={"labels": labels}))
+        items.append(
+            Item(
+                len(items),
+                str(obj.get("id", len(items))),
+                arc_query(stem),
+                [" " + t for t in texts],
+                labels.index(key),
+                f"{p}:{n}",
+                extra={"labels": labels},
+            )
+        )
     return items
 
 
@@ -115,18 +127,31 @@ def load_hellaswag(path: str | Path) -> list[Item]:
     while lines and not lines[-1].strip():
         lines.pop()
     if len(lines) % 6:
-        raise InputError(f"{len(lines)} lines is not a multiple of 6 (the last item is incomplete)",
-                         file=str(p), record=f"line {len(lines) - len(lines) % 6 + 1}", hint=HELLASWAG_HINT)
+        raise InputError(
+            f"{len(lines)} lines is not a multiple of 6 (the last item is incomplete)",
+            file=str(p),
+            record=f"line {len(lines) - len(lines) % 6 + 1}",
+            hint=HELLASWAG_HINT,
+        )
     for start in range(0, len(lines), 6):
-        ctx, label, *endings = lines[start:start + 6]
+        ctx, label, *endings = lines[start : start + 6]
         line = start + 1
         if not ctx.strip():
             raise InputError("empty context", field="context", hint=HELLASWAG_HINT, **_where(p, line))
         if label.strip() not in {"0", "1", "2", "3"}:
-            raise InputError(f"expected a label 0-3, got {label!r}", field="label", hint=HELLASWAG_HINT,
-                             **_where(p, line + 1))
-        items.append(Item(len(items), str(len(items)), hellaswag_preprocess(ctx),
-                          [" " + hellaswag_preprocess(e) for e in endings], int(label), f"{p}:{line}"))
+            raise InputError(
+                f"expected a label 0-3, got {label!r}", field="label", hint=HELLASWAG_HINT, **_where(p, line + 1)
+            )
+        items.append(
+            Item(
+                len(items),
+                str(len(items)),
+                hellaswag_preprocess(ctx),
+                [" " + hellaswag_preprocess(e) for e in endings],
+                int(label),
+                f"{p}:{line}",
+            )
+        )
     return items
 
 
@@ -149,24 +174,34 @@ def _load_hellaswag_jsonl(p: Path) -> list[Item]:
             raise InputError(f"label {gold} out of range", field="label", **where)
         ctx = obj["ctx_a"] + " " + obj["ctx_b"].capitalize()
         query = hellaswag_preprocess(obj["activity_label"] + ": " + ctx)
-        items.append(Item(len(items), str(obj.get("ind", len(items))), query,
-                          [" " + hellaswag_preprocess(e) for e in endings], gold, f"{p}:{n}"))
+        items.append(
+            Item(
+                len(items),
+                str(obj.get("ind", len(items))),
+                query,
+                [" " + hellaswag_preprocess(e) for e in endings],
+                gold,
+                f"{p}:{n}",
+            )
+        )
     return items
 
 
 # -- MMLU -------------------------------------------------------------------------------------
 
 MMLU_HEADER = ["question", "choice0", "choice1", "choice2", "choice3", "answer"]
-MMLU_HINT = ("MMLU CSV rows are question, 4 choices, answer (0-3 or A-D), with or without the header "
-             "question,choice0,choice1,choice2,choice3,answer")
+MMLU_HINT = (
+    "MMLU CSV rows are question, 4 choices, answer (0-3 or A-D), with or without the header "
+    "question,choice0,choice1,choice2,choice3,answer"
+)
 LETTERS = "ABCD"
 
 
 def mmlu_subject(path: Path) -> str:
-    name = path.name[:-len(".csv")] if path.name.endswith(".csv") else path.stem
+    name = path.name[: -len(".csv")] if path.name.endswith(".csv") else path.stem
     for suffix in ("_test", "_dev", "_val"):
         if name.endswith(suffix):
-            return name[:-len(suffix)]
+            return name[: -len(suffix)]
     return name
 
 
@@ -207,9 +242,18 @@ def load_mmlu_csv(path: str | Path) -> list[Item]:
                     gold = LETTERS.index(answer.upper())
                 else:
                     raise InputError(f"expected 0-3 or A-D, got {answer!r}", field="answer", hint=MMLU_HINT, **where)
-                items.append(Item(len(items), f"{subject}/{len(items)}", mmlu_query(row[0], row[1:5]),
-                                  [f" {c}" for c in LETTERS], gold, f"{p}:{line}", subject=subject,
-                                  extra={"question": row[0], "options": row[1:5]}))
+                items.append(
+                    Item(
+                        len(items),
+                        f"{subject}/{len(items)}",
+                        mmlu_query(row[0], row[1:5]),
+                        [f" {c}" for c in LETTERS],
+                        gold,
+                        f"{p}:{line}",
+                        subject=subject,
+                        extra={"question": row[0], "options": row[1:5]},
+                    )
+                )
     except csv.Error as err:
         raise InputError(f"not valid CSV: {err}", file=str(p)) from None
     except (OSError, UnicodeDecodeError, EOFError) as err:
@@ -225,8 +269,9 @@ def mmlu_files(path: str | Path) -> tuple[dict[str, Path], dict[str, Path]]:
     ``../dev/<subject>_dev.csv``."""
     p = Path(path)
     if not p.exists():
-        raise InputError("no such file or folder", file=str(p),
-                         hint="pass an MMLU folder with test/ and dev/ (e.g. data/mmlu)")
+        raise InputError(
+            "no such file or folder", file=str(p), hint="pass an MMLU folder with test/ and dev/ (e.g. data/mmlu)"
+        )
     if p.is_file():
         tests = {mmlu_subject(p): p}
         dev_dir = p.parent.parent / "dev"
@@ -242,19 +287,33 @@ def mmlu_files(path: str | Path) -> tuple[dict[str, Path], dict[str, Path]]:
 
 # -- scoring ----------------------------------------------------------------------------------
 
-def score_items(model: Any, tokenizer: Any, items: Sequence[Item], contexts: Sequence[str], *,
-                batch_size: int, progress: bool, description: str, chat: bool = False) -> list[dict[str, Any]]:
+
+def score_items(
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[Item],
+    contexts: Sequence[str],
+    *,
+    batch_size: int,
+    progress: bool,
+    description: str,
+    chat: bool = False,
+) -> list[dict[str, Any]]:
     """Log-likelihood of every choice of every item after its context; one record per item. After a
     chat template's assistant opening the choices lose their leading space."""
     from .loglik import loglikelihood
 
-    requests = [(ctx, choice.lstrip(" ") if chat else choice)
-                for item, ctx in zip(items, contexts, strict=True) for choice in item.choices]
-    scores = loglikelihood(model, tokenizer, requests, batch_size=batch_size, progress=progress,
-                           description=description)
+    requests = [
+        (ctx, choice.lstrip(" ") if chat else choice)
+        for item, ctx in zip(items, contexts, strict=True)
+        for choice in item.choices
+    ]
+    scores = loglikelihood(
+        model, tokenizer, requests, batch_size=batch_size, progress=progress, description=description
+    )
     records, k = [], 0
     for item in items:
-        lls = scores[k:k + len(item.choices)]
+        lls = scores[k : k + len(item.choices)]
         k += len(item.choices)
         logprobs = [s.logprob for s in lls]
         normed = [s.logprob / max(1, len(c.lstrip(" ") if chat else c)) for s, c in zip(lls, item.choices)]
@@ -283,18 +342,31 @@ def _metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     n = len(records)
     correct = sum(r["correct"] for r in records)
     correct_norm = sum(r["correct_norm"] for r in records)
-    return {"n": n, "acc": correct / n if n else 0.0, "acc_norm": correct_norm / n if n else 0.0,
-            "correct": correct, "correct_norm": correct_norm}
+    return {
+        "n": n,
+        "acc": correct / n if n else 0.0,
+        "acc_norm": correct_norm / n if n else 0.0,
+        "correct": correct,
+        "correct_norm": correct_norm,
+    }
 
 
 def summarize(task: str, records: Sequence[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     m = _metrics(records)
-    return {"task": task, "n": m["n"], "accuracy": m["acc"], "correct": m["correct"], "metric": "acc",
-            "acc": m["acc"], "acc_norm": m["acc_norm"], "correct_norm": m["correct_norm"], "settings": settings}
+    return {
+        "task": task,
+        "n": m["n"],
+        "accuracy": m["acc"],
+        "correct": m["correct"],
+        "metric": "acc",
+        "acc": m["acc"],
+        "acc_norm": m["acc_norm"],
+        "correct_norm": m["correct_norm"],
+        "settings": settings,
+    }
 
 
-def _contexts(items: Sequence[Item], prefix_for: Callable[[Item], str], tokenizer: Any,
-              chat: bool) -> list[str]:
+def _contexts(items: Sequence[Item], prefix_for: Callable[[Item], str], tokenizer: Any, chat: bool) -> list[str]:
     """The text each item's choices continue: description + few-shot blocks + the query; with the
     chat template, all of that is one user turn and the choices start the assistant's reply."""
     from .generate import render_prompt
@@ -312,14 +384,21 @@ def _pool_shots(items: list[Item], evaluated: int, k: int, pool: list[Item] | No
         return []
     candidates = pool if pool is not None else items[evaluated:]
     if len(candidates) < k:
-        raise UsageError(f"--few-shot {k} needs {k} examples; {source} has {len(candidates)}",
-                         hint="pass --few-shot-data, or lower --limit")
+        raise UsageError(
+            f"--few-shot {k} needs {k} examples; {source} has {len(candidates)}",
+            hint="pass --few-shot-data, or lower --limit",
+        )
     return candidates[:k]
 
 
 def _settings(options: EvalOptions, model: Any, chat: bool, **extra: Any) -> dict[str, Any]:
-    return {**options.to_dict(), "chat_template_used": chat, "normalisation": "loglik / len(continuation chars)",
-            "model": model_name(model), **extra}
+    return {
+        **options.to_dict(),
+        "chat_template_used": chat,
+        "normalisation": "loglik / len(continuation chars)",
+        "model": model_name(model),
+        **extra,
+    }
 
 
 def _use_chat(tokenizer: Any, options: EvalOptions) -> bool:
@@ -329,12 +408,13 @@ def _use_chat(tokenizer: Any, options: EvalOptions) -> bool:
     return uses_chat_template(tokenizer, options.chat_template is True)
 
 
-def run_pooled_task(task: str, loader: Callable[[str], list[Item]], model: Any, tokenizer: Any,
-                    options: EvalOptions) -> EvalRun:
+def run_pooled_task(
+    task: str, loader: Callable[[str], list[Item]], model: Any, tokenizer: Any, options: EvalOptions
+) -> EvalRun:
     """ARC / HellaSwag: one file, ``--limit`` first items, few-shot from a pool."""
     check_limit(options.limit, options.few_shot)
     items = loader(options.data)
-    evaluated = items if options.limit is None else items[:options.limit]
+    evaluated = items if options.limit is None else items[: options.limit]
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     pool = loader(options.few_shot_data) if options.few_shot and options.few_shot_data else None
@@ -343,8 +423,16 @@ def run_pooled_task(task: str, loader: Callable[[str], list[Item]], model: Any, 
     prefix = "".join(_shot_block(s) + FEW_SHOT_SEPARATOR for s in shots)
     chat = _use_chat(tokenizer, options)
     contexts = _contexts(evaluated, lambda item: prefix, tokenizer, chat)
-    records = score_items(model, tokenizer, evaluated, contexts, batch_size=options.batch_size,
-                          progress=options.progress, description=task, chat=chat)
+    records = score_items(
+        model,
+        tokenizer,
+        evaluated,
+        contexts,
+        batch_size=options.batch_size,
+        progress=options.progress,
+        description=task,
+        chat=chat,
+    )
     settings = _settings(options, model, chat, few_shot_ids=[s.id for s in shots])
     return {"summary": summarize(task, records, settings), "items": records}
 
@@ -377,22 +465,32 @@ def mmlu_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     prefixes: dict[str, str] = {}
     for subject, path in tests.items():
         items = load_mmlu_csv(path)
-        evaluated.extend(items if options.limit is None else items[:options.limit])
+        evaluated.extend(items if options.limit is None else items[: options.limit])
         prefix = mmlu_description(subject)
         if options.few_shot:
             if subject not in devs:
-                raise UsageError(f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
-                                 hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data")
+                raise UsageError(
+                    f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
+                    hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data",
+                )
             shots = load_mmlu_csv(devs[subject])
             if len(shots) < options.few_shot:
                 raise UsageError(f"--few-shot {options.few_shot}: {devs[subject]} has {len(shots)} rows")
-            prefix += "".join(_shot_block(s) + FEW_SHOT_SEPARATOR for s in shots[:options.few_shot])
+            prefix += "".join(_shot_block(s) + FEW_SHOT_SEPARATOR for s in shots[: options.few_shot])
         prefixes[subject] = prefix
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     contexts = _contexts(evaluated, lambda item: prefixes[item.subject or ""], tokenizer, chat)
-    records = score_items(model, tokenizer, evaluated, contexts, batch_size=options.batch_size,
-                          progress=options.progress, description="mmlu", chat=chat)
+    records = score_items(
+        model,
+        tokenizer,
+        evaluated,
+        contexts,
+        batch_size=options.batch_size,
+        progress=options.progress,
+        description="mmlu",
+        chat=chat,
+    )
     settings = _settings(options, model, chat, limit_applies_to="each subject", subjects=len(tests))
     summary = summarize("mmlu", records, settings)
     by_subject: dict[str, list[dict[str, Any]]] = {}

@@ -33,18 +33,31 @@ class Where(TypedDict):
     hint: str | None
 
 
-def field(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], *, file: str, line: int,
-          hint: str | None = None, optional: bool = False) -> Any:
+def field(
+    obj: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    *,
+    file: str,
+    line: int,
+    hint: str | None = None,
+    optional: bool = False,
+) -> Any:
     """``obj[key]``, checked to be of ``kind``; a missing or mistyped field raises InputError."""
     if key not in obj or obj[key] is None:
         if optional:
             return None
         raise InputError("missing", file=file, record=f"line {line}", field=key, hint=hint)
     value = obj[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+    if (
+        not isinstance(value, kind)
+        or isinstance(value, bool)
+        and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    ):
         expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise InputError(f"expected {expected}, got {type(value).__name__}", file=file, record=f"line {line}",
-                         field=key, hint=hint)
+        raise InputError(
+            f"expected {expected}, got {type(value).__name__}", file=file, record=f"line {line}", field=key, hint=hint
+        )
     return value
 
 

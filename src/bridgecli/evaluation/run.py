@@ -39,13 +39,23 @@ def evaluate(
     ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
     With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
     it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
-    check_numbers(limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                  code_timeout=code_timeout)
+    check_numbers(
+        limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens, code_timeout=code_timeout
+    )
     entry = registry.get("eval_task", task)
-    options = EvalOptions(data=str(data), limit=limit, few_shot=few_shot, few_shot_data=few_shot_data,
-                          batch_size=batch_size, max_new_tokens=max_new_tokens,
-                          chat_template=chat_template, progress=progress, code_timeout=code_timeout,
-                          allow_code_execution=allow_code_execution, unsafe_code_execution=unsafe_code_execution)
+    options = EvalOptions(
+        data=str(data),
+        limit=limit,
+        few_shot=few_shot,
+        few_shot_data=few_shot_data,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        chat_template=chat_template,
+        progress=progress,
+        code_timeout=code_timeout,
+        allow_code_execution=allow_code_execution,
+        unsafe_code_execution=unsafe_code_execution,
+    )
     start = time.perf_counter()
     with recording(journal):
         run = entry.obj(model, tokenizer, options)
@@ -58,8 +68,9 @@ def evaluate(
     return {"task": task, "summary": summary, "items": list(run["items"])}
 
 
-def check_numbers(*, limit: int | None, few_shot: int, batch_size: int, max_new_tokens: int | None,
-                  code_timeout: float) -> None:
+def check_numbers(
+    *, limit: int | None, few_shot: int, batch_size: int, max_new_tokens: int | None, code_timeout: float
+) -> None:
     """The numeric options of ``bridge eval`` in their ranges (UsageError, exit 2)."""
     from ..steps import params
 
@@ -97,12 +108,18 @@ def reusable(path: str | os.PathLike, request: dict[str, Any]) -> dict[str, Any]
         with open(path, encoding="utf-8") as fh:
             old = json.load(fh)
     except (OSError, ValueError) as err:
-        raise UsageError(f"cannot read the earlier result ({err})", file=str(path),
-                         hint="remove it, or drop --resume to evaluate again") from None
+        raise UsageError(
+            f"cannot read the earlier result ({err})",
+            file=str(path),
+            hint="remove it, or drop --resume to evaluate again",
+        ) from None
     before = old.get("request") if isinstance(old, dict) else None
     if not isinstance(before, dict):
-        raise UsageError("the earlier result records no request (written without --resume support)",
-                         file=str(path), hint="remove it, or drop --resume to evaluate again")
+        raise UsageError(
+            "the earlier result records no request (written without --resume support)",
+            file=str(path),
+            hint="remove it, or drop --resume to evaluate again",
+        )
     check_same_request(before, request, "the earlier result", file=str(path), field="request")
     return old
 
@@ -137,11 +154,18 @@ def render_table(results: list[dict[str, Any]]) -> Table:
         s = result["summary"]
         name = str(result.get("task", s.get("task", "?")))
         if is_loss(s):
-            table.add_row(name, str(s["n"]), "loss", *(["", "", ""] if scores else []), loss_text(s),
-                          str(s.get("tokens", "")))
+            table.add_row(
+                name, str(s["n"]), "loss", *(["", "", ""] if scores else []), loss_text(s), str(s.get("tokens", ""))
+            )
             continue
         norm = s.get("acc_norm")
-        table.add_row(name, str(s["n"]), str(s.get("metric", "accuracy")),
-                      f"{100 * s['accuracy']:.1f}%", str(s["correct"]),
-                      f"{100 * norm:.1f}%" if isinstance(norm, (int, float)) else "", *(["", ""] if losses else []))
+        table.add_row(
+            name,
+            str(s["n"]),
+            str(s.get("metric", "accuracy")),
+            f"{100 * s['accuracy']:.1f}%",
+            str(s["correct"]),
+            f"{100 * norm:.1f}%" if isinstance(norm, (int, float)) else "",
+            *(["", ""] if losses else []),
+        )
     return table

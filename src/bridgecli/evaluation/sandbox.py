@@ -69,7 +69,7 @@ class SandboxError(BridgeError):
 # RLIMIT_NPROC counts only this box's processes), then executes the program and reports through its
 # exit status: 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 70 the limits could not
 # be set (the program did not run).
-_BOX_RUNNER = r'''
+_BOX_RUNNER = r"""
 import os, resource, sys, traceback
 mem, cpu, fsize, nproc, nofile = (int(v) for v in sys.argv[1:6])
 try:
@@ -100,13 +100,13 @@ except BaseException:
 sys.stdout.flush()
 sys.stderr.flush()
 _exit(0)
-'''
+"""
 
 # The unsafe runner (no bwrap, --unsafe-code-execution): PID 1 of the namespace when there is one.
 # It forks; the child sets the limits,
 # installs the guard and executes the program; the runner waits and reports through its exit code:
 # 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 128+N killed by signal N.
-_UNSAFE_RUNNER = r'''
+_UNSAFE_RUNNER = r"""
 import os, sys
 program, work, mem, cpu, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 pid = os.fork()
@@ -187,7 +187,7 @@ except BaseException:
 sys.stdout.flush()
 sys.stderr.flush()
 _exit(0)
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -233,16 +233,20 @@ def code_execution_mode(allow: bool = False, unsafe: bool = False) -> str:
     ``BRIDGE_ALLOW_CODE_EXECUTION=1``, or ``unsafe`` (``--unsafe-code-execution``, a stronger
     statement of the same)."""
     if not (allow or unsafe or _env_allows()):
-        raise UsageError("this task runs model-written code on this machine; pass --allow-code-execution "
-                         f"(or set {ALLOW_ENV}=1) to allow it (it runs in a bubblewrap sandbox, see docs/security.md)")
+        raise UsageError(
+            "this task runs model-written code on this machine; pass --allow-code-execution "
+            f"(or set {ALLOW_ENV}=1) to allow it (it runs in a bubblewrap sandbox, see docs/security.md)"
+        )
     problem = bwrap_problem()
     if problem is None:
         return "bwrap"
     if unsafe:
         return "unsafe"
-    raise UsageError(f"no sandbox for model-written code here: {problem}",
-                     hint="install bubblewrap where user namespaces are allowed (apt-get install bubblewrap), "
-                          "or pass --unsafe-code-execution to run it with process limits only")
+    raise UsageError(
+        f"no sandbox for model-written code here: {problem}",
+        hint="install bubblewrap where user namespaces are allowed (apt-get install bubblewrap), "
+        "or pass --unsafe-code-execution to run it with process limits only",
+    )
 
 
 def _hash_seed() -> str:
@@ -301,12 +305,17 @@ def sandbox_warnings() -> list[str]:
     box, _ = _probe()
     if box is None:
         return []
-    out = [f"bwrap {box.bwrap} lacks {option} (older version): "
-           + {"--disable-userns": "a program may create user namespaces of its own",
-              "--size": "its tmpfs folders are not size-limited",
-              "--perms": "program.py is writable inside",
-              "--remount-ro": "the sandbox's root and /dev stay writable (in memory)"}[option]
-           for option in _WANTED if option not in box.options]
+    out = [
+        f"bwrap {box.bwrap} lacks {option} (older version): "
+        + {
+            "--disable-userns": "a program may create user namespaces of its own",
+            "--size": "its tmpfs folders are not size-limited",
+            "--perms": "program.py is writable inside",
+            "--remount-ro": "the sandbox's root and /dev stay writable (in memory)",
+        }[option]
+        for option in _WANTED
+        if option not in box.options
+    ]
     if not box.monitor:
         out.append("the evaluator cannot see the sandbox's processes here: memory is limited per process only")
     return out
@@ -333,8 +342,15 @@ def _probe() -> tuple[_Box | None, str]:
                 program.flush()
                 program.seek(0)
                 argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code=probe)
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=30, pass_fds=(program.fileno(),),
-                                      stdin=subprocess.DEVNULL, **_drop_privileges())
+                done = subprocess.run(
+                    argv,
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    pass_fds=(program.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    **_drop_privileges(),
+                )
         except (OSError, subprocess.SubprocessError) as exc:
             problem = f"bwrap does not run: {exc}"
             continue
@@ -345,8 +361,10 @@ def _probe() -> tuple[_Box | None, str]:
             found = _Box(exe, python, box.binds, options, version)
             return _Box(exe, python, box.binds, options, version, _monitor_works(found)), ""
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        problem = (f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
-                   f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)")
+        problem = (
+            f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
+            f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)"
+        )
     return None, problem
 
 
@@ -356,9 +374,15 @@ def _monitor_works(box: _Box) -> bool:
     with tempfile.TemporaryFile() as program:
         argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code="import time; time.sleep(5)")
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, pass_fds=(program.fileno(),), start_new_session=True,
-                                    **_drop_privileges())
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(program.fileno(),),
+                start_new_session=True,
+                **_drop_privileges(),
+            )
         except OSError:
             return False
         try:
@@ -386,17 +410,41 @@ def sandbox_info() -> dict:
     box, problem = _probe()
     if box is None:
         return {"isolation": UNSAFE_PREFIX + _unsafe_isolation(), "bwrap_problem": problem}
-    return {"isolation": BWRAP, "python": box.python, "python_version": box.version,
-            "hash_seed": _hash_seed(), "bwrap_options": sorted(box.options),
-            "missing": sorted(set(_WANTED) - box.options) + ([] if box.monitor else ["tree memory monitor"])}
+    return {
+        "isolation": BWRAP,
+        "python": box.python,
+        "python_version": box.version,
+        "hash_seed": _hash_seed(),
+        "bwrap_options": sorted(box.options),
+        "missing": sorted(set(_WANTED) - box.options) + ([] if box.monitor else ["tree memory monitor"]),
+    }
 
 
-def _bwrap_argv(box: _Box, limits: Limits, program_fd: int, *, runner: str | None = _BOX_RUNNER,
-                code: str | None = None) -> list[str]:
+def _bwrap_argv(
+    box: _Box, limits: Limits, program_fd: int, *, runner: str | None = _BOX_RUNNER, code: str | None = None
+) -> list[str]:
     disk = str(max(1, limits.disk_mb) * 2**20)
-    argv = [box.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
-            "--die-with-parent", "--new-session", "--clearenv", "--ro-bind", "/usr", "/usr"]
+    argv = [
+        box.bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(top):
             argv += ["--symlink", os.readlink(top), top]
@@ -414,8 +462,13 @@ def _bwrap_argv(box: _Box, limits: Limits, program_fd: int, *, runner: str | Non
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if "--disable-userns" in box.options:
         argv += ["--disable-userns"]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work", "TMPDIR": "/work",
-           "PYTHONHASHSEED": _hash_seed()}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": "/work",
+        "TMPDIR": "/work",
+        "PYTHONHASHSEED": _hash_seed(),
+    }
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--chdir", "/work", "--", box.python, "-s", "-B"]
@@ -426,8 +479,15 @@ def _bwrap_argv(box: _Box, limits: Limits, program_fd: int, *, runner: str | Non
     mem = limits.memory_mb * 2**20 if limits.memory_mb > 0 else -1
     cpu = int(limits.timeout) + 1
     fsize = limits.file_size_mb * 2**20 if limits.file_size_mb > 0 else -1
-    return argv + ["-c", runner or _BOX_RUNNER, str(mem), str(cpu), str(fsize), str(limits.processes),
-                   str(limits.open_files)]
+    return argv + [
+        "-c",
+        runner or _BOX_RUNNER,
+        str(mem),
+        str(cpu),
+        str(fsize),
+        str(limits.processes),
+        str(limits.open_files),
+    ]
 
 
 # -- the memory monitor -------------------------------------------------------------------------
@@ -444,7 +504,7 @@ def _children(pid: int) -> list[int]:
                     stat = fh.read()
             except OSError:
                 continue
-            fields = stat[stat.rfind(b")") + 2:].split()
+            fields = stat[stat.rfind(b")") + 2 :].split()
             if len(fields) > 1 and int(fields[1]) == pid:
                 out.append(int(entry.name))
     return out
@@ -502,8 +562,16 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _classify(rc: int | None, stderr: str, seconds: float, limits: Limits, timed_out: bool, over_memory: bool,
-              isolation: str, stdout: str) -> Outcome:
+def _classify(
+    rc: int | None,
+    stderr: str,
+    seconds: float,
+    limits: Limits,
+    timed_out: bool,
+    over_memory: bool,
+    isolation: str,
+    stdout: str,
+) -> Outcome:
     error = _last_error(stderr)
     cpu = int(limits.timeout) + 1
     if over_memory:
@@ -536,8 +604,10 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
     box, problem = _probe()
     if box is None:
         if not unsafe:
-            raise UsageError(f"no sandbox for model-written code here: {problem}",
-                             hint="install bubblewrap, or pass --unsafe-code-execution")
+            raise UsageError(
+                f"no sandbox for model-written code here: {problem}",
+                hint="install bubblewrap, or pass --unsafe-code-execution",
+            )
         return _run_unsafe(source, limits)
     with tempfile.TemporaryFile() as program, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         program.write(source.encode("utf-8", "surrogatepass"))
@@ -547,9 +617,17 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
         timed_out = over_memory = False
         budget = limits.memory_mb * 2**20 if limits.memory_mb > 0 else None
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env={},
-                                pass_fds=(program.fileno(),), start_new_session=True, close_fds=True,
-                                **_drop_privileges())
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env={},
+            pass_fds=(program.fileno(),),
+            start_new_session=True,
+            close_fds=True,
+            **_drop_privileges(),
+        )
         namespace = None
         try:
             deadline = start + limits.timeout
@@ -583,8 +661,9 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
     return _classify(rc, stderr, seconds, limits, timed_out, over_memory, BWRAP, stdout)
 
 
-def run_programs(sources: Sequence[str], limits: Limits = Limits(), workers: int | None = None, *,
-                 unsafe: bool = False) -> list[Outcome]:
+def run_programs(
+    sources: Sequence[str], limits: Limits = Limits(), workers: int | None = None, *, unsafe: bool = False
+) -> list[Outcome]:
     """:func:`run_program` for each source, ``workers`` at a time (default: the CPU count); in order."""
     if not sources:
         return []
@@ -615,8 +694,13 @@ def namespace_prefix() -> tuple[str, ...]:
         candidates.insert(0, (exe, "--user", "--map-root-user", "--pid", "--net", "--fork", "--kill-child"))
     for prefix in candidates:
         try:
-            done = subprocess.run([*prefix, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=10)
+            done = subprocess.run(
+                [*prefix, "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError):
             continue
         if done.returncode == 0:
@@ -641,16 +725,41 @@ def _run_unsafe(source: str, limits: Limits) -> Outcome:
         program.write_text(source, encoding="utf-8")
         work = root / "work"
         work.mkdir()
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work),
-               "PYTHONHASHSEED": _hash_seed()}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": str(work),
+            "TMPDIR": str(work),
+            "PYTHONHASHSEED": _hash_seed(),
+        }
         # no -I/-E: the environment is ours alone, and PYTHONHASHSEED must take effect
-        cmd = [*prefix, sys.executable, "-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else []),
-               "-c", _UNSAFE_RUNNER, str(program), str(work), str(mem), str(cpu), str(fsize)]
+        cmd = [
+            *prefix,
+            sys.executable,
+            "-s",
+            "-B",
+            *(["-P"] if sys.version_info >= (3, 11) else []),
+            "-c",
+            _UNSAFE_RUNNER,
+            str(program),
+            str(work),
+            str(mem),
+            str(cpu),
+            str(fsize),
+        ]
         timed_out = False
         start = time.monotonic()
         with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work, env=env,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=work,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
             try:
                 rc = proc.wait(timeout=limits.timeout)
             except subprocess.TimeoutExpired:

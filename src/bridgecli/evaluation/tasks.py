@@ -54,4 +54,5 @@ class EvalRun(TypedDict):
     summary: dict[str, Any]
     items: list[dict[str, Any]]
 
+
 __all__ = ["EvalOptions", "EvalRun", "EvalTask", "model_name"]

@@ -67,8 +67,13 @@ def _in_order(iters, readers):
             heapq.heappush(heap, (nxt[0], k, nxt[1]))
 
 
-def merge_streams(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None, *, frame: int | None = None,
-                  validate: bool = True) -> int:
+def merge_streams(
+    paths: Sequence[str | os.PathLike],
+    out: str | os.PathLike | None,
+    *,
+    frame: int | None = None,
+    validate: bool = True,
+) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
     order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a
     zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
@@ -82,8 +87,11 @@ def merge_streams(paths: Sequence[str | os.PathLike], out: str | os.PathLike | N
         first = readers[0].header
         for r in readers[1:]:
             if _comparable(r.header) != _comparable(first):
-                raise FormatError("this shard comes from a different run (header differs)", file=r.name,
-                                  hint=f"compare with `bridge inspect {readers[0].name}`")
+                raise FormatError(
+                    "this shard comes from a different run (header differs)",
+                    file=r.name,
+                    hint=f"compare with `bridge inspect {readers[0].name}`",
+                )
         last = first.steps[-1]
         params = {k: v for k, v in last.params.items() if k != "shard"}
         params["shards"] = len(paths)

@@ -67,21 +67,30 @@ class StreamReader:
         head = fh.read(PREAMBLE.size)
         if len(head) < PREAMBLE.size:
             hint = _looks_like_text(head) if head else None
-            raise FormatError("empty or truncated file: no bridge preamble" if not hint else "not a bridge stream",
-                              file=name, hint=hint)
+            raise FormatError(
+                "empty or truncated file: no bridge preamble" if not hint else "not a bridge stream",
+                file=name,
+                hint=hint,
+            )
         magic, major, minor = PREAMBLE.unpack(head)
         if magic != MAGIC:
             raise FormatError("not a bridge stream (bad magic bytes)", file=name, hint=_looks_like_text(head))
         if major > MAJOR:
             raise FormatError(
                 f"written with stream format {major}.{minor}; this bridgecli reads format {MAJOR}.x",
-                file=name, hint="upgrade bridgecli to read it",
+                file=name,
+                hint="upgrade bridgecli to read it",
             )
         if major < MAJOR:
-            raise FormatError(f"stream format {major}.{minor} does not exist (this bridgecli reads format {MAJOR}.x)",
-                              file=name, hint="the file is damaged or was not written by bridgecli")
+            raise FormatError(
+                f"stream format {major}.{minor} does not exist (this bridgecli reads format {MAJOR}.x)",
+                file=name,
+                hint="the file is damaged or was not written by bridgecli",
+            )
         self.version = (major, minor)
-        self._z = zstandard.ZstdDecompressor().stream_reader(cast(BinaryIO, _Available(fh)), read_across_frames=True, closefd=False)
+        self._z = zstandard.ZstdDecompressor().stream_reader(
+            cast(BinaryIO, _Available(fh)), read_across_frames=True, closefd=False
+        )
         self._index = 0
         first = self._next_record(expect="header")
         if not isinstance(first, Header):
@@ -113,7 +122,8 @@ class StreamReader:
                 raise FormatError("truncated: no header record", file=self.name)
             raise FormatError(
                 f"truncated: the stream ends after {self._index} records without an end record",
-                file=self.name, hint="the writer was interrupted; rerun the step that made it",
+                file=self.name,
+                hint="the writer was interrupted; rerun the step that made it",
             )
         length, crc = RECORD_PREFIX.unpack(prefix)
         if length > MAX_RECORD_BYTES:
@@ -122,7 +132,8 @@ class StreamReader:
         if len(payload) < length:
             raise FormatError(
                 f"truncated inside record {where} after {self._index} complete records",
-                file=self.name, hint="the writer was interrupted; rerun the step that made it",
+                file=self.name,
+                hint="the writer was interrupted; rerun the step that made it",
             )
         if zlib.crc32(payload) != crc:
             raise FormatError("corrupted: checksum mismatch", file=self.name, record=where)
@@ -152,8 +163,11 @@ class StreamReader:
                 file=self.name,
             )
         if self._after_end():
-            raise FormatError("corrupted: data after the end record", file=self.name,
-                              hint="a bridge file holds exactly one stream; were two files concatenated?")
+            raise FormatError(
+                "corrupted: data after the end record",
+                file=self.name,
+                hint="a bridge file holds exactly one stream; were two files concatenated?",
+            )
         self.count = rec.count
 
     def __iter__(self) -> Iterator[Example]:

@@ -36,7 +36,9 @@ class Array(msgspec.Struct, frozen=True):
             raise ValueError(f"unsupported array dtype {self.dtype!r}")
         expected = math.prod(self.shape) * dt.itemsize
         if len(self.data) != expected:
-            raise ValueError(f"array of shape {self.shape} and dtype {self.dtype} needs {expected} bytes, has {len(self.data)}")
+            raise ValueError(
+                f"array of shape {self.shape} and dtype {self.dtype} needs {expected} bytes, has {len(self.data)}"
+            )
         return np.frombuffer(self.data, dtype=dt).reshape(self.shape).astype(dtype or self.dtype)
 
 

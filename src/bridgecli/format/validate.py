@@ -51,12 +51,24 @@ class _Bad(Exception):
 
 def check_header(header: Header, name: str) -> None:
     if header.stage not in STAGES:
-        raise FormatError(f"unknown stage {header.stage!r} (one of {', '.join(STAGES)})", file=name,
-                          record="header record", field="stage")
+        raise FormatError(
+            f"unknown stage {header.stage!r} (one of {', '.join(STAGES)})",
+            file=name,
+            record="header record",
+            field="stage",
+        )
 
 
-def _array(field: str, arr: Any, shape: tuple[int, ...] | None, *, dtypes=FLOAT_DTYPES, first_dim: int | None = None,
-           finite: bool = False, no_nan: bool = False) -> np.ndarray:
+def _array(
+    field: str,
+    arr: Any,
+    shape: tuple[int, ...] | None,
+    *,
+    dtypes=FLOAT_DTYPES,
+    first_dim: int | None = None,
+    finite: bool = False,
+    no_nan: bool = False,
+) -> np.ndarray:
     if not isinstance(arr, Array):
         raise _Bad(field, "not an array")
     if arr.dtype not in ALLOWED_DTYPES or arr.dtype not in dtypes:
@@ -69,8 +81,7 @@ def _array(field: str, arr: Any, shape: tuple[int, ...] | None, *, dtypes=FLOAT_
         raise _Bad(field, f"shape {arr.shape}, expected a first dimension of {first_dim}")
     size = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize  # Python ints: no overflow
     if len(arr.data) != size:
-        raise _Bad(field, f"{len(arr.data)} bytes of data for shape {arr.shape} and dtype {arr.dtype} "
-                          f"(needs {size})")
+        raise _Bad(field, f"{len(arr.data)} bytes of data for shape {arr.shape} and dtype {arr.dtype} (needs {size})")
     values = np.frombuffer(arr.data, dtype=np.dtype(arr.dtype).newbyteorder("<")).reshape(arr.shape)
     if finite and not np.isfinite(values).all():
         raise _Bad(field, "holds NaN or infinite values")
@@ -97,8 +108,11 @@ def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, al
             return
     arr = _ints(field, values)
     where = np.searchsorted(allowed, arr)
-    inside = (where < len(allowed)) & (allowed[np.minimum(where, max(len(allowed) - 1, 0))] == arr) \
-        if len(allowed) else np.zeros(len(arr), dtype=bool)
+    inside = (
+        (where < len(allowed)) & (allowed[np.minimum(where, max(len(allowed) - 1, 0))] == arr)
+        if len(allowed)
+        else np.zeros(len(arr), dtype=bool)
+    )
     if not inside.all():
         bad = int(arr[np.flatnonzero(~inside)[0]])
         raise _Bad(field, f"position {bad} is not a {side} token")
@@ -169,19 +183,31 @@ def _check_each(ex: Example, stage: str) -> None:
                 raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
         _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
         if len(sel.prompt_keep) != min(sel.b_p, n_p):
-            raise _Bad("selection.prompt_keep", f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} "
-                                                f"of {n_p} prompt tokens")
+            raise _Bad(
+                "selection.prompt_keep",
+                f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} of {n_p} prompt tokens",
+            )
         _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
         if len(sel.response_keep) != min(sel.b_r, n_r):
-            raise _Bad("selection.response_keep", f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} "
-                                                  f"of {n_r} response tokens")
+            raise _Bad(
+                "selection.response_keep",
+                f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} of {n_r} response tokens",
+            )
         _array("selection.response_scores", sel.response_scores, (n_r,), no_nan=True)
         if sel.protected_prompt:
-            _positions("selection.protected_prompt", sel.protected_prompt,
-                       np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)), "kept prompt")
+            _positions(
+                "selection.protected_prompt",
+                sel.protected_prompt,
+                np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)),
+                "kept prompt",
+            )
         if sel.protected_response:
-            _positions("selection.protected_response", sel.protected_response,
-                       np.sort(np.asarray(sel.response_keep, dtype=np.int64)), "kept response")
+            _positions(
+                "selection.protected_response",
+                sel.protected_response,
+                np.sort(np.asarray(sel.response_keep, dtype=np.int64)),
+                "kept response",
+            )
         for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
             if rho is not None and not 0.0 <= rho <= 1.0:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
@@ -196,8 +222,10 @@ def _check_each(ex: Example, stage: str) -> None:
         last = 0
         for k, (a, b) in enumerate(pairs):
             if not (isinstance(a, int) and isinstance(b, int) and last <= a < b <= t):
-                raise _Bad("closure.units", f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies "
-                                            f"outside the {t} tokens")
+                raise _Bad(
+                    "closure.units",
+                    f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies outside the {t} tokens",
+                )
             last = b
         if any(not isinstance(c, int) or not 0 <= c < len(pairs) for c in clo.chosen):
             raise _Bad("closure.chosen", f"an index outside the {len(pairs)} units")
@@ -214,8 +242,15 @@ def _check_each(ex: Example, stage: str) -> None:
             raise _Bad("closure.supervise", "is not the response positions of the chosen units, in order")
 
     for model, ref in ex.references.items():
-        for name in ("prompt_loss", "response_loss", "response_attention", "prompt_received", "response_received",
-                     "prompt_grad", "response_grad"):
+        for name in (
+            "prompt_loss",
+            "response_loss",
+            "response_attention",
+            "prompt_received",
+            "response_received",
+            "prompt_grad",
+            "response_grad",
+        ):
             arr = getattr(ref, name)
             if arr is not None:
                 _array(f"references.{model}.{name}", arr, None, first_dim=n_p if name.startswith("prompt") else n_r)
@@ -230,8 +265,12 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
         return False
     starts, ends = clo.units[0::2], clo.units[1::2]
     # 0 <= start < end <= next start ... <= t: non-empty, ascending, disjoint, within the tokens
-    if starts and (starts[0] < 0 or ends[-1] > t or not all(map(operator.lt, starts, ends))
-                   or not all(map(operator.le, ends, starts[1:]))):
+    if starts and (
+        starts[0] < 0
+        or ends[-1] > t
+        or not all(map(operator.lt, starts, ends))
+        or not all(map(operator.le, ends, starts[1:]))
+    ):
         return False
     chosen = clo.chosen
     if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
@@ -253,8 +292,11 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
 
 #: the exponent bits of each float dtype, as the unsigned integer of its width: a value is finite exactly
 #: when they are not all set
-_EXPONENT: dict[str, tuple[np.dtype, int]] = {"float16": (np.dtype("<u2"), 0x7C00), "float32": (np.dtype("<u4"), 0x7F800000),
-             "float64": (np.dtype("<u8"), 0x7FF0000000000000)}
+_EXPONENT: dict[str, tuple[np.dtype, int]] = {
+    "float16": (np.dtype("<u2"), 0x7C00),
+    "float32": (np.dtype("<u4"), 0x7F800000),
+    "float64": (np.dtype("<u8"), 0x7FF0000000000000),
+}
 _KIND_BYTES = bytes(range(EOS + 1))
 
 

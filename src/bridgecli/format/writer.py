@@ -28,7 +28,8 @@ def compress_frame(records: list[bytes]) -> bytes:
     :class:`StreamWriter` compresses a frame (same level, checksum, and one write per record)."""
     out = io.BytesIO()
     zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).stream_writer(
-        out, closefd=False, write_return_read=True)
+        out, closefd=False, write_return_read=True
+    )
     for r in records:
         zw.write(r)
     zw.flush(zstandard.FLUSH_FRAME)
@@ -39,8 +40,9 @@ class StreamWriter:
     """Writes one stream to a binary file object. Call :meth:`close` (or use as a context manager)
     to write the end record; a stream without it reads as truncated."""
 
-    def __init__(self, fh: BinaryIO, header: Header | None, *, records_per_frame: int | None = RECORDS_PER_FRAME,
-                 count: int = 0):
+    def __init__(
+        self, fh: BinaryIO, header: Header | None, *, records_per_frame: int | None = RECORDS_PER_FRAME, count: int = 0
+    ):
         """``records_per_frame=None`` ends frames only on :meth:`flush` (deterministic frame
         boundaries, used for resumable output). ``header=None`` continues a stream whose preamble,
         header and ``count`` examples are already in ``fh`` (see :meth:`append`)."""

@@ -157,10 +157,18 @@ def bridge_attention(module, query, key, value, attention_mask, dropout: float =
     if gate is None and (r is None or (layer not in r.math_layers and layer not in r.capture_layers)):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     capture = r is not None and layer in r.capture_layers
-    if gate is None and r is not None and r.right_padded and _hidden is None and jvp_attention.supported(module, query, kwargs):
+    if (
+        gate is None
+        and r is not None
+        and r.right_padded
+        and _hidden is None
+        and jvp_attention.supported(module, query, kwargs)
+    ):
+
         def keep_rows(q, k, lse):
             r.add(jvp_attention.routing_rows(q, k, lse, scaling, r.query_start))
 
@@ -168,7 +176,7 @@ def bridge_attention(module, query, key, value, attention_mask, dropout: float =
         return out.transpose(1, 2).contiguous(), None
     out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"), gate)
     if capture and r is not None:
-        r.add(fwAD.unpack_dual(probs).primal[:, :, r.query_start:, :].mean(dim=1))
+        r.add(fwAD.unpack_dual(probs).primal[:, :, r.query_start :, :].mean(dim=1))
     return out, None
 
 

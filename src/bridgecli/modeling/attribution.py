@@ -99,20 +99,27 @@ class AttributionScorer(BridgeScorer):
         dtype = self.tail_dtype
         with torch.enable_grad():
             biases = {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
-            r = Routing(math_layers=frozenset(self.gate_layers), capture_layers=frozenset(),
-                        query_start=batch.query_start, right_padded=True)
+            r = Routing(
+                math_layers=frozenset(self.gate_layers),
+                capture_layers=frozenset(),
+                query_start=batch.query_start,
+                right_padded=True,
+            )
             with key_gate(biases), routing(r):
                 hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
                 if hidden.dtype != dtype:
                     hidden = hidden.to(dtype)
                 with fwAD.dual_level():
-                    dual = {i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
-                            for i, ps in self.primals.items()}
+                    dual = {
+                        i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
+                        for i, ps in self.primals.items()
+                    }
                     out = self._losses(dual, hidden, calls, batch.flat_rows())
                     _, a = fwAD.unpack_dual(out)
             k_max = max((int(g.max()) + 1 for g in groups if len(g)), default=0)
-            flat_groups = torch.as_tensor(np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long,
-                                          device=dev)
+            flat_groups = torch.as_tensor(
+                np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long, device=dev
+            )
             leaves = [biases[i] for i in self.gate_layers]
             acc = torch.promote_types(dtype, torch.float32)
             totals: list[torch.Tensor] = []

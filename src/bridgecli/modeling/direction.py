@@ -24,8 +24,9 @@ def flat_norm(tensors: dict[str, torch.Tensor]) -> float:
     return float(torch.sqrt(functools.reduce(operator.add, ((t.double() ** 2).sum() for t in tensors.values()))))
 
 
-def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad_id: int, device="cpu",
-                        batch_size: int = 8) -> tuple[dict[str, torch.Tensor], float, int]:
+def validation_gradient(
+    model, rows: Sequence[Row], names: Sequence[str], *, pad_id: int, device="cpu", batch_size: int = 8
+) -> tuple[dict[str, torch.Tensor], float, int]:
     """Gradient of the token-mean validation loss w.r.t. the named parameters only.
     Returns (gradient, mean loss, number of loss tokens)."""
     params = dict(model.named_parameters())
@@ -39,10 +40,12 @@ def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad
         raise ModelError("the validation data has no response tokens")
     try:
         model.zero_grad(set_to_none=True)
-        chunks = [rows[s:s + batch_size] for s in range(0, len(rows), batch_size)]
+        chunks = [rows[s : s + batch_size] for s in range(0, len(rows), batch_size)]
         loss_sum = accumulate(model, chunks, pad_id=pad_id, device=device)
-        grad = {n: params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n])
-                for n in names}
+        grad = {
+            n: params[n].grad.detach().clone() if params[n].grad is not None else torch.zeros_like(params[n])
+            for n in names
+        }
     finally:
         model.zero_grad(set_to_none=True)
         for n, p in params.items():
@@ -50,9 +53,12 @@ def validation_gradient(model, rows: Sequence[Row], names: Sequence[str], *, pad
     return grad, loss_sum, total_tokens
 
 
-def combine(g_target: dict[str, torch.Tensor], g_anchor: dict[str, torch.Tensor], lam: float = 0.2,
-            eps: float = 1e-8) -> tuple[dict[str, torch.Tensor], DirectionStats]:
+def combine(
+    g_target: dict[str, torch.Tensor], g_anchor: dict[str, torch.Tensor], lam: float = 0.2, eps: float = 1e-8
+) -> tuple[dict[str, torch.Tensor], DirectionStats]:
     nt, na = flat_norm(g_target), flat_norm(g_anchor)
-    v = {n: ((1 - lam) * g_target[n].double() / (nt + eps) + lam * g_anchor[n].double() / (na + eps)).float()
-         for n in g_target}
+    v = {
+        n: ((1 - lam) * g_target[n].double() / (nt + eps) + lam * g_anchor[n].double() / (na + eps)).float()
+        for n in g_target
+    }
     return v, DirectionStats(lam=lam, eps=eps, g_target_norm=nt, g_anchor_norm=na, v_norm=flat_norm(v))

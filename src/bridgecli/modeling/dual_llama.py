@@ -122,7 +122,7 @@ def attention_dual_math(q, k, v, dq, dk, dv, scale):
     p = torch.exp(s - lse[..., None])
     ds = ((dq @ k.transpose(-1, -2)).float() + (q @ dk.transpose(-1, -2)).float()) * scale
     pds = (p * ds).masked_fill(~causal, 0.0)
-    o = (p.to(v.dtype) @ v)
+    o = p.to(v.dtype) @ v
     do = pds.to(v.dtype) @ v + p.to(dv.dtype) @ dv - pds.sum(-1, keepdim=True).to(o.dtype) * o
     return o, do, lse
 
@@ -158,8 +158,11 @@ class DualBlock:
             w = torch.cat(ws, 0)
             wcat = torch.cat([torch.cat([dw, w_], 1) for dw, w_ in zip(dws, ws)], 0)  # multiplies [x, dx]
             b = torch.cat(bs, 0) if bs[0] is not None else None
-            db = (torch.cat([d if d is not None else torch.zeros_like(b_) for d, b_ in zip(dbs, bs)], 0)
-                  if b is not None else None)
+            db = (
+                torch.cat([d if d is not None else torch.zeros_like(b_) for d, b_ in zip(dbs, bs)], 0)
+                if b is not None
+                else None
+            )
             return w, wcat, b, db
 
         self.qkv = fused(["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"])

@@ -38,7 +38,6 @@ except Exception:  # pragma: no cover - depends on the environment
 
 
 if HAVE_TRITON:
-
     _CONFIGS = [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
         for bm, bn, w, st in [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 2), (128, 32, 8, 3), (32, 32, 4, 2)]
@@ -51,18 +50,59 @@ if HAVE_TRITON:
 
     @triton.jit
     def _attn_jvp_kernel(
-        Q, K, V, DQ, DK, DV, O, LSE, DO,
-        sqb, sqh, sqm, sqd,
-        skb, skh, skn, skd,
-        svb, svh, svn, svd,
-        sdqb, sdqh, sdqm, sdqd,
-        sdkb, sdkh, sdkn, sdkd,
-        sdvb, sdvh, sdvn, sdvd,
-        sob, soh, som, sod,
-        slb, slh, slm,
-        sdob, sdoh, sdom, sdod,
-        H, GROUPS, N_CTX, CTX_BUCKET, sm_scale,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+        Q,
+        K,
+        V,
+        DQ,
+        DK,
+        DV,
+        O,
+        LSE,
+        DO,
+        sqb,
+        sqh,
+        sqm,
+        sqd,
+        skb,
+        skh,
+        skn,
+        skd,
+        svb,
+        svh,
+        svn,
+        svd,
+        sdqb,
+        sdqh,
+        sdqm,
+        sdqd,
+        sdkb,
+        sdkh,
+        sdkn,
+        sdkd,
+        sdvb,
+        sdvh,
+        sdvn,
+        sdvd,
+        sob,
+        soh,
+        som,
+        sod,
+        slb,
+        slh,
+        slm,
+        sdob,
+        sdoh,
+        sdom,
+        sdod,
+        H,
+        GROUPS,
+        N_CTX,
+        CTX_BUCKET,
+        sm_scale,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        CAUSAL: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
         start_m = tl.program_id(0)
@@ -73,9 +113,12 @@ if HAVE_TRITON:
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, HEAD_DIM)
         m_ok = offs_m < N_CTX
-        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=m_ok[:, None], other=0.0)
-        dq = tl.load(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd,
-                     mask=m_ok[:, None], other=0.0)
+        q = tl.load(
+            Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=m_ok[:, None], other=0.0
+        )
+        dq = tl.load(
+            DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd, mask=m_ok[:, None], other=0.0
+        )
         lse = tl.load(LSE + b * slb + h * slh + offs_m * slm, mask=m_ok, other=0.0)
         g = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         mu = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -86,16 +129,27 @@ if HAVE_TRITON:
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             n_ok = offs_n < N_CTX
-            k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=n_ok[:, None], other=0.0)
-            dk = tl.load(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
-                         mask=n_ok[:, None], other=0.0)
-            v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=n_ok[:, None], other=0.0)
-            dv = tl.load(DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
-                         mask=n_ok[:, None], other=0.0)
+            k = tl.load(
+                K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=n_ok[:, None], other=0.0
+            )
+            dk = tl.load(
+                DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
+                mask=n_ok[:, None],
+                other=0.0,
+            )
+            v = tl.load(
+                V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=n_ok[:, None], other=0.0
+            )
+            dv = tl.load(
+                DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
+                mask=n_ok[:, None],
+                other=0.0,
+            )
             kt = tl.trans(k)
             s = tl.dot(q, kt, input_precision=PRECISION) * sm_scale
-            ds = (tl.dot(dq, kt, input_precision=PRECISION)
-                  + tl.dot(q, tl.trans(dk), input_precision=PRECISION)) * sm_scale
+            ds = (
+                tl.dot(dq, kt, input_precision=PRECISION) + tl.dot(q, tl.trans(dk), input_precision=PRECISION)
+            ) * sm_scale
             p = tl.exp(s - lse[:, None])
             keep = n_ok[None, :] & m_ok[:, None]
             if CAUSAL:
@@ -105,18 +159,35 @@ if HAVE_TRITON:
             mu += tl.sum(pds, 1)
             g += tl.dot(pds.to(v.dtype), v, input_precision=PRECISION)
             g += tl.dot(p.to(dv.dtype), dv, input_precision=PRECISION)
-        o = tl.load(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod, mask=m_ok[:, None], other=0.0)
+        o = tl.load(
+            O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod, mask=m_ok[:, None], other=0.0
+        )
         do = g - mu[:, None] * o.to(tl.float32)
-        tl.store(DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
-                 do.to(DO.dtype.element_ty), mask=m_ok[:, None])
+        tl.store(
+            DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
+            do.to(DO.dtype.element_ty),
+            mask=m_ok[:, None],
+        )
+
+    _attn_jvp_tuned = triton.autotune(
+        _CONFIGS, key=["CTX_BUCKET", "HEAD_DIM", "GROUPS"], prune_configs_by={"early_config_prune": _prune}
+    )(_attn_jvp_kernel)
 
 
-    _attn_jvp_tuned = triton.autotune(_CONFIGS, key=["CTX_BUCKET", "HEAD_DIM", "GROUPS"],
-                                      prune_configs_by={"early_config_prune": _prune})(_attn_jvp_kernel)
-
-
-def attention_tangent(q, k, v, dq, dk, dv, o, lse, scale: float, causal: bool = True,
-                      block_m: int | None = None, block_n: int | None = None) -> torch.Tensor:
+def attention_tangent(
+    q,
+    k,
+    v,
+    dq,
+    dk,
+    dv,
+    o,
+    lse,
+    scale: float,
+    causal: bool = True,
+    block_m: int | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
     """dO for O = softmax(scale q k^T [+ causal]) v, given O and its row LSE (natural log).
     Shapes: q, dq, o [B, H, L, D]; k, v, dk, dv [B, H_kv, L, D]; lse [B, H, L] float32.
     Block sizes are autotuned on a GPU unless given."""
@@ -125,11 +196,34 @@ def attention_tangent(q, k, v, dq, dk, dv, o, lse, scale: float, causal: bool = 
     B, H, L, D = q.shape
     h_kv = k.shape[1]
     do = torch.empty_like(q)
-    args = (q, k, v, dq, dk, dv, o, lse, do,
-            *q.stride(), *k.stride(), *v.stride(), *dq.stride(), *dk.stride(), *dv.stride(), *o.stride(),
-            *lse.stride(), *do.stride(), H, H // h_kv, L, triton.next_power_of_2(L), scale)
-    precision = ("tf32" if (q.dtype != torch.float32 or (q.is_cuda and torch.backends.cuda.matmul.allow_tf32))
-                 else "ieee")
+    args = (
+        q,
+        k,
+        v,
+        dq,
+        dk,
+        dv,
+        o,
+        lse,
+        do,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *dq.stride(),
+        *dk.stride(),
+        *dv.stride(),
+        *o.stride(),
+        *lse.stride(),
+        *do.stride(),
+        H,
+        H // h_kv,
+        L,
+        triton.next_power_of_2(L),
+        scale,
+    )
+    precision = (
+        "tf32" if (q.dtype != torch.float32 or (q.is_cuda and torch.backends.cuda.matmul.allow_tf32)) else "ieee"
+    )
     if block_m is None and q.is_cuda:
         tuned_grid = lambda meta: (triton.cdiv(L, meta["BLOCK_M"]), B * H)  # noqa: E731
         _attn_jvp_tuned[tuned_grid](*args, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision)
@@ -173,8 +267,7 @@ def routing_rows(q, k, lse, scale: float, query_start: int, head_chunk: int = 4)
     groups = H // k.shape[1]
     qs = q[:, :, query_start:]
     lq = qs.shape[2]
-    causal = (torch.arange(query_start, L, device=q.device)[:, None]
-              >= torch.arange(L, device=q.device)[None, :])
+    causal = torch.arange(query_start, L, device=q.device)[:, None] >= torch.arange(L, device=q.device)[None, :]
     acc = torch.zeros(B, lq, L, dtype=torch.float32, device=q.device)
     for h0 in range(0, H, head_chunk):
         h1 = min(H, h0 + head_chunk)
@@ -211,8 +304,12 @@ def supported(module, query: torch.Tensor, kwargs: dict) -> bool:
     if mode == "0" or not HAVE_TRITON:
         return False
     d = query.shape[-1]
-    plain = (kwargs.get("softcap") is None and getattr(module, "sliding_window", None) is None
-             and d in (16, 32, 64, 128, 256) and not getattr(module, "is_cross_attention", False))
+    plain = (
+        kwargs.get("softcap") is None
+        and getattr(module, "sliding_window", None) is None
+        and d in (16, 32, 64, 128, 256)
+        and not getattr(module, "is_cross_attention", False)
+    )
     if mode == "force":
         return plain
     return plain and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16, torch.float32)

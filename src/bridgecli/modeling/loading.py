@@ -64,7 +64,9 @@ def resolve(spec: str | None) -> ResolvedModel:
     p = Path(spec).expanduser()
     if p.is_file():
         if p.suffix != ".gguf":
-            raise ModelError(f"{p} is a file but not a .gguf model", hint="pass a model folder, a .gguf file or an HF id")
+            raise ModelError(
+                f"{p} is a file but not a .gguf model", hint="pass a model folder, a .gguf file or an HF id"
+            )
         return ResolvedModel(spec=spec, path=str(p.parent), gguf_file=p.name)
     if p.is_dir():
         if (p / "config.json").exists():
@@ -74,8 +76,11 @@ def resolve(spec: str | None) -> ResolvedModel:
             return ResolvedModel(spec=spec, path=str(p), gguf_file=ggufs[0].name)
         raise ModelError(f"{p} holds no config.json and {len(ggufs)} .gguf files", hint="point at one model")
     if _looks_like_path(spec):
-        raise ModelError("no such model folder or file", file=spec,
-                         hint="pass an HF model folder, a .gguf file or an HF id such as org/name")
+        raise ModelError(
+            "no such model folder or file",
+            file=spec,
+            hint="pass an HF model folder, a .gguf file or an HF id such as org/name",
+        )
     return ResolvedModel(spec=spec, path=spec)
 
 
@@ -141,17 +146,22 @@ def hub_kwargs(ref: ResolvedModel) -> dict:
     if constants.HF_HUB_OFFLINE:
         if cached:
             return {"local_files_only": True}
-        raise ModelError("not a local folder or file, and not in the HF cache; offline mode is on (HF_HUB_OFFLINE)",
-                         file=ref.spec, hint="pass a local model folder or .gguf file, or unset HF_HUB_OFFLINE "
-                                             "on a machine with network access to download it")
+        raise ModelError(
+            "not a local folder or file, and not in the HF cache; offline mode is on (HF_HUB_OFFLINE)",
+            file=ref.spec,
+            hint="pass a local model folder or .gguf file, or unset HF_HUB_OFFLINE "
+            "on a machine with network access to download it",
+        )
     host, port = _hub_host()
     if _reachable(host, port):
         return {}
     if cached:
         return {"local_files_only": True}
-    raise ModelError(f"not a local folder or file, not in the HF cache, and {host} cannot be reached to download it",
-                     file=ref.spec, hint="pass a local model folder or .gguf file (check the path), or connect "
-                                         "to the network")
+    raise ModelError(
+        f"not a local folder or file, not in the HF cache, and {host} cannot be reached to download it",
+        file=ref.spec,
+        hint="pass a local model folder or .gguf file (check the path), or connect to the network",
+    )
 
 
 def _hash_file_sample(h, path: Path, chunk: int = 1 << 20) -> None:
@@ -261,14 +271,17 @@ def load_tokenizer(spec: str | ResolvedModel | None):
     except ModelError:
         raise
     except Exception as exc:
-        raise ModelError(f"cannot load tokenizer '{ref.spec}': {exc}",
-                         hint="no hub access here: pass a local folder or .gguf file") from None
+        raise ModelError(
+            f"cannot load tokenizer '{ref.spec}': {exc}", hint="no hub access here: pass a local folder or .gguf file"
+        ) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
-def load_model(spec: str | ResolvedModel | None, *, dtype=None, device: str = "cpu", attn_implementation: str | None = None):
+def load_model(
+    spec: str | ResolvedModel | None, *, dtype=None, device: str = "cpu", attn_implementation: str | None = None
+):
     """Load a causal LM. ``dtype`` is a torch dtype (default float32)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -283,8 +296,9 @@ def load_model(spec: str | ResolvedModel | None, *, dtype=None, device: str = "c
     except ModelError:
         raise
     except Exception as exc:
-        raise ModelError(f"cannot load model '{ref.spec}': {exc}",
-                         hint="no hub access here: pass a local folder or .gguf file") from None
+        raise ModelError(
+            f"cannot load model '{ref.spec}': {exc}", hint="no hub access here: pass a local folder or .gguf file"
+        ) from None
     return model.to(device)  # type: ignore[arg-type]  # transformers' wrapper of Module.to hides its signature
 
 

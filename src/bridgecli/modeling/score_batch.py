@@ -75,5 +75,15 @@ def make_batch(examples: list[Example], pad_id: int, device: str | torch.device 
     def dev(a):
         return torch.as_tensor(a, dtype=torch.long).to(device, non_blocking=True)
 
-    return ScoreBatch(dev(ids), dev(mask), prompt, resp, dev(b_idx), dev(q_pos), dev(targets), dev(j_local),
-                      dev(_padded(prompt)), dev(_padded(resp)))
+    return ScoreBatch(
+        dev(ids),
+        dev(mask),
+        prompt,
+        resp,
+        dev(b_idx),
+        dev(q_pos),
+        dev(targets),
+        dev(j_local),
+        dev(_padded(prompt)),
+        dev(_padded(resp)),
+    )

@@ -90,7 +90,7 @@ def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> 
     out, start = [], 0
     for p, r in zip(batch.prompt, batch.resp):
         n, m = len(r), len(p)
-        out.append((A_host[start:start + n, :m], c_host[start:start + n]))
+        out.append((A_host[start : start + n, :m], c_host[start : start + n]))
         start += n
     return out
 
@@ -104,7 +104,7 @@ def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
     losses, tangents = [], []
     grad = torch.is_grad_enabled() and (h.requires_grad or dh.requires_grad)
     for s in range(0, h.shape[0], chunk):
-        hc, dhc, tc = h[s:s + chunk], dh[s:s + chunk], targets[s:s + chunk]
+        hc, dhc, tc = h[s : s + chunk], dh[s : s + chunk], targets[s : s + chunk]
         if grad:
             from torch.utils.checkpoint import checkpoint
 
@@ -165,7 +165,7 @@ class BridgeScorer:
         for full, vec in ctx.direction.items():
             if not full.startswith(prefix):
                 raise ModelError(f"direction parameter {full} is not inside a transformer block")
-            idx, rel = full[len(prefix):].split(".", 1)
+            idx, rel = full[len(prefix) :].split(".", 1)
             p = params[full]
             self.primals.setdefault(int(idx), {})[rel] = p.detach().to(self.tail_dtype)
             self.tangents.setdefault(int(idx), {})[rel] = vec.to(device=p.device, dtype=self.tail_dtype)
@@ -175,25 +175,32 @@ class BridgeScorer:
         self.lm_head = model.get_output_embeddings()
         self.row_chunk = int(ctx.options.get("lm_head_rows", 4096))
         # a plain linear head (no logit soft-capping or scaling) gets the analytic CE tangent
-        self.plain_head = (type(self.lm_head) is torch.nn.Linear
-                           and getattr(model.config, "final_logit_softcapping", None) is None
-                           and getattr(model.config, "logit_scale", None) is None)
+        self.plain_head = (
+            type(self.lm_head) is torch.nn.Linear
+            and getattr(model.config, "final_logit_softcapping", None) is None
+            and getattr(model.config, "logit_scale", None) is None
+        )
         self.pad_id = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else 0
         # Llama-family tails get the hand-fused (primal, tangent) pass; others use forward-mode AD
         self.fast: dual_llama.DualLlamaTail | None = None
         if ctx.options.get("fast_tail", True) and self.plain_head and dual_llama.supported(model, blocks):
-            self.fast = dual_llama.DualLlamaTail(blocks, self.tail.indices, self.primals, self.tangents,
-                                                 self.tail.norm)
+            self.fast = dual_llama.DualLlamaTail(blocks, self.tail.indices, self.primals, self.tangents, self.tail.norm)
 
     def _routing(self, batch: ScoreBatch, layers: frozenset[int]) -> Routing:
-        return Routing(math_layers=layers, capture_layers=self.capture_layers & layers,
-                       query_start=batch.query_start, right_padded=True)
+        return Routing(
+            math_layers=layers,
+            capture_layers=self.capture_layers & layers,
+            query_start=batch.query_start,
+            right_padded=True,
+        )
 
     def _prefix(self, batch: ScoreBatch):
         r = self._routing(batch, self.capture_layers - self.tail_set)
         dev = batch.input_ids.device.type
-        with routing(r), torch.autocast(dev, dtype=self.prefix_autocast or torch.bfloat16,
-                                        enabled=self.prefix_autocast is not None):
+        with (
+            routing(r),
+            torch.autocast(dev, dtype=self.prefix_autocast or torch.bfloat16, enabled=self.prefix_autocast is not None),
+        ):
             hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask)
         if hidden.dtype != self.tail_dtype:
             hidden, calls = hidden.to(self.tail_dtype), _cast_floats(calls, self.tail_dtype)
@@ -210,8 +217,8 @@ class BridgeScorer:
             return fwAD.make_dual(*token_ce_with_tangent(primal, tangent, weight, bias, tgt, self.row_chunk))
         out = []
         for s in range(0, hr.shape[0], self.row_chunk):
-            logits = self.lm_head(hr[s:s + self.row_chunk]).float()
-            out.append(F.cross_entropy(logits, tgt[s:s + self.row_chunk], reduction="none"))
+            logits = self.lm_head(hr[s : s + self.row_chunk]).float()
+            out.append(F.cross_entropy(logits, tgt[s : s + self.row_chunk], reduction="none"))
         return torch.cat(out) if out else hr.new_zeros(0, dtype=torch.float32)
 
     def _tail(self, batch: ScoreBatch, params, hidden, calls):
@@ -243,8 +250,9 @@ class BridgeScorer:
             losses, a, tail_rows = self._fast_tail(batch, hidden, calls)
             return self._pack(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
         with fwAD.dual_level():
-            dual = {i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
-                    for i, ps in self.primals.items()}
+            dual = {
+                i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()} for i, ps in self.primals.items()
+            }
             out, tail_rows = self._tail(batch, dual, hidden, calls)
             losses, a = fwAD.unpack_dual(out)
         if a is None:  # no tangent reached the losses (v is zero on every parameter in play)
@@ -260,8 +268,15 @@ class BridgeScorer:
         start = 0
         for (A, c), n in zip(per_ex, counts):
             sl = slice(start, start + n)
-            out.append(Scores(scorer=self.name, a=Array.of(a_np[sl]), c=Array.of(c), A=Array.of(A, "float16"),
-                              loss=Array.of(l_np[sl])))
+            out.append(
+                Scores(
+                    scorer=self.name,
+                    a=Array.of(a_np[sl]),
+                    c=Array.of(c),
+                    A=Array.of(A, "float16"),
+                    loss=Array.of(l_np[sl]),
+                )
+            )
             start += n
         return out
 
@@ -281,8 +296,9 @@ class ExactScorer(BridgeScorer):
             losses, tail_rows = self._tail(batch, params, hidden, calls)
             a = torch.empty_like(losses)
             for j in range(losses.shape[0]):
-                grads = torch.autograd.grad(losses[j], [params[i][k] for i, k in flat], retain_graph=True,
-                                            allow_unused=True)
+                grads = torch.autograd.grad(
+                    losses[j], [params[i][k] for i, k in flat], retain_graph=True, allow_unused=True
+                )
                 a[j] = sum((g * self.tangents[i][k]).sum() for g, (i, k) in zip(grads, flat) if g is not None)
         rows = _sum_rows(prefix_rows, tail_rows.detach() if tail_rows is not None else None)
         return self._pack(batch, losses.detach(), a.detach(), rows)

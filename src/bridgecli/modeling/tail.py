@@ -50,8 +50,9 @@ class Tail:
         self.indices = list(indices)
         self.norm = final_norm(self.decoder)
 
-    def prefix(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               grad: bool = False) -> tuple[torch.Tensor, list[TailCall]]:
+    def prefix(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, grad: bool = False
+    ) -> tuple[torch.Tensor, list[TailCall]]:
         """Hidden states entering the first tail block, and every tail block's call arguments
         (recorded with autograd when ``grad``, for passes that differentiate through the prefix)."""
         calls: dict[int, TailCall] = {}
@@ -90,7 +91,9 @@ class Tail:
         hidden = first.args[0] if first.args else first.kwargs["hidden_states"]
         return hidden, [calls[i] for i in self.indices]
 
-    def run(self, params: dict[int, dict[str, torch.Tensor]], hidden: torch.Tensor, calls: list[TailCall]) -> torch.Tensor:
+    def run(
+        self, params: dict[int, dict[str, torch.Tensor]], hidden: torch.Tensor, calls: list[TailCall]
+    ) -> torch.Tensor:
         """Replay the tail blocks with ``params[i]`` (names relative to block i); return the
         final-normed hidden states."""
         h = hidden

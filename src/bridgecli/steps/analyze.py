@@ -68,8 +68,13 @@ def load(src: Source) -> Loaded:
     src.device = device
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)
-    ctx = ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v,
-                         attention_layers=src.attention_layers, device=device)
+    ctx = ScoringContext(
+        model=ck.model,
+        tokenizer=ck.tokenizer,
+        direction=ck.direction.v,
+        attention_layers=src.attention_layers,
+        device=device,
+    )
     return Loaded(ctx=ctx, scorer=BridgeScorer(ctx), meta=ck.meta, run=run)
 
 
@@ -79,8 +84,10 @@ def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     opts = src.data_opts
     leave_out = meta.leave_out(src.data)
     if leave_out is not None and meta.warm_ids is None:
-        note("warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
-             "the sample may include warm examples")
+        note(
+            "warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
+            "the sample may include warm examples"
+        )
     leave_out = leave_out or frozenset()
     pairs = [(i, w, p) for i, w, p in iter_pairs(src.data, opts) if p.id not in leave_out]
     if leave_out:
@@ -126,8 +133,9 @@ def _exact_scores(loaded: Loaded, src: Source, perturb: str, neutral: str | None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     try:
-        return ExactScores(exact_base_scorer(loaded.ctx), perturb=perturb, neutral_id=neutral_id,
-                              batch_size=src.batch_size)
+        return ExactScores(
+            exact_base_scorer(loaded.ctx), perturb=perturb, neutral_id=neutral_id, batch_size=src.batch_size
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -141,15 +149,22 @@ def matrix_cache(src: Source, loaded: Loaded, exact) -> MatrixCache:
 
     run = loaded.run
     direction = run.direction_path
-    return MatrixCache(src.cache, [fingerprint(resolve(str(run.checkpoint))),
-                                   file_digest(direction) if direction.exists() else None,
-                                   exact.perturb, exact.neutral_id, src.dtype])
+    return MatrixCache(
+        src.cache,
+        [
+            fingerprint(resolve(str(run.checkpoint))),
+            file_digest(direction) if direction.exists() else None,
+            exact.perturb,
+            exact.neutral_id,
+            src.dtype,
+        ],
+    )
 
 
 def _score(loaded: Loaded, examples: list[Example], batch_size: int) -> list[Example]:
     out = []
     for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
+        chunk = examples[start : start + batch_size]
         for ex, sc in zip(chunk, loaded.scorer.score(chunk)):
             out.append(msgspec.structs.replace(ex, scores=sc))
     return out
@@ -168,14 +183,18 @@ def write_report(report: dict, out: str | Path | None) -> None:
 def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
     out = {"command": command, "producer": PRODUCER, "created": now(), "params": params}
     if loaded is not None:
-        out["checkpoint"] = {"run": str(loaded.root), "base_model": loaded.meta.base_model,
-                             "warm_examples": loaded.meta.warm_examples,
-                             "val_examples": loaded.meta.val_examples,
-                             "val_loss": loaded.meta.val_loss}
+        out["checkpoint"] = {
+            "run": str(loaded.root),
+            "base_model": loaded.meta.base_model,
+            "warm_examples": loaded.meta.warm_examples,
+            "val_examples": loaded.meta.val_examples,
+            "val_loss": loaded.meta.val_loss,
+        }
     return out
 
 
 # --------------------------------------------------------------------------------------------- fidelity
+
 
 def check_source(src: Source) -> None:
     """Fidelity's and shift's common options in their ranges (see :mod:`.params`)."""
@@ -207,36 +226,59 @@ def run_fidelity(opts: FidelityOptions) -> dict:
         except ValueError as exc:
             raise UsageError(f"--proxy {spec}: {exc}") from None
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
-    note(f"fidelity on {len(examples)} examples: rho_p={opts.rho_p}, rho_r={opts.rho_r}, T={opts.rounds}, "
-         f"perturbation {opts.perturb}")
+    note(
+        f"fidelity on {len(examples)} examples: rho_p={opts.rho_p}, rho_r={opts.rho_r}, T={opts.rounds}, "
+        f"perturbation {opts.perturb}"
+    )
     results: list[fid.ExampleFidelity] = []
     started = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task("exact scores", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
-            chunk = _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size)
+            chunk = _score(loaded, examples[start : start + opts.src.batch_size], opts.src.batch_size)
             extra_scores = {name: s.score(chunk) for name, s in extra.items()}
             for k, ex in enumerate(chunk):
                 t0 = time.perf_counter()
-                results.append(_fidelity_example(ex, {n: v[k] for n, v in extra_scores.items()}, exact, cache,
-                                                 selector, options, opts))
+                results.append(
+                    _fidelity_example(
+                        ex, {n: v[k] for n, v in extra_scores.items()}, exact, cache, selector, options, opts
+                    )
+                )
                 results[-1].seconds = round(time.perf_counter() - t0, 3)
                 bar.update(task, advance=1)
     rows = fid.aggregate(results)
-    report = _header("analyze fidelity", loaded, {
-        **opts.src.describe(), "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds, "method": opts.method,
-        "perturb": opts.perturb, "neutral_token_id": exact.neutral_id, "proxies": list(opts.proxies)})
-    report.update({"examples_used": len(results), "seconds": round(time.perf_counter() - started, 1),
-                   "cache_hits": cache.hits,
-                   "table": rows, "paper_setting": fid.PAPER_SETTING,
-                   "examples": [r.as_dict() for r in results]})
+    report = _header(
+        "analyze fidelity",
+        loaded,
+        {
+            **opts.src.describe(),
+            "rho_p": opts.rho_p,
+            "rho_r": opts.rho_r,
+            "rounds": opts.rounds,
+            "method": opts.method,
+            "perturb": opts.perturb,
+            "neutral_token_id": exact.neutral_id,
+            "proxies": list(opts.proxies),
+        },
+    )
+    report.update(
+        {
+            "examples_used": len(results),
+            "seconds": round(time.perf_counter() - started, 1),
+            "cache_hits": cache.hits,
+            "table": rows,
+            "paper_setting": fid.PAPER_SETTING,
+            "examples": [r.as_dict() for r in results],
+        }
+    )
     report = report_json.clean(report)
     write_report(report, opts.out)
     return report
 
 
-def _fidelity_example(ex: Example, extra_scores: dict, exact, cache: MatrixCache, selector: Selector, options: dict,
-                      opts: FidelityOptions) -> fid.ExampleFidelity:
+def _fidelity_example(
+    ex: Example, extra_scores: dict, exact, cache: MatrixCache, selector: Selector, options: dict, opts: FidelityOptions
+) -> fid.ExampleFidelity:
     sc = ex.scores
     assert sc is not None  # scored by _score
     a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
@@ -256,12 +298,21 @@ def _fidelity_example(ex: Example, extra_scores: dict, exact, cache: MatrixCache
         p_prox[f"{name} (A x a)"] = fid.prompt_proxies(oa, oA, s_r)[fid.BRIDGE]
         r_prox[f"{name} (A x a)"] = fid.response_proxies(oa, oc, oA, s_p)[fid.BRIDGE]
     return fid.ExampleFidelity(
-        id=ex.id, index=ex.index, m=m, n=n, b_p=b_p, b_r=b_r,
-        sides={"prompt": fid.evaluate(p_prox, fid.exact_prompt(beta, s_r), b_p),
-               "response": fid.evaluate(r_prox, a_red, b_r)})
+        id=ex.id,
+        index=ex.index,
+        m=m,
+        n=n,
+        b_p=b_p,
+        b_r=b_r,
+        sides={
+            "prompt": fid.evaluate(p_prox, fid.exact_prompt(beta, s_r), b_p),
+            "response": fid.evaluate(r_prox, a_red, b_r),
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------------- shift
+
 
 def run_shift(opts: ShiftOptions) -> dict:
     from .params import check
@@ -284,14 +335,16 @@ def run_shift(opts: ShiftOptions) -> dict:
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     rng = np.random.default_rng(opts.src.seed)
     levels = list(opts.levels)
-    note(f"shift on {len(examples)} examples at opposite-side retention {', '.join(map(str, levels))} "
-         f"({opts.subset} subsets, {opts.scores} scores)")
+    note(
+        f"shift on {len(examples)} examples at opposite-side retention {', '.join(map(str, levels))} "
+        f"({opts.subset} subsets, {opts.scores} scores)"
+    )
     per_example = []
     started = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task("ranking shift", total=len(examples), unit="ex")
         for start in range(0, len(examples), opts.src.batch_size):
-            for ex in _score(loaded, examples[start:start + opts.src.batch_size], opts.src.batch_size):
+            for ex in _score(loaded, examples[start : start + opts.src.batch_size], opts.src.batch_size):
                 sc = ex.scores
                 assert sc is not None  # scored by _score
                 a, c, A = sc.a.numpy(), sc.c.numpy(), sc.A.numpy()
@@ -304,16 +357,31 @@ def run_shift(opts: ShiftOptions) -> dict:
                     a_full, beta = cache.prompt_matrix(exact, ex)
                     a_red = exact.reduced_utilities(ex, s_p_levels)
                     res["exact"] = sh.exact_shifts(beta, a_full, s_r_levels, a_red)
-                per_example.append({"id": ex.id, "index": ex.index, "m": A.shape[1], "n": A.shape[0],
-                                    "shift": res})
+                per_example.append({"id": ex.id, "index": ex.index, "m": A.shape[1], "n": A.shape[0], "shift": res})
                 bar.update(task, advance=1)
     summary = sh.aggregate([e["shift"] for e in per_example], levels)
-    report = _header("analyze shift", loaded, {**opts.src.describe(), "levels": levels, "subset": opts.subset,
-                                               "scores": opts.scores, "perturb": opts.perturb if want_exact else None,
-                                               "neutral_token_id": exact.neutral_id if exact is not None else None})
-    report.update({"examples_used": len(per_example), "seconds": round(time.perf_counter() - started, 1),
-                   "cache_hits": cache.hits if cache is not None else 0,
-                   "levels": levels, "summary": summary, "examples": per_example})
+    report = _header(
+        "analyze shift",
+        loaded,
+        {
+            **opts.src.describe(),
+            "levels": levels,
+            "subset": opts.subset,
+            "scores": opts.scores,
+            "perturb": opts.perturb if want_exact else None,
+            "neutral_token_id": exact.neutral_id if exact is not None else None,
+        },
+    )
+    report.update(
+        {
+            "examples_used": len(per_example),
+            "seconds": round(time.perf_counter() - started, 1),
+            "cache_hits": cache.hits if cache is not None else 0,
+            "levels": levels,
+            "summary": summary,
+            "examples": per_example,
+        }
+    )
     report = report_json.clean(report)
     write_report(report, opts.out)
     png = opts.png
@@ -330,6 +398,7 @@ def run_shift(opts: ShiftOptions) -> dict:
 
 # --------------------------------------------------------------------------------------------- robustness
 
+
 def run_robustness(opts: RobustnessOptions) -> dict:
     from .params import check
 
@@ -341,14 +410,20 @@ def run_robustness(opts: RobustnessOptions) -> dict:
         with progress_bar() as bar:
             task = bar.add_task("kappa", total=None)
             for ex in reader:
-                examples.append({
-                    "id": ex.id, "index": ex.index,
-                    "prompt": rob.example_side("prompt", ex, opts.rho_p, opts.rho_r, opts.full),
-                    "response": rob.example_side("response", ex, opts.rho_r, opts.rho_p, opts.full),
-                })
+                examples.append(
+                    {
+                        "id": ex.id,
+                        "index": ex.index,
+                        "prompt": rob.example_side("prompt", ex, opts.rho_p, opts.rho_r, opts.full),
+                        "response": rob.example_side("response", ex, opts.rho_r, opts.rho_p, opts.full),
+                    }
+                )
                 bar.update(task, advance=1)
-    report = _header("analyze robustness", None, {"input": source, "rho_p": opts.rho_p, "rho_r": opts.rho_r,
-                                                  "model": header.model.source})
+    report = _header(
+        "analyze robustness",
+        None,
+        {"input": source, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "model": header.model.source},
+    )
     report.update({"examples_used": len(examples), "table": rob.table(examples), "examples": examples})
     report = report_json.clean(report)
     write_report(report, opts.out)

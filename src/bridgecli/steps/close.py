@@ -30,7 +30,7 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
         return msgspec.structs.replace(example, closure=closure)
     all_spans = example.tokens.spans()
     offset = int(all_spans[resp[0], 0])  # response_text's, with the spans computed once
-    text = example.text[offset:int(all_spans[resp[-1], 1])]
+    text = example.text[offset : int(all_spans[resp[-1], 1])]
     try:
         spans = [(int(s), int(e)) for s, e in segment(text)]
     except Exception as exc:
@@ -38,20 +38,21 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     token_spans = all_spans[resp] - offset
     cuts = unit_cuts(token_spans, spans, text)  # unit k: response tokens cuts[k] .. cuts[k + 1] - 1
     # units holding a response token the selection protected (select --protect-response) are always chosen
-    protected = (np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64))
-                 if sel.protected_response else None)
+    protected = (
+        np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64)) if sel.protected_response else None
+    )
     # a budget past the response changes nothing, and must not size the knapsack's table
-    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha,
-                                  protected)
+    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha, protected)
     positions = resp.tolist()
     flat_units: list[int] = []
     for a, b in zip(cuts, cuts[1:]):
         flat_units += (positions[a], positions[b - 1] + 1)
     supervise = []
     for k in chosen:  # ascending units of ascending tokens: the supervised positions come out sorted
-        supervise += positions[cuts[k]:cuts[k + 1]]
-    closure = Closure(segmenter=name, alpha=alpha, units=flat_units, chosen=chosen, supervise=supervise,
-                      protected_units=forced)
+        supervise += positions[cuts[k] : cuts[k + 1]]
+    closure = Closure(
+        segmenter=name, alpha=alpha, units=flat_units, chosen=chosen, supervise=supervise, protected_units=forced
+    )
     return msgspec.structs.replace(example, closure=closure)
 
 
@@ -63,8 +64,14 @@ def run_close(opts: CloseOptions) -> int:
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha)
 
-    kwargs: MapArgs = {"step": step_record("close", params), "stage": "closure", "needs": "selection",
-                       "hint": "run `bridge select` first", "fn": fn, "label": "closing"}
+    kwargs: MapArgs = {
+        "step": step_record("close", params),
+        "stage": "closure",
+        "needs": "selection",
+        "hint": "run `bridge select` first",
+        "fn": fn,
+        "label": "closing",
+    }
     if opts.workers > 1:
         from .workers import map_stream_parallel
 

@@ -56,13 +56,13 @@ def step_record(name: str, params: dict) -> Step:
 
 def require_stage(header: Header, needed: str, name: str, hint: str) -> None:
     if STAGES.index(header.stage) < STAGES.index(needed):
-        raise FormatError(f"this stream is at stage '{header.stage}', but this step needs '{needed}'",
-                          file=name, hint=hint)
+        raise FormatError(
+            f"this stream is at stage '{header.stage}', but this step needs '{needed}'", file=name, hint=hint
+        )
 
 
 def next_header(header: Header, stage: str, step: Step) -> Header:
-    return msgspec.structs.replace(header, stage=stage, producer=PRODUCER, created=now(),
-                                   steps=[*header.steps, step])
+    return msgspec.structs.replace(header, stage=stage, producer=PRODUCER, created=now(), steps=[*header.steps, step])
 
 
 @contextlib.contextmanager
@@ -74,8 +74,13 @@ def naming(file: str, record: int | None = None) -> Iterator[None]:
     except BridgeError as err:
         if err.file is not None:
             raise
-        raise type(err)(err.message, file=file, record=err.record if err.record is not None else record,
-                        field=err.field, hint=err.hint) from None
+        raise type(err)(
+            err.message,
+            file=file,
+            record=err.record if err.record is not None else record,
+            field=err.field,
+            hint=err.hint,
+        ) from None
 
 
 class _MapArgs(TypedDict):
@@ -93,8 +98,18 @@ class MapArgs(_MapArgs, total=False):
     display: str | None
 
 
-def map_stream(inp, out, *, step: Step, stage: str, needs: str, hint: str,
-               fn: Callable[[Example, Header], Example | None], label: str, display: str | None = None) -> int:
+def map_stream(
+    inp,
+    out,
+    *,
+    step: Step,
+    stage: str,
+    needs: str,
+    hint: str,
+    fn: Callable[[Example, Header], Example | None],
+    label: str,
+    display: str | None = None,
+) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
     Returns the number of examples written. ``display`` names the input in errors (default: the
     reader's name; a caller that copied stdin to a temporary file passes the original's)."""

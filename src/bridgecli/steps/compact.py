@@ -37,7 +37,6 @@ from .common import now, require_stage, selection_of
 from .options import FORMATS, PRESETS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
 
-
 @dataclass
 class CompactStats:
     rows: int = 0
@@ -63,8 +62,12 @@ def columns_of(row: Row, preset: str, tokenizer_fingerprint: str = "") -> dict:
     ``trl`` rows name their tokenizer, so that ``bridge train`` checks it even without the side file
     (TRL and the other trainers select the columns they use)."""
     if preset == "trl":
-        return {"id": row.id, "input_ids": row.input_ids, "labels": row.labels,
-                "tokenizer_fingerprint": tokenizer_fingerprint}
+        return {
+            "id": row.id,
+            "input_ids": row.input_ids,
+            "labels": row.labels,
+            "tokenizer_fingerprint": tokenizer_fingerprint,
+        }
     if preset == "axolotl":
         return {"input_ids": row.input_ids, "attention_mask": [1] * len(row.input_ids), "labels": row.labels}
     if preset == "torchtune":
@@ -84,8 +87,12 @@ class _TableWriter:
         import pyarrow.parquet as pq
 
         self._pa = pa
-        types = {"string": pa.string(), "int64": pa.list_(pa.int64()), "int8": pa.list_(pa.int8()),
-                 "bool": pa.list_(pa.bool_())}
+        types = {
+            "string": pa.string(),
+            "int64": pa.list_(pa.int64()),
+            "int8": pa.list_(pa.int8()),
+            "bool": pa.list_(pa.bool_()),
+        }
         self.schema = pa.schema([(name, types[kind]) for name, kind in PRESETS[preset].items()])
         self._writer = pq.ParquetWriter(str(path), self.schema)
         self._rows: list[dict] = []
@@ -166,12 +173,14 @@ def _quiet_datasets(datasets):
     finally:
         if was:
             datasets.utils.logging.enable_progress_bar()
+
+
 #: why a row keeps no supervised response token, worded for the warning compact prints
 REASONS = {
     "no-response": "an empty response",
     "selection": "the selection supervises no response token (b_r = 0: is --rho-r 0 or too small?)",
     "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
-                "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
+    "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
     "no-gain": "no unit that fits b_r has a positive score (close never chooses a unit with q(u) <= 0)",
 }
 
@@ -222,8 +231,10 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
         resp_parts.append("]]")
     n_p = int((kinds == PROMPT).sum())
     n_r = int((kinds == RESPONSE).sum())
-    head = (f"### {example.id}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
-            f"executed {len(row.input_ids)}/{len(kinds)} tokens")
+    head = (
+        f"### {example.id}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
+        f"executed {len(row.input_ids)}/{len(kinds)} tokens"
+    )
     return f"{head}\n{''.join(prompt_parts)}\n--- response ---\n{''.join(resp_parts)}\n"
 
 
@@ -255,8 +266,15 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             else:
                 columns = columns_of(row, opts.columns, fingerprint)
                 output = _jsonl(columns) if encoded else columns
-            return (ex.id, None, len(ex.tokens.input_ids), ex.tokens.kinds.count(RESPONSE), len(row.input_ids),
-                    len(supervise), output)
+            return (
+                ex.id,
+                None,
+                len(ex.tokens.input_ids),
+                ex.tokens.kinds.count(RESPONSE),
+                len(row.input_ids),
+                len(supervise),
+                output,
+            )
 
         with contextlib.ExitStack() as stack:
             if opts.format == "text":
@@ -266,7 +284,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             if opts.workers > 1:
                 from .workers import run_pool, validator_of
 
-                results = (r for _, batch in run_pool(reader, validator_of(reader), one, list, opts.workers) for r in batch)
+                results = (
+                    r for _, batch in run_pool(reader, validator_of(reader), one, list, opts.workers) for r in batch
+                )
             else:
                 results = (one(ex) for ex in reader)
             for id_, reason, before, response, after, supervised, output in results:
@@ -282,27 +302,46 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 stats.supervised += supervised
                 sink(output)
             if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
-                what = (f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
-                        if stats.read else "the stream holds no example")
-                raise EmptyResultError(f"no training row to write; {what}", file=reader.name,
-                                       hint="pass --allow-empty to write an empty file anyway")
+                what = (
+                    f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
+                    if stats.read
+                    else "the stream holds no example"
+                )
+                raise EmptyResultError(
+                    f"no training row to write; {what}",
+                    file=reader.name,
+                    hint="pass --allow-empty to write an empty file anyway",
+                )
     if stats.dropped:
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
         most = len(stats.dropped) * 2 > stats.read
-        note(("warning: " if most else "")
-             + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
-             f"({shown}): {explain_drops(stats)}")
+        note(
+            ("warning: " if most else "")
+            + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
+            f"({shown}): {explain_drops(stats)}"
+        )
     if stats.tokens_before:
-        note(f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
-             f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
-             f"{stats.response_tokens} response tokens")
+        note(
+            f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
+            f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
+            f"{stats.response_tokens} response tokens"
+        )
     if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
-        write_rows_meta(opts.out, RowsMeta(
-            created=now(), format=opts.format, columns=list(PRESETS[opts.columns]),
-            model=header.model.source, model_fingerprint=header.model.fingerprint,
-            tokenizer_fingerprint=header.model.tokenizer_fingerprint,
-            steps=[StepParams(s.step, s.params) for s in header.steps],
-            rows=stats.rows, dropped=stats.dropped, tokens_executed=stats.tokens_after,
-            tokens_original=stats.tokens_before, supervised=stats.supervised,
-        ))
+        write_rows_meta(
+            opts.out,
+            RowsMeta(
+                created=now(),
+                format=opts.format,
+                columns=list(PRESETS[opts.columns]),
+                model=header.model.source,
+                model_fingerprint=header.model.fingerprint,
+                tokenizer_fingerprint=header.model.tokenizer_fingerprint,
+                steps=[StepParams(s.step, s.params) for s in header.steps],
+                rows=stats.rows,
+                dropped=stats.dropped,
+                tokens_executed=stats.tokens_after,
+                tokens_original=stats.tokens_before,
+                supervised=stats.supervised,
+            ),
+        )
     return stats

@@ -11,8 +11,16 @@ from ..errors import UsageError
 from ..progress import note
 from .options import CompareOptions, EvalRunOptions
 
-__all__ = ["CompareOptions", "EvalRunOptions", "data_paths", "names", "one_model", "output_for", "run_compare",
-           "run_eval"]
+__all__ = [
+    "CompareOptions",
+    "EvalRunOptions",
+    "data_paths",
+    "names",
+    "one_model",
+    "output_for",
+    "run_compare",
+    "run_eval",
+]
 
 
 def names(values: list[str] | None) -> list[str]:
@@ -26,8 +34,9 @@ def names(values: list[str] | None) -> list[str]:
 def one_model(models: list[str]) -> str:
     """``bridge eval`` takes one model; several go to ``bridge compare``."""
     if len(models) != 1:
-        raise UsageError(f"give one model (got {len(models)}); several run folders go with --compare "
-                         "(or `bridge compare`)")
+        raise UsageError(
+            f"give one model (got {len(models)}); several run folders go with --compare (or `bridge compare`)"
+        )
     return models[0]
 
 
@@ -49,16 +58,20 @@ def data_paths(tasks: list[str], data: list[str], data_dir: Path | None) -> dict
     if bare:
         unnamed = [t for t in tasks if t not in named]
         if len(bare) > 1 or len(unnamed) != 1:
-            raise UsageError("a bare --data PATH needs exactly one task without its own data",
-                             hint="with several tasks write --data TASK=PATH for each, or use --data-dir")
+            raise UsageError(
+                "a bare --data PATH needs exactly one task without its own data",
+                hint="with several tasks write --data TASK=PATH for each, or use --data-dir",
+            )
         named[unnamed[0]] = bare[0]
     for task in tasks:
         if task in named:
             continue
         rel = default_data(task)
         if data_dir is None:
-            raise UsageError(f"no data for task '{task}' (no downloads here)",
-                             hint="pass --data PATH (or TASK=PATH), or --data-dir DIR")
+            raise UsageError(
+                f"no data for task '{task}' (no downloads here)",
+                hint="pass --data PATH (or TASK=PATH), or --data-dir DIR",
+            )
         if rel is None:
             raise UsageError(f"task '{task}' has no default file under --data-dir; pass --data {task}=PATH")
         named[task] = str(Path(data_dir) / rel)
@@ -106,12 +119,22 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     from ..evaluation.lm_eval_engine import check_engine
 
     check_engine(opts.engine, tasks)  # the engine, its tasks, and that it is installed
-    check_numbers(limit=opts.limit, few_shot=opts.few_shot, batch_size=opts.batch_size,
-                  max_new_tokens=opts.max_new_tokens, code_timeout=opts.code_timeout)
+    check_numbers(
+        limit=opts.limit,
+        few_shot=opts.few_shot,
+        batch_size=opts.batch_size,
+        max_new_tokens=opts.max_new_tokens,
+        code_timeout=opts.code_timeout,
+    )
     if any(t in CODE_TASKS for t in tasks):
-        check_code_options(EvalOptions(data="", code_timeout=opts.code_timeout,
-                                       allow_code_execution=opts.allow_code_execution,
-                                       unsafe_code_execution=opts.unsafe_code_execution))
+        check_code_options(
+            EvalOptions(
+                data="",
+                code_timeout=opts.code_timeout,
+                allow_code_execution=opts.allow_code_execution,
+                unsafe_code_execution=opts.unsafe_code_execution,
+            )
+        )
     paths = data_paths(tasks, opts.data, opts.data_dir)
     outputs = {t: output_for(t, opts.output, opts.model, len(tasks) > 1) for t in tasks}
     if opts.dtype is not None and opts.dtype not in DTYPES:
@@ -139,20 +162,33 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
     ref = resolve(opts.model)
     model_id = fingerprint(ref)
     # what decides a result (batch size and device change speed, not answers, so they are left out)
-    requests = {t: {"model": model_id, "task": t, "data": str(Path(paths[t]).resolve()), "limit": opts.limit,
-                    "few_shot": opts.few_shot, "few_shot_data": opts.few_shot_data,
-                    "max_new_tokens": opts.max_new_tokens, "chat_template": opts.chat_template,
-                    "code_timeout": opts.code_timeout, "dtype": opts.dtype,
-                    **({"engine": opts.engine} if opts.engine != "bridge" else {})} for t in tasks}
+    requests = {
+        t: {
+            "model": model_id,
+            "task": t,
+            "data": str(Path(paths[t]).resolve()),
+            "limit": opts.limit,
+            "few_shot": opts.few_shot,
+            "few_shot_data": opts.few_shot_data,
+            "max_new_tokens": opts.max_new_tokens,
+            "chat_template": opts.chat_template,
+            "code_timeout": opts.code_timeout,
+            "dtype": opts.dtype,
+            **({"engine": opts.engine} if opts.engine != "bridge" else {}),
+        }
+        for t in tasks
+    }
     evaluate = engine_evaluate(opts.engine, tasks)
     # --resume: every output is a file (check_eval_options)
-    done = {t: r for t in tasks
-            if opts.resume and (kept := outputs[t]) is not None and (r := reusable(kept, requests[t])) is not None}
+    done = {
+        t: r
+        for t in tasks
+        if opts.resume and (kept := outputs[t]) is not None and (r := reusable(kept, requests[t])) is not None
+    }
     results = []
     todo = [t for t in tasks if t not in done]
     if todo:
-        note(f"evaluating {ref.spec} on {', '.join(todo)} on {dev}"
-             + (f" (kept: {', '.join(done)})" if done else ""))
+        note(f"evaluating {ref.spec} on {', '.join(todo)} on {dev}" + (f" (kept: {', '.join(done)})" if done else ""))
         tok = load_tokenizer(ref)
         mdl = load_model(ref, device=dev, dtype=getattr(torch, opts.dtype) if opts.dtype else None)
         mdl.eval()
@@ -172,11 +208,22 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
             if book.entries:
                 note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
         try:
-            result = evaluate(mdl, tok, name, paths[name], limit=opts.limit, few_shot=opts.few_shot,
-                              few_shot_data=opts.few_shot_data, batch_size=opts.batch_size,
-                              max_new_tokens=opts.max_new_tokens, chat_template=opts.chat_template,
-                              code_timeout=opts.code_timeout, allow_code_execution=opts.allow_code_execution,
-                              unsafe_code_execution=opts.unsafe_code_execution, journal=book)
+            result = evaluate(
+                mdl,
+                tok,
+                name,
+                paths[name],
+                limit=opts.limit,
+                few_shot=opts.few_shot,
+                few_shot_data=opts.few_shot_data,
+                batch_size=opts.batch_size,
+                max_new_tokens=opts.max_new_tokens,
+                chat_template=opts.chat_template,
+                code_timeout=opts.code_timeout,
+                allow_code_execution=opts.allow_code_execution,
+                unsafe_code_execution=opts.unsafe_code_execution,
+                journal=book,
+            )
         except BaseException:
             if book is not None:
                 _keep_or_remove(book, name)
@@ -199,5 +246,9 @@ def run_compare(opts: CompareOptions):
 
     if not opts.runs:
         raise UsageError("give at least one run folder (or eval-*.json file) to compare")
-    return compare([load_run(r) for r in opts.runs], general=names([opts.general]) if opts.general else None,
-                   target=opts.target, metric=opts.metric)
+    return compare(
+        [load_run(r) for r in opts.runs],
+        general=names([opts.general]) if opts.general else None,
+        target=opts.target,
+        metric=opts.metric,
+    )

@@ -37,8 +37,9 @@ def rereadable(inp: str | None) -> Iterator[str | None]:
             os.unlink(path)
 
 
-def first_pass(selector: Selector, inp: str | None, rho_p: float, rho_r: float, options: dict,
-               display: str | None = None) -> Plan:
+def first_pass(
+    selector: Selector, inp: str | None, rho_p: float, rho_r: float, options: dict, display: str | None = None
+) -> Plan:
     """Run the selector's ``prepare`` over the stream (``options``: what its ``parse`` returned);
     returns its plan. ``display`` names the input in errors."""
     with open_reader(inp) as reader:
@@ -47,6 +48,8 @@ def first_pass(selector: Selector, inp: str | None, rho_p: float, rho_r: float, 
             plan = selector.prepare(iter(reader), rho_p, rho_r, options)
     summary = plan.summary
     if summary.get("unmatched_by"):
-        note(f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
-             f"tokens: the selected side gets none (see docs/compared-methods.md, budget matching)")
+        note(
+            f"keeping the unselected side whole already exceeds the matched total by {summary['unmatched_by']} "
+            f"tokens: the selected side gets none (see docs/compared-methods.md, budget matching)"
+        )
     return plan

@@ -24,8 +24,9 @@ from .common import naming, require_stage
 MODES = {"global": "shared", "global-sides": "sides"}
 
 
-def example_gains(example: Example, selector: Selector, b_p: int, b_r: int, options: dict, f_p: np.ndarray,
-                  f_r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def example_gains(
+    example: Example, selector: Selector, b_p: int, b_r: int, options: dict, f_p: np.ndarray, f_r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(prompt gains [m], response gains [n]) of one example at its per-example solution."""
     from ..builtin.selectors import surrogate_of
 
@@ -42,8 +43,16 @@ def example_gains(example: Example, selector: Selector, b_p: int, b_r: int, opti
     return gp, gr
 
 
-def plan_global(inp: str | None, display: str, selector: Selector, mode: str, rho_p: float, rho_r: float,
-                options: dict, protect: tuple[list, list]) -> Plan:
+def plan_global(
+    inp: str | None,
+    display: str,
+    selector: Selector,
+    mode: str,
+    rho_p: float,
+    rho_r: float,
+    options: dict,
+    protect: tuple[list, list],
+) -> Plan:
     """Read the stream once; returns every example's budgets and a summary for the step parameters
     (``options``: what ``selector.parse`` returned)."""
     from .select import protected_sets
@@ -57,12 +66,14 @@ def plan_global(inp: str | None, display: str, selector: Selector, mode: str, rh
             for ex in reader:
                 with naming(display, ex.index):
                     if ex.index in seen:
-                        raise FormatError(f"two examples with index {ex.index} in one stream", record=ex.index,
-                                          hint="select each input file's stream on its own")
+                        raise FormatError(
+                            f"two examples with index {ex.index} in one stream",
+                            record=ex.index,
+                            hint="select each input file's stream on its own",
+                        )
                     seen.add(ex.index)
                     if ex.scores is None:
-                        raise FormatError("the example has no scores", record=ex.index,
-                                          hint="run `bridge score` first")
+                        raise FormatError("the example has no scores", record=ex.index, hint="run `bridge score` first")
                     m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
                     b_p, b_r = budget(rho_p, m), budget(rho_r, n)
                     f_p, f_r = protected_sets(ex, *protect)
@@ -75,7 +86,14 @@ def plan_global(inp: str | None, display: str, selector: Selector, mode: str, rh
     budgets = dict(zip(indices, (tuple(b) for b in result["budgets"])))
     spent_p = sum(b for b, _ in result["budgets"])
     spent_r = sum(b for _, b in result["budgets"])
-    summary = {"budget": mode, "pool": pool, "total": total_p + total_r, "total_p": spent_p, "total_r": spent_r,
-               "per_example_total_p": total_p, "per_example_total_r": total_r,
-               "threshold": result["threshold"]}
+    summary = {
+        "budget": mode,
+        "pool": pool,
+        "total": total_p + total_r,
+        "total_p": spent_p,
+        "total_r": spent_r,
+        "per_example_total_p": total_p,
+        "per_example_total_r": total_r,
+        "threshold": result["threshold"],
+    }
     return Plan(budgets, summary)

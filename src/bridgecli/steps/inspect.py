@@ -56,8 +56,12 @@ def summarize(path: str | None) -> dict:
         "producer": h.producer,
         "created": h.created,
         "source": h.source,
-        "model": {"source": h.model.source, "fingerprint": h.model.fingerprint,
-                  "tokenizer_fingerprint": h.model.tokenizer_fingerprint, "chat_template": h.model.chat_template},
+        "model": {
+            "source": h.model.source,
+            "fingerprint": h.model.fingerprint,
+            "tokenizer_fingerprint": h.model.tokenizer_fingerprint,
+            "chat_template": h.model.chat_template,
+        },
         "steps": [{"step": s.step, "producer": s.producer, "time": s.time, "params": s.params} for s in h.steps],
         "examples": n,
         "tokens": tokens,
@@ -68,10 +72,13 @@ def summarize(path: str | None) -> dict:
         out["scores"] = {"mean_a": a_sum / a_count, "positive_a_fraction": a_pos / a_count}
     if budget_p or budget_r:
         out["selection"] = {
-            "prompt_kept": kept_p, "response_kept": kept_r,
+            "prompt_kept": kept_p,
+            "response_kept": kept_r,
             "achieved_rho_p": kept_p / prompt if prompt else None,
             "achieved_rho_r": kept_r / resp if resp else None,
-            "method": ", ".join(sorted(methods)), "budget_p": budget_p, "budget_r": budget_r,
+            "method": ", ".join(sorted(methods)),
+            "budget_p": budget_p,
+            "budget_r": budget_r,
             "retained": kept_p + kept_r,
             "retained_fraction": (kept_p + kept_r) / (prompt + resp) if prompt + resp else None,
             "mean_u_sur_gain": float(np.mean(gains)) if gains else None,
@@ -83,7 +90,10 @@ def summarize(path: str | None) -> dict:
         out["references"] = references  # name -> examples carrying it (bridge reference)
     if unit_sizes:
         out["closure"] = {
-            "supervised": closure_sup, "supervised_fraction": closure_sup / resp if resp else None,
-            "units": len(unit_sizes), "chosen_units": chosen_units, "mean_unit_tokens": float(np.mean(unit_sizes)),
+            "supervised": closure_sup,
+            "supervised_fraction": closure_sup / resp if resp else None,
+            "units": len(unit_sizes),
+            "chosen_units": chosen_units,
+            "mean_unit_tokens": float(np.mean(unit_sizes)),
         }
     return out

@@ -14,8 +14,20 @@ from ..analysis.shift import LEVELS as SHIFT_LEVELS
 from ..analysis.shift import SUBSETS as SHIFT_SUBSETS
 from ..data.examples import DataOptions
 from ..modeling.loading import DTYPES
-from ..optionspec import (ALLOW_EMPTY_HELP, DEVICE_HELP, FRACTION, MAX_LAYERS, MAX_ROUNDS, MODEL_HELP, RETENTION,
-                          SEED, WORKERS_HELP, count, number, option)
+from ..optionspec import (
+    ALLOW_EMPTY_HELP,
+    DEVICE_HELP,
+    FRACTION,
+    MAX_LAYERS,
+    MAX_ROUNDS,
+    MODEL_HELP,
+    RETENTION,
+    SEED,
+    WORKERS_HELP,
+    count,
+    number,
+    option,
+)
 from ..artifacts.train_run import DEFAULT_TRAIN_DIR
 from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
 from ..training.config import SFTConfig
@@ -52,14 +64,15 @@ class WarmupOptions:
     out: str | Path = option(DEFAULT_WARMUP_DIR, "Run folder (score's default --from).", "--output", "-o")
     model: str | None = option(None, MODEL_HELP, "--model")
     warm_fraction: float | None = option(
-        None, "Warm up on this fraction of DATA; its ids are recorded so `score` leaves them out.", range=FRACTION)
-    val_fraction: float | None = option(None, "Without --val: hold out this fraction of DATA as D_val.",
-                                        range=FRACTION)
+        None, "Warm up on this fraction of DATA; its ids are recorded so `score` leaves them out.", range=FRACTION
+    )
+    val_fraction: float | None = option(None, "Without --val: hold out this fraction of DATA as D_val.", range=FRACTION)
     direction_layers: int = option(4, "Final blocks whose parameters define v.", range=count(1, MAX_LAYERS))
     lam: float = option(0.2, "Weight of the anchor direction in v.", "--lambda", range=number(0, 1e6))
     device: str = option("auto", DEVICE_HELP)
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=WARMUP_SFT.epochs,
-                                                             grad_accum=WARMUP_SFT.grad_accum))
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(epochs=WARMUP_SFT.epochs, grad_accum=WARMUP_SFT.grad_accum)
+    )
     data_opts: DataOptions = field(default_factory=DataOptions)
 
 
@@ -73,20 +86,26 @@ class ScoreOptions:
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
     #: --scorer-option KEY=VALUE, passed to the scorer
-    scorer_options: dict = option(help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.",
-                                  factory=dict)
+    scorer_options: dict = option(
+        help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.", factory=dict
+    )
     #: at most this many rows per scoring pass
     batch_size: int = option(64, "At most this many examples per scoring pass.", range=count())
     #: padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
     max_tokens: int | None = option(
-        None, "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.", range=count())
+        None, "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.", range=count()
+    )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     device: str = option("auto", DEVICE_HELP)
     #: bfloat16 on CUDA, float32 on CPU
-    dtype: str = option("auto", f"Scoring dtype: auto (bfloat16 on a GPU, float32 on CPU), {', '.join(DTYPES)}. "
-                                "See docs/benchmarks.md for the speed/accuracy trade-off.", choices=("auto", *DTYPES))
+    dtype: str = option(
+        "auto",
+        f"Scoring dtype: auto (bfloat16 on a GPU, float32 on CPU), {', '.join(DTYPES)}. "
+        "See docs/benchmarks.md for the speed/accuracy trade-off.",
+        choices=("auto", *DTYPES),
+    )
     #: float32 on CUDA: TensorFloat-32 matmuls
     tf32: bool = option(True, "float32 on a GPU: TensorFloat-32 matmuls.", "--tf32/--no-tf32")
     resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
@@ -103,20 +122,30 @@ class ReferenceOptions:
     inp: str | None = None
     out: str | None = None
     #: None: the stream's base model
-    model: str | None = option(None, "Reference model: HF folder, .gguf file, HF id, or a `bridge warmup` run folder "
-                                     "(its checkpoint). Default: the stream's base model.", "--model")
+    model: str | None = option(
+        None,
+        "Reference model: HF folder, .gguf file, HF id, or a `bridge warmup` run folder "
+        "(its checkpoint). Default: the stream's base model.",
+        "--model",
+    )
     #: default: base / warmup / ref
-    name: str | None = option(None, "Name to store it under (default: base, warmup for a run folder, ref otherwise).",
-                              "--as")
-    attention: bool = option(True, "Also store last-layer attention mass and attention received.",
-                             "--attention/--no-attention")
-    grad_norms: bool = option(False, "Also store ||dL/d embedding|| per token (one backward pass).",
-                              "--grad-norms/--no-grad-norms")
+    name: str | None = option(
+        None, "Name to store it under (default: base, warmup for a run folder, ref otherwise).", "--as"
+    )
+    attention: bool = option(
+        True, "Also store last-layer attention mass and attention received.", "--attention/--no-attention"
+    )
+    grad_norms: bool = option(
+        False, "Also store ||dL/d embedding|| per token (one backward pass).", "--grad-norms/--no-grad-norms"
+    )
     batch_size: int = option(8, "Examples per forward pass.", range=count())
     device: str = option("auto", DEVICE_HELP)
     dtype: str = option("float32", f"Model dtype: {', '.join(DTYPES)}.", choices=DTYPES)
-    tokenizer_check: str = option("strict", "strict: tokenizer fingerprints must match; vocab: identical "
-                                            "vocabularies suffice.", choices=TOKENIZER_CHECKS)
+    tokenizer_check: str = option(
+        "strict",
+        "strict: tokenizer fingerprints must match; vocab: identical vocabularies suffice.",
+        choices=TOKENIZER_CHECKS,
+    )
 
 
 # ------------------------------------------------------------------------------------------------- select
@@ -126,33 +155,57 @@ class ReferenceOptions:
 class SelectOptions:
     inp: str | None = None
     out: str | None = None
-    method: str = option("bridge", (
-        "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-        "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's."))
+    method: str = option(
+        "bridge",
+        (
+            "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
+            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's."
+        ),
+    )
     rho_p: float = option(0.75, "Prompt retention ratio: b_p = ceil(rho_p * eligible).", "--rho-p", range=RETENTION)
-    rho_r: float = option(0.75, (
-        "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "
-        "`bridge close` the supervised share can end well below rho_r (see below)."), "--rho-r", range=RETENTION)
+    rho_r: float = option(
+        0.75,
+        (
+            "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "
+            "`bridge close` the supervised share can end well below rho_r (see below)."
+        ),
+        "--rho-r",
+        range=RETENTION,
+    )
     rounds: int = option(4, "Alternating rounds T.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
     #: --option key=value, passed to the selector
-    options: dict = option(help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.",
-                           factory=dict)
+    options: dict = option(
+        help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.", factory=dict
+    )
     #: presets or regexes: prompt tokens always kept
-    protect_prompt: list[str] = option(help=(
-        "Prompt tokens overlapping a match are always kept (repeatable). A Python regex (^ and $ match at "
-        "line ends) or a preset: 'digits' (\\d+), 'answer' (the last '#### N' line and the last "
-        "\\boxed{...}). They count against b_p; the rest is filled by the method's ranking."), factory=list)
+    protect_prompt: list[str] = option(
+        help=(
+            "Prompt tokens overlapping a match are always kept (repeatable). A Python regex (^ and $ match at "
+            "line ends) or a preset: 'digits' (\\d+), 'answer' (the last '#### N' line and the last "
+            "\\boxed{...}). They count against b_p; the rest is filled by the method's ranking."
+        ),
+        factory=list,
+    )
     #: ... response tokens always supervised
-    protect_response: list[str] = option(help=(
-        "Response tokens overlapping a match are always supervised, by select and by close (repeatable), "
-        "e.g. 'answer' or '####.*$'. Same presets; they count against b_r."), factory=list)
+    protect_response: list[str] = option(
+        help=(
+            "Response tokens overlapping a match are always supervised, by select and by close (repeatable), "
+            "e.g. 'answer' or '####.*$'. Same presets; they count against b_r."
+        ),
+        factory=list,
+    )
     #: example | global | global-sides (steps/global_budget.py)
-    budget: str = option("example", (
-        "example: b_p, b_r per example. global: the stream-wide total B = sum of the per-example budgets "
-        "(rho_p m + rho_r n, each rounded up) goes to the tokens with the largest marginal gain in U_sur "
-        "at their example's own solution, prompt and response in one pool; global-sides: one pool per "
-        "side. Reads the input twice (stdin is copied to a temporary file). Surrogate selectors only; "
-        "docs/method.md, Global budget."), "--budget")
+    budget: str = option(
+        "example",
+        (
+            "example: b_p, b_r per example. global: the stream-wide total B = sum of the per-example budgets "
+            "(rho_p m + rho_r n, each rounded up) goes to the tokens with the largest marginal gain in U_sur "
+            "at their example's own solution, prompt and response in one pool; global-sides: one pool per "
+            "side. Reads the input twice (stdin is copied to a temporary file). Surrogate selectors only; "
+            "docs/method.md, Global budget."
+        ),
+        "--budget",
+    )
     #: processes for the per-example work (steps/workers.py)
     workers: int = option(1, WORKERS_HELP, "--workers", range=count())
 
@@ -176,13 +229,24 @@ class CloseOptions:
 @dataclass
 class CompactOptions:
     inp: str | None = None
-    out: str | None = option(None, "Training rows: a JSONL or Parquet file, an hf folder, or text ('-' for stdout: "
-                                   "jsonl or text).", "--output", "-o")
-    format: str = option("jsonl", f"{', '.join(FORMATS)}: JSONL rows, a Parquet file, a datasets save_to_disk "
-                                  "folder, or a human view.", choices=FORMATS)
-    columns: str = option("trl", f"Columns for a trainer: {', '.join(PRESETS)} (trl: id, input_ids, labels; "
-                                 "axolotl: input_ids, attention_mask, labels; torchtune: tokens, mask (True = no "
-                                 "loss); loss-mask: input_ids, loss_mask (1 = loss)).", choices=tuple(PRESETS))
+    out: str | None = option(
+        None,
+        "Training rows: a JSONL or Parquet file, an hf folder, or text ('-' for stdout: jsonl or text).",
+        "--output",
+        "-o",
+    )
+    format: str = option(
+        "jsonl",
+        f"{', '.join(FORMATS)}: JSONL rows, a Parquet file, a datasets save_to_disk folder, or a human view.",
+        choices=FORMATS,
+    )
+    columns: str = option(
+        "trl",
+        f"Columns for a trainer: {', '.join(PRESETS)} (trl: id, input_ids, labels; "
+        "axolotl: input_ids, attention_mask, labels; torchtune: tokens, mask (True = no "
+        "loss); loss-mask: input_ids, loss_mask (1 = loss)).",
+        choices=tuple(PRESETS),
+    )
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
     #: processes for the per-example work (steps/workers.py)
@@ -195,13 +259,15 @@ class CompactOptions:
 @dataclass
 class TrainOptions:
     data: str = option(help="JSONL rows with input_ids and labels (what `bridge compact` writes).")
-    out: str | Path = option(DEFAULT_TRAIN_DIR, "Run folder: the trained HF model, metrics.jsonl, checkpoints/.",
-                             "--output", "-o")
+    out: str | Path = option(
+        DEFAULT_TRAIN_DIR, "Run folder: the trained HF model, metrics.jsonl, checkpoints/.", "--output", "-o"
+    )
     model: str | None = option(None, MODEL_HELP, "--model")
     device: str = option("auto", DEVICE_HELP)
     sft: SFTConfig = field(default_factory=SFTConfig)
-    resume: bool = option(False, "Continue from the latest complete checkpoint in OUT (start fresh when there is "
-                                 "none).", "--resume")
+    resume: bool = option(
+        False, "Continue from the latest complete checkpoint in OUT (start fresh when there is none).", "--resume"
+    )
     overwrite: bool = option(False, "Start over in an OUT that holds checkpoints of another run.", "--overwrite")
     live: bool | None = None  # None: when stderr is a terminal
     #: no row to train on: exit 0 without writing a model, instead of an error
@@ -215,41 +281,70 @@ class TrainOptions:
 class EvalRunOptions:
     """``bridge eval``: one model, one or more tasks, one model load."""
 
-    model: str = option(help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run "
-                             "folders (or eval-*.json files).")
-    tasks: list[str] = option(help="Eval task(s), comma-separated or repeated (`bridge plugins` lists them).",
-                              factory=lambda: ["gsm8k"])
+    model: str = option(
+        help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run "
+        "folders (or eval-*.json files)."
+    )
+    tasks: list[str] = option(
+        help="Eval task(s), comma-separated or repeated (`bridge plugins` lists them).", factory=lambda: ["gsm8k"]
+    )
     #: PATH (one task) or TASK=PATH each
-    data: list[str] = option(help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. data/gsm8k/test.jsonl).",
-                             factory=list)
-    data_dir: Path | None = option(None, "Folder holding each task's data in its standard place (gsm8k/test.jsonl, "
-                                         "...; see docs/eval.md): tasks without --data read their file there.")
-    output: Path | None = option(None, "Result JSON (one task) or folder for eval-TASK.json files (default: MODEL/ "
-                                       "when MODEL is a folder).", "--output", "-o")
+    data: list[str] = option(
+        help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. data/gsm8k/test.jsonl).", factory=list
+    )
+    data_dir: Path | None = option(
+        None,
+        "Folder holding each task's data in its standard place (gsm8k/test.jsonl, "
+        "...; see docs/eval.md): tasks without --data read their file there.",
+    )
+    output: Path | None = option(
+        None,
+        "Result JSON (one task) or folder for eval-TASK.json files (default: MODEL/ when MODEL is a folder).",
+        "--output",
+        "-o",
+    )
     limit: int | None = option(None, "Evaluate only the first N items (MMLU: per subject).")
     few_shot: int = option(0, "Worked examples prepended to each prompt.")
-    few_shot_data: str | None = option(None, "Where few-shot examples come from (default: the data past the "
-                                             "evaluated items; MMLU: dev/).")
+    few_shot_data: str | None = option(
+        None, "Where few-shot examples come from (default: the data past the evaluated items; MMLU: dev/)."
+    )
     batch_size: int = option(8, "Prompts per generation batch / inputs per scoring forward.")
-    max_new_tokens: int | None = option(None, "Generation length limit (default: the task's: gsm8k 256, math 512, "
-                                              "humaneval/mbpp 512).")
-    chat_template: bool | None = option(None, "Use the tokenizer's chat template (default: yes for generation tasks "
-                                              "and heldout-loss, no for multiple choice).",
-                                        "--chat-template/--no-chat-template")
+    max_new_tokens: int | None = option(
+        None, "Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512)."
+    )
+    chat_template: bool | None = option(
+        None,
+        "Use the tokenizer's chat template (default: yes for generation tasks "
+        "and heldout-loss, no for multiple choice).",
+        "--chat-template/--no-chat-template",
+    )
     code_timeout: float = option(10.0, "Seconds per generated program (humaneval, mbpp).")
-    allow_code_execution: bool = option(False, "Let humaneval/mbpp run model-written code (in a bubblewrap sandbox; "
-                                               "or set BRIDGE_ALLOW_CODE_EXECUTION=1).", "--allow-code-execution")
-    unsafe_code_execution: bool = option(False, "Where no bubblewrap sandbox works: run model-written code anyway, "
-                                                "with process limits only (not a security boundary).",
-                                         "--unsafe-code-execution")
+    allow_code_execution: bool = option(
+        False,
+        "Let humaneval/mbpp run model-written code (in a bubblewrap sandbox; or set BRIDGE_ALLOW_CODE_EXECUTION=1).",
+        "--allow-code-execution",
+    )
+    unsafe_code_execution: bool = option(
+        False,
+        "Where no bubblewrap sandbox works: run model-written code anyway, "
+        "with process limits only (not a security boundary).",
+        "--unsafe-code-execution",
+    )
     device: str = option("auto", "auto, cpu, cuda, ...")
     dtype: str | None = option(None, "float32 (default), bfloat16, float16.")
-    resume: bool = option(False, "Continue an interrupted run: keep each task's result already written by the same "
-                                 "request (model, data, settings), and what an interrupted task had generated or "
-                                 "scored.", "--resume")
-    engine: str = option("bridge", "Who runs the tasks: bridge, or lm-eval (lm-evaluation-harness on the same model "
-                                   "and local files: arc_challenge, arc_easy, hellaswag, mmlu; needs "
-                                   "bridgecli[lm-eval]).")
+    resume: bool = option(
+        False,
+        "Continue an interrupted run: keep each task's result already written by the same "
+        "request (model, data, settings), and what an interrupted task had generated or "
+        "scored.",
+        "--resume",
+    )
+    engine: str = option(
+        "bridge",
+        "Who runs the tasks: bridge, or lm-eval (lm-evaluation-harness on the same model "
+        "and local files: arc_challenge, arc_easy, hellaswag, mmlu; needs "
+        "bridgecli[lm-eval]).",
+    )
 
 
 @dataclass
@@ -259,8 +354,9 @@ class CompareOptions:
     runs: list[str] = option(help="Run folders (or eval-*.json files), one row each.", factory=list)
     target: str | None = option(None, "The target task column (default: gsm8k if present, else math).")
     #: comma-separated; None: every general task present
-    general: str | None = option(None, "General-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval "
-                                       "present).")
+    general: str | None = option(
+        None, "General-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present)."
+    )
     metric: str | None = option(None, "Summary field to show where a task has it, e.g. acc_norm (default: accuracy).")
 
 
@@ -278,8 +374,10 @@ class ShowOptions:
 # ------------------------------------------------------------------------------------------------ analyze
 
 SCORE_KINDS = ("both", "exact", "surrogate")
-PERTURB_HELP = ("Exact prompt perturbation: mask (hide the key at every layer, positions unchanged) or replace "
-                "(neutral token's embedding).")
+PERTURB_HELP = (
+    "Exact prompt perturbation: mask (hide the key at every layer, positions unchanged) or replace "
+    "(neutral token's embedding)."
+)
 NEUTRAL_HELP = "The neutral token text for --perturb replace (default: a single space)."
 ANALYZE_OUT_HELP = "JSON report ('-' for stdout)."
 
@@ -294,21 +392,34 @@ class Source:
     seed: int = option(0, "Sampling seed (examples; random subsets).", range=SEED)
     first: bool = option(False, "Take the first N examples instead of a seeded sample.", "--first")
     device: str = option("auto", DEVICE_HELP)
-    dtype: str = option("float32", "Model dtype: float32 or float64 (exact differences are small).",
-                        choices=("float32", "float64"))
+    dtype: str = option(
+        "float32", "Model dtype: float32 or float64 (exact differences are small).", choices=("float32", "float64")
+    )
     batch_size: int = option(16, "Examples per scoring pass, and perturbed copies per exact pass.", range=count())
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     data_opts: DataOptions = field(default_factory=DataOptions)
     #: exact prompt matrices, reused across runs (fidelity, shift)
-    cache: str | Path | None = option(None, "Keep the exact prompt perturbation matrices in this folder (fidelity "
-                                            "and shift, and reruns, compute each once).")
+    cache: str | Path | None = option(
+        None,
+        "Keep the exact prompt perturbation matrices in this folder (fidelity "
+        "and shift, and reruns, compute each once).",
+    )
 
     def describe(self) -> dict:
-        return {"data": str(self.data), "from": str(self.run) if self.run is not None else None, "n": self.n,
-                "seed": self.seed, "sample": "first" if self.first else "random", "device": self.device,
-                "dtype": self.dtype, "batch_size": self.batch_size, "attention_layers": self.attention_layers,
-                "max_length": self.data_opts.max_length, "chat_template": self.data_opts.chat_template,
-                "cache": str(self.cache) if self.cache is not None else None}
+        return {
+            "data": str(self.data),
+            "from": str(self.run) if self.run is not None else None,
+            "n": self.n,
+            "seed": self.seed,
+            "sample": "first" if self.first else "random",
+            "device": self.device,
+            "dtype": self.dtype,
+            "batch_size": self.batch_size,
+            "attention_layers": self.attention_layers,
+            "max_length": self.data_opts.max_length,
+            "chat_template": self.data_opts.chat_template,
+            "cache": str(self.cache) if self.cache is not None else None,
+        }
 
 
 @dataclass
@@ -317,14 +428,16 @@ class FidelityOptions:
     out: str | None = option("fidelity.json", ANALYZE_OUT_HELP, "--output", "-o")
     rho_p: float = option(0.75, "Prompt retention of the selected state.", "--rho-p", range=RETENTION)
     rho_r: float = option(0.75, "Response retention of the selected state.", "--rho-r", range=RETENTION)
-    rounds: int = option(4, "Alternating rounds T of the selected state.", "--rounds", "-T",
-                         range=count(1, MAX_ROUNDS))
+    rounds: int = option(4, "Alternating rounds T of the selected state.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
     method: str = option("bridge", "Selector giving the states S_p, S_r.")
     perturb: str = option("mask", PERTURB_HELP)
     neutral: str | None = option(None, NEUTRAL_HELP)
-    proxies: list[str] = option(help="Also compare a scorer plugin's scores (its B matrix if it writes one, else "
-                                     "(a, c, A) through the BRIDGE formula); NAME or NAME:KEY=VALUE,... (scorer "
-                                     "options); repeatable.", factory=list)
+    proxies: list[str] = option(
+        help="Also compare a scorer plugin's scores (its B matrix if it writes one, else "
+        "(a, c, A) through the BRIDGE formula); NAME or NAME:KEY=VALUE,... (scorer "
+        "options); repeatable.",
+        factory=list,
+    )
 
 
 @dataclass
@@ -334,8 +447,11 @@ class ShiftOptions:
     png: str | None = option(None, "Line plot (default: the JSON path with .png).")
     #: opposite-side retentions; each a retention ratio, 0 excluded (nothing left to rank against)
     levels: tuple[float, ...] = option(SHIFT_LEVELS, "Opposite-side retention ratios, comma-separated.")
-    subset: str = option("top", "Opposite-side state at each retention: top (its full-state surrogate top-b) or "
-                                "random.", choices=SHIFT_SUBSETS)
+    subset: str = option(
+        "top",
+        "Opposite-side state at each retention: top (its full-state surrogate top-b) or random.",
+        choices=SHIFT_SUBSETS,
+    )
     scores: str = option("both", "exact (perturbation), surrogate, or both.", choices=SCORE_KINDS)
     perturb: str = option("mask", PERTURB_HELP)
     neutral: str | None = option(None, NEUTRAL_HELP)
@@ -345,9 +461,7 @@ class ShiftOptions:
 class RobustnessOptions:
     inp: str | None = None
     out: str | None = option("robustness.json", ANALYZE_OUT_HELP, "--output", "-o")
-    rho_p: float = option(0.75, "Prompt retention: b_p of S^F and q = b_p for responses.", "--rho-p",
-                          range=RETENTION)
-    rho_r: float = option(0.75, "Response retention: b_r of S^F and q = b_r for prompts.", "--rho-r",
-                          range=RETENTION)
+    rho_p: float = option(0.75, "Prompt retention: b_p of S^F and q = b_p for responses.", "--rho-p", range=RETENTION)
+    rho_r: float = option(0.75, "Response retention: b_r of S^F and q = b_r for prompts.", "--rho-r", range=RETENTION)
     #: every q's pair and improving swap in the JSON
     full: bool = option(False, "Write the improving swap of every q with kappa_q < 0.", "--all-swaps")

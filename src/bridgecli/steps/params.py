@@ -11,8 +11,19 @@ from typing import Any
 from ..errors import UsageError
 from ..optionspec import MAX_COUNT, MAX_LAYERS, MAX_ROUNDS, MAX_SEED, RETENTION, _fail, check, integer, real
 
-__all__ = ["MAX_COUNT", "MAX_LAYERS", "MAX_ROUNDS", "MAX_SEED", "RETENTION", "check", "check_data_options",
-           "check_device", "check_sft", "integer", "real"]
+__all__ = [
+    "MAX_COUNT",
+    "MAX_LAYERS",
+    "MAX_ROUNDS",
+    "MAX_SEED",
+    "RETENTION",
+    "check",
+    "check_data_options",
+    "check_device",
+    "check_sft",
+    "integer",
+    "real",
+]
 
 
 def check_sft(cfg: Any, *, where: str = "") -> None:
@@ -45,8 +56,10 @@ def check_device(device: Any) -> None:
         if not torch.cuda.is_available():
             raise UsageError(f"--device {device}: no CUDA GPU is visible here", hint="use --device cpu or auto")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {device}: only {torch.cuda.device_count()} CUDA GPU(s) are visible "
-                             f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+            raise UsageError(
+                f"--device {device}: only {torch.cuda.device_count()} CUDA GPU(s) are visible "
+                f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})"
+            )
         return
     if dev.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

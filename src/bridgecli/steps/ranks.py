@@ -48,8 +48,9 @@ class Dist:
 
     @classmethod
     def from_env(cls) -> "Dist":
-        return cls(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                   int(os.environ.get("LOCAL_RANK", 0)))
+        return cls(
+            int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+        )
 
     def shard_path(self, out: str | os.PathLike) -> Path:
         return Path(f"{out}.shard-{self.rank:05d}-of-{self.world:05d}")
@@ -76,8 +77,10 @@ def _collective(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except RuntimeError as exc:  # gloo's errors, DistBackendError included
-        raise RankError(f"another rank of this run stopped ({_first_sentence(exc)})",
-                        hint="its own error, above or on its node, says why") from None
+        raise RankError(
+            f"another rank of this run stopped ({_first_sentence(exc)})",
+            hint="its own error, above or on its node, says why",
+        ) from None
 
 
 def _first_sentence(exc: Exception) -> str:
@@ -128,9 +131,12 @@ def check_shared_folder(dist: Dist, out: str | os.PathLike) -> None:
         probe.unlink(missing_ok=True)
     if problem is not None:
         rank, host = problem
-        raise UsageError(f"rank 0 cannot see the files that rank {rank} (on {host}) writes next to the output",
-                         file=str(out), hint="with several nodes, -o must be on a folder every rank can see "
-                                             "(a shared file system): rank 0 merges the shards there")
+        raise UsageError(
+            f"rank 0 cannot see the files that rank {rank} (on {host}) writes next to the output",
+            file=str(out),
+            hint="with several nodes, -o must be on a folder every rank can see "
+            "(a shared file system): rank 0 merges the shards there",
+        )
 
 
 def _missing_probe(out, tokens: list[str]) -> tuple[int, str] | None:
@@ -163,8 +169,11 @@ def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> 
         return None
     with open_reader(shard) as reader:
         if header_key(reader.header) != header_key(header):
-            raise UsageError("the finished shard was made with other parameters or data", file=str(shard),
-                             hint="delete it, or rerun with the same flags")
+            raise UsageError(
+                "the finished shard was made with other parameters or data",
+                file=str(shard),
+                hint="delete it, or rerun with the same flags",
+            )
         return sum(1 for _ in reader.payloads())
 
 

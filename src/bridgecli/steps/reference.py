@@ -54,21 +54,26 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
         try:
             stream_tok = load_tokenizer(header.model.source)
         except ModelError as err:
-            raise ModelError(f"--tokenizer-check vocab needs the stream's tokenizer ({header.model.source}): "
-                             f"{err.message}") from None
-        same = (stream_tok.get_vocab() == tokenizer.get_vocab()
-                and stream_tok.all_special_ids == tokenizer.all_special_ids)
+            raise ModelError(
+                f"--tokenizer-check vocab needs the stream's tokenizer ({header.model.source}): {err.message}"
+            ) from None
+        same = (
+            stream_tok.get_vocab() == tokenizer.get_vocab() and stream_tok.all_special_ids == tokenizer.all_special_ids
+        )
         if same:
             note(f"reference tokenizer differs from the stream's ({got} vs {want}) but the vocabularies are identical")
             return
-        raise ModelError(f"the tokenizer of {source} has a different vocabulary from the stream's "
-                         f"({header.model.source}): its per-token losses would be computed on the wrong tokens",
-                         hint="use a reference model with the same tokenizer")
+        raise ModelError(
+            f"the tokenizer of {source} has a different vocabulary from the stream's "
+            f"({header.model.source}): its per-token losses would be computed on the wrong tokens",
+            hint="use a reference model with the same tokenizer",
+        )
     raise ModelError(
         f"the tokenizer of {source} is not the stream's ({got} vs {want}, from {header.model.source}): "
         "the stored token ids would be fed to a different tokenizer's model",
         hint="use a reference model with the same tokenizer; --tokenizer-check vocab accepts one whose vocabulary "
-             "is identical and only the chat template or special-token map differ")
+        "is identical and only the chat template or special-token map differ",
+    )
 
 
 def run_reference(opts: ReferenceOptions) -> int:
@@ -78,8 +83,10 @@ def run_reference(opts: ReferenceOptions) -> int:
     check(opts)
     check_device(opts.device)
     if opts.name is not None and (opts.name == "scores" or not _NAME.match(opts.name)):
-        raise UsageError(f"--as {opts.name!r}: use letters, digits and _.+- ('scores' is reserved for the "
-                         "losses `bridge score` stores)")
+        raise UsageError(
+            f"--as {opts.name!r}: use letters, digits and _.+- ('scores' is reserved for the "
+            "losses `bridge score` stores)"
+        )
     with open_reader(opts.inp) as reader:
         header = reader.header
         spec, default_name = resolve_reference(opts.model, header)
@@ -95,10 +102,19 @@ def run_reference(opts: ReferenceOptions) -> int:
         vocab = model.get_input_embeddings().weight.shape[0]
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         from ..baselines.reference import reference_batch
-        params = {"as": name, "model": spec, "fingerprint": model_fp,
-                  "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer), "attention": opts.attention,
-                  "grad_norms": opts.grad_norms, "batch_size": opts.batch_size, "dtype": opts.dtype,
-                  "device": device, "tokenizer_check": opts.tokenizer_check}
+
+        params = {
+            "as": name,
+            "model": spec,
+            "fingerprint": model_fp,
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "attention": opts.attention,
+            "grad_norms": opts.grad_norms,
+            "batch_size": opts.batch_size,
+            "dtype": opts.dtype,
+            "device": device,
+            "tokenizer_check": opts.tokenizer_check,
+        }
         out_header = next_header(header, header.stage, step_record("reference", params))
         replaced = 0
         with open_writer(opts.out, out_header) as writer, progress_bar() as bar:
@@ -107,8 +123,9 @@ def run_reference(opts: ReferenceOptions) -> int:
 
             def flush():
                 nonlocal replaced
-                stats = reference_batch(model, pending, pad_id=pad_id, device=device, attention=opts.attention,
-                                        grad_norms=opts.grad_norms)
+                stats = reference_batch(
+                    model, pending, pad_id=pad_id, device=device, attention=opts.attention, grad_norms=opts.grad_norms
+                )
                 for ex, st in zip(pending, stats):
                     ref = Reference(model=spec, fingerprint=model_fp, **{k: Array.of(v) for k, v in st.items()})
                     replaced += name in ex.references
@@ -119,8 +136,11 @@ def run_reference(opts: ReferenceOptions) -> int:
 
             for ex in reader:
                 if ex.tokens.input_ids and max(ex.tokens.input_ids) >= vocab:
-                    raise ModelError(f"token id {max(ex.tokens.input_ids)} is outside the vocabulary of {spec} "
-                                     f"({vocab} rows)", file=reader.name, record=ex.index)
+                    raise ModelError(
+                        f"token id {max(ex.tokens.input_ids)} is outside the vocabulary of {spec} ({vocab} rows)",
+                        file=reader.name,
+                        record=ex.index,
+                    )
                 pending.append(ex)
                 if len(pending) >= opts.batch_size:
                     flush()

@@ -54,8 +54,11 @@ class ResumableOutput:
             with open(self.partial, "rb") as fh:
                 old = StreamReader(fh, str(self.partial)).header
             if header_key(old) != header_key(header):
-                raise UsageError("the partial output was made with other parameters or data", file=str(self.partial),
-                                 hint="delete it, or rerun with the same flags")
+                raise UsageError(
+                    "the partial output was made with other parameters or data",
+                    file=str(self.partial),
+                    hint="delete it, or rerun with the same flags",
+                )
             self._fh = part = open(self.partial, "r+b")
             lock_exclusively(part, self.partial, "partial output")
             part.truncate(commit["bytes"])

@@ -54,8 +54,7 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
         yield chunk
 
 
-def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int,
-                 on_batch=None) -> list[Example]:
+def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None) -> list[Example]:
     """Score a window in length buckets; return its examples, in input order, with scores.
     ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
     scored: dict[int, Example] = {}
@@ -122,9 +121,14 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     ck, dtype = _load(opts, device)
     run, meta, tokenizer, model, direction = ck.run, ck.meta, ck.tokenizer, ck.model, ck.direction
-    ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=direction.v,
-                         attention_layers=opts.attention_layers, device=device,
-                         options={"scorer_options": dict(opts.scorer_options)})
+    ctx = ScoringContext(
+        model=model,
+        tokenizer=tokenizer,
+        direction=direction.v,
+        attention_layers=opts.attention_layers,
+        device=device,
+        options={"scorer_options": dict(opts.scorer_options)},
+    )
     try:
         scorer = scorer_entry.obj(ctx)
     except ValueError as exc:
@@ -139,22 +143,40 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     if leave_out is not None:
         data_opts = dataclasses.replace(data_opts, exclude_ids=leave_out)
     params = {
-        "scorer": opts.scorer, "scorer_options": dict(opts.scorer_options), "from": str(run.root), "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
-        "direction_layers": direction.meta.layers, "lambda": direction.meta.lam,
-        "attention_layers": opts.attention_layers, "dtype": dtype,
+        "scorer": opts.scorer,
+        "scorer_options": dict(opts.scorer_options),
+        "from": str(run.root),
+        "checkpoint_fingerprint": fingerprint(resolve(str(run.checkpoint))),
+        "direction_layers": direction.meta.layers,
+        "lambda": direction.meta.lam,
+        "attention_layers": opts.attention_layers,
+        "dtype": dtype,
         "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
-        "device": device.split(":")[0], "max_tokens": max_tokens, "batch_size": opts.batch_size, "window": opts.window,
-        "data": str(opts.data), "data_digest": digest,
-        "chat_template": data_opts.chat_template, "max_length": data_opts.max_length, "limit": data_opts.limit,
-        "prompt_field": data_opts.prompt_field, "response_field": data_opts.response_field,
+        "device": device.split(":")[0],
+        "max_tokens": max_tokens,
+        "batch_size": opts.batch_size,
+        "window": opts.window,
+        "data": str(opts.data),
+        "data_digest": digest,
+        "chat_template": data_opts.chat_template,
+        "max_length": data_opts.max_length,
+        "limit": data_opts.limit,
+        "prompt_field": data_opts.prompt_field,
+        "response_field": data_opts.response_field,
         "excluded_warmup_ids": len(data_opts.exclude_ids),
     }
     if dist.world > 1:
         params["shard"] = [dist.rank, dist.world]
     header = Header(
-        stage="scores", producer=PRODUCER, created=started,
-        model=ModelInfo(source=meta.base_model, fingerprint=meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
-                        tokenizer_fingerprint=ck.tokenizer_fingerprint, chat_template=data_opts.chat_template),
+        stage="scores",
+        producer=PRODUCER,
+        created=started,
+        model=ModelInfo(
+            source=meta.base_model,
+            fingerprint=meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
+            tokenizer_fingerprint=ck.tokenizer_fingerprint,
+            chat_template=data_opts.chat_template,
+        ),
         steps=[msgspec.structs.replace(step_record("score", params), time=started)],
         source=str(opts.data),
     )
@@ -168,8 +190,9 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     if out is None or is_stdio(out):
         with open_binary_output(out) as fh:
             writer = StreamWriter(fh, header, records_per_frame=None)
-            done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=0,
-                                commit=lambda w, pos: w.flush())
+            done = _run_windows(
+                scorer, examples, dist, opts, max_tokens, writer, total, skip=0, commit=lambda w, pos: w.flush()
+            )
             writer.close()
     elif (finished := ranks.finished_shard(dist, out, opts.resume, header)) is not None:
         done = finished  # --resume: this rank had written its whole shard before another rank stopped
@@ -201,14 +224,24 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         if out is not None and not is_stdio(out) and dist.rank == 0:
             Path(out).unlink(missing_ok=True)
         why = "; ".join(report.lines()) or "no example in the data"
-        raise EmptyResultError(f"scored 0 examples ({why})", file=str(opts.data),
-                               hint="pass --allow-empty to accept an empty result")
+        raise EmptyResultError(
+            f"scored 0 examples ({why})", file=str(opts.data), hint="pass --allow-empty to accept an empty result"
+        )
     note(f"scored {done} examples" + (f" on rank {dist.rank}" if dist.world > 1 else ""))
     return done
 
 
-def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: int, writer: StreamWriter,
-                 total: int, skip: int, commit) -> int:
+def _run_windows(
+    scorer,
+    examples,
+    dist: Dist,
+    opts: ScoreOptions,
+    max_tokens: int,
+    writer: StreamWriter,
+    total: int,
+    skip: int,
+    commit,
+) -> int:
     position = 0
     tokens = 0
     t0 = time.perf_counter()
@@ -221,8 +254,9 @@ def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: i
                 bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
                 continue
             # the bar moves per scoring pass, not only per (committed) window
-            for ex in score_window(scorer, window, max_tokens, opts.batch_size,
-                                   on_batch=lambda n: bar.update(task, advance=n)):
+            for ex in score_window(
+                scorer, window, max_tokens, opts.batch_size, on_batch=lambda n: bar.update(task, advance=n)
+            ):
                 writer.write(ex)
                 tokens += len(ex.tokens.input_ids)
             position += len(window)
@@ -238,6 +272,10 @@ def _run_windows(scorer, examples, dist: Dist, opts: ScoreOptions, max_tokens: i
         if first is not None and tokens > first[1] and time.perf_counter() > first[0]:
             steady = (tokens - first[1]) / (t0 + elapsed - first[0])
             after = f"; {steady:,.0f} tokens/s after the first window, which took {first[0] - t0:.1f} s"
-        note(f"scoring took {elapsed:.1f} s for {tokens} tokens ({tokens / elapsed:,.0f} tokens/s"
-             + (f", rank {dist.rank}" if dist.world > 1 else "") + after + ")")
+        note(
+            f"scoring took {elapsed:.1f} s for {tokens} tokens ({tokens / elapsed:,.0f} tokens/s"
+            + (f", rank {dist.rank}" if dist.world > 1 else "")
+            + after
+            + ")"
+        )
     return writer.count

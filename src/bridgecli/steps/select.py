@@ -28,8 +28,10 @@ def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, 
         return _NONE, _NONE
     spans = example.tokens.spans()
     out = []
-    for finders, pos in ((finders_p, example.tokens.prompt_positions()),
-                         (finders_r, example.tokens.response_positions())):
+    for finders, pos in (
+        (finders_p, example.tokens.prompt_positions()),
+        (finders_r, example.tokens.response_positions()),
+    ):
         if not finders or len(pos) == 0:
             out.append(np.zeros(0, dtype=np.int64))
             continue
@@ -38,8 +40,16 @@ def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, 
     return out[0], out[1]
 
 
-def select_example(example: Example, selector: Selector, method: str, rho_p: float, rho_r: float, options: dict,
-                   protect: tuple[list, list] = ([], []), plan: Plan | None = None) -> Example:
+def select_example(
+    example: Example,
+    selector: Selector,
+    method: str,
+    rho_p: float,
+    rho_r: float,
+    options: dict,
+    protect: tuple[list, list] = ([], []),
+    plan: Plan | None = None,
+) -> Example:
     """Select one example. ``options`` is what ``selector.parse`` returned; ``protect`` holds the
     finders of the protected prompt / response tokens; ``plan`` gives the budgets when they come
     from a first pass over the stream (the selector's ``prepare``, or --budget global)."""
@@ -58,18 +68,24 @@ def select_example(example: Example, selector: Selector, method: str, rho_p: flo
     # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
     want_p, want_r = min(max(b_p, len(f_p)), len(prompt)), min(max(b_r, len(f_r)), len(resp))
     if len(result.prompt) != want_p or len(result.response) != want_r:
-        raise FormatError(f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for "
-                          f"budgets {b_p}/{b_r}", record=example.index)
+        raise FormatError(
+            f"selector '{method}' returned {len(result.prompt)}/{len(result.response)} tokens for budgets {b_p}/{b_r}",
+            record=example.index,
+        )
     if (len(f_p) and not np.isin(f_p, result.prompt).all()) or (len(f_r) and not np.isin(f_r, result.response).all()):
         raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
     sel = Selection(
-        method=method, b_p=b_p, b_r=b_r,
+        method=method,
+        b_p=b_p,
+        b_r=b_r,
         prompt_keep=prompt[np.asarray(result.prompt, dtype=np.int64)].tolist(),
         response_keep=resp[np.asarray(result.response, dtype=np.int64)].tolist(),
-        response_scores=Array.of(result.response_scores), u_sur=[float(u) for u in result.u_sur],
+        response_scores=Array.of(result.response_scores),
+        u_sur=[float(u) for u in result.u_sur],
         achieved_rho_p=len(result.prompt) / len(prompt) if len(prompt) else None,
         achieved_rho_r=len(result.response) / len(resp) if len(resp) else None,
-        protected_prompt=prompt[f_p].tolist(), protected_response=resp[f_r].tolist(),
+        protected_prompt=prompt[f_p].tolist(),
+        protected_response=resp[f_r].tolist(),
     )
     return msgspec.structs.replace(example, selection=sel, closure=None)
 
@@ -95,19 +111,28 @@ def run_select(opts: SelectOptions) -> int:
     entry = get("selector", opts.method)
     selector = as_selector(entry.obj, opts.method)
     if opts.budget != "example" and not selector.surrogate:
-        raise UsageError(f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
-                         f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)")
+        raise UsageError(
+            f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
+            f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)"
+        )
     options = selector.parse({**opts.options, "rounds": opts.rounds})  # once, before reading anything
-    params = {"method": opts.method, "rho_p": opts.rho_p, "rho_r": opts.rho_r, "rounds": opts.rounds,
-              "plugin": entry.plugin}
+    params = {
+        "method": opts.method,
+        "rho_p": opts.rho_p,
+        "rho_r": opts.rho_r,
+        "rounds": opts.rounds,
+        "plugin": entry.plugin,
+    }
     if opts.options:
         params["options"] = dict(opts.options)
     protect = _finders(opts)
     if opts.protect_prompt or opts.protect_response:
         if not selector.protects:
-            raise UsageError(f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
-                             f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
-                             f"declare `protects`")
+            raise UsageError(
+                f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
+                f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
+                f"declare `protects`"
+            )
         params["protect_prompt"] = list(opts.protect_prompt)
         params["protect_response"] = list(opts.protect_response)
 
@@ -129,7 +154,7 @@ def run_select(opts: SelectOptions) -> int:
     display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
     own_plan = selector.needs_plan(options)  # budgets that depend on the whole stream: read it twice
     twice = own_plan or opts.budget != "example"
-    with (rereadable(opts.inp) if twice else nullcontext(opts.inp)) as inp:
+    with rereadable(opts.inp) if twice else nullcontext(opts.inp) as inp:
         if own_plan:
             plan = first_pass(selector, inp, opts.rho_p, opts.rho_r, options, display)
             if plan.summary:
@@ -139,8 +164,15 @@ def run_select(opts: SelectOptions) -> int:
 
             plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
             params["global_budget"] = plan.summary
-        kwargs: MapArgs = {"step": step_record("select", params), "stage": "selection", "needs": "scores",
-                           "hint": "run `bridge score` first", "fn": fn, "label": "selecting", "display": display}
+        kwargs: MapArgs = {
+            "step": step_record("select", params),
+            "stage": "selection",
+            "needs": "scores",
+            "hint": "run `bridge score` first",
+            "fn": fn,
+            "label": "selecting",
+            "display": display,
+        }
         if opts.workers > 1:
             from .workers import map_stream_parallel
 
@@ -150,6 +182,8 @@ def run_select(opts: SelectOptions) -> int:
     if over[0]:
         from ..progress import note
 
-        note(f"{over[0]} example(s) have more protected tokens than their budget: all of them are kept there, "
-             f"so those examples exceed b_p / b_r")
+        note(
+            f"{over[0]} example(s) have more protected tokens than their budget: all of them are kept there, "
+            f"so those examples exceed b_p / b_r"
+        )
     return count

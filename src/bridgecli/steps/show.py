@@ -18,8 +18,11 @@ def find_example(path: str | None, index: int | None = None, id: str | None = No
     seen: list[int | str] = []
     with open_reader(path) as reader:
         for ex in reader:
-            if (index is None and id is None) or (index is not None and ex.index == index) or \
-                    (id is not None and ex.id == id):
+            if (
+                (index is None and id is None)
+                or (index is not None and ex.index == index)
+                or (id is not None and ex.id == id)
+            ):
                 return reader.header, ex
             if len(seen) < 8:
                 seen.append(ex.index if id is None else ex.id)
@@ -28,8 +31,10 @@ def find_example(path: str | None, index: int | None = None, id: str | None = No
         raise UsageError(f"{name}: the stream holds no examples")
     want = f"index {index}" if index is not None else f"id {id!r}"
     shown = ", ".join(map(str, seen)) + (" ..." if len(seen) == 8 else "")
-    raise UsageError(f"{name}: no example with {want} (first ones: {shown})",
-                     hint="--index is the example's position in the input data, as `bridge inspect --json` counts")
+    raise UsageError(
+        f"{name}: no example with {want} (first ones: {shown})",
+        hint="--index is the example's position in the input data, as `bridge inspect --json` counts",
+    )
 
 
 def run_show(opts: ShowOptions) -> ExampleView:

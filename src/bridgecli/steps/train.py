@@ -36,12 +36,18 @@ def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str |
     for row in rows:
         bad = next((x for x in row.input_ids if not 0 <= x < vocab_size), None)
         if bad is not None:
-            raise InputError(f"token id {bad} is outside the model's vocabulary ({vocab_size})", file=str(path),
-                             record=where or f"id {row.id}", field="input_ids", hint="was it made with another tokenizer?")
+            raise InputError(
+                f"token id {bad} is outside the model's vocabulary ({vocab_size})",
+                file=str(path),
+                record=where or f"id {row.id}",
+                field="input_ids",
+                hint="was it made with another tokenizer?",
+            )
 
 
-def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None = None,
-              model_name: str = "the model") -> list[Row]:
+def read_rows(
+    path: str | Path, vocab_size: int | None, tokenizer_fp: str | None = None, model_name: str = "the model"
+) -> list[Row]:
     """The JSONL rows of ``bridge compact``. A row's ``tokenizer_fingerprint`` (written by compact)
     must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
     rows = []
@@ -51,26 +57,35 @@ def read_rows(path: str | Path, vocab_size: int | None, tokenizer_fp: str | None
 
         with open(p, "rb") as fh:
             if fh.read(len(MAGIC)) == MAGIC:
-                raise InputError("a bridge stream, not a file of training rows", file=str(p),
-                                 hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows")
+                raise InputError(
+                    "a bridge stream, not a file of training rows",
+                    file=str(p),
+                    hint="`bridge compact STREAM -o train.jsonl` turns a closed stream into rows",
+                )
     for where, rec in read_records(p):
         ids = _int_list(rec.get("input_ids"), p, where, "input_ids")
         labels = _int_list(rec.get("labels"), p, where, "labels")
         if len(ids) != len(labels):
-            raise InputError(f"labels has {len(labels)} entries, input_ids {len(ids)}", file=str(p), record=where,
-                             field="labels")
+            raise InputError(
+                f"labels has {len(labels)} entries, input_ids {len(ids)}", file=str(p), record=where, field="labels"
+            )
         if vocab_size is not None:
             check_vocab(p, [Row(where, ids, labels)], vocab_size, where)
         if any(y != IGNORE and y != x for x, y in zip(ids, labels)):
-            raise InputError("labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where,
-                             field="labels")
+            raise InputError(
+                "labels must be -100 or equal input_ids (unshifted)", file=str(p), record=where, field="labels"
+            )
         row_fp = rec.get("tokenizer_fingerprint")
         if row_fp is not None and not isinstance(row_fp, str):
             raise InputError("expected a string", file=str(p), record=where, field="tokenizer_fingerprint")
         if row_fp and tokenizer_fp and row_fp != tokenizer_fp:
-            raise ModelError(f"this row was tokenised with another tokenizer than {model_name}'s", file=str(p),
-                             record=where, field="tokenizer_fingerprint",
-                             hint="train the model the data was scored for, or re-run the pipeline")
+            raise ModelError(
+                f"this row was tokenised with another tokenizer than {model_name}'s",
+                file=str(p),
+                record=where,
+                field="tokenizer_fingerprint",
+                hint="train the model the data was scored for, or re-run the pipeline",
+            )
         rows.append(Row(str(rec.get("id", where)), ids, labels))
     return rows
 
@@ -138,11 +153,13 @@ def run_train(opts: TrainOptions) -> dict:
 def _run_train(opts: TrainOptions) -> dict:
     rows = read_rows(opts.data, None)  # read (and checked) before the model loads
     if not any(r.supervised for r in rows):
-        what = (f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows
-                else "it holds no rows")
+        what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
         if not opts.allow_empty:
-            raise EmptyResultError(f"nothing to train on: {what}", file=str(opts.data),
-                                   hint="pass --allow-empty to accept this (no model is written)")
+            raise EmptyResultError(
+                f"nothing to train on: {what}",
+                file=str(opts.data),
+                hint="pass --allow-empty to accept this (no model is written)",
+            )
         note(f"nothing to train on: {what}; no model written")
         return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
     cfg = opts.sft
@@ -153,8 +170,10 @@ def _run_train(opts: TrainOptions) -> dict:
     if acc.num_processes > 1:
         device = str(acc.device)
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
-        raise UsageError("--lora is trained with DDP here, not FSDP (adapters are small)",
-                         hint="launch without the FSDP accelerate config")
+        raise UsageError(
+            "--lora is trained with DDP here, not FSDP (adapters are small)",
+            hint="launch without the FSDP accelerate config",
+        )
     out = Path(opts.out)
     if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
         acc.wait_for_everyone()  # every rank has looked before rank 0 clears
@@ -166,15 +185,24 @@ def _run_train(opts: TrainOptions) -> dict:
     model_spec = opts.model or (side.model if side is not None else None)
     ref = resolve(model_spec)
     if main:
-        note(f"training {ref.spec} (theta_old) on {opts.data} on {device}"
-             + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else ""))
+        note(
+            f"training {ref.spec} (theta_old) on {opts.data} on {device}"
+            + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else "")
+        )
     tokenizer = load_tokenizer(ref)
-    if side is not None and side.tokenizer_fingerprint and side.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer):
-        raise ModelError(f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
-                         hint="train the model the data was scored for, or re-run the pipeline")
+    if (
+        side is not None
+        and side.tokenizer_fingerprint
+        and side.tokenizer_fingerprint != tokenizer_fingerprint(tokenizer)
+    ):
+        raise ModelError(
+            f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
+            hint="train the model the data was scored for, or re-run the pipeline",
+        )
     model = load_model(ref, device=device)
-    rows = read_rows(opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer),
-                     ref.spec)
+    rows = read_rows(
+        opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer), ref.spec
+    )
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")
@@ -185,25 +213,48 @@ def _run_train(opts: TrainOptions) -> dict:
             t, n = lora_mod.trainable_counts(model)
             note(f"LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {cfg.lora.targets}: {t:,} of {n:,} parameters train")
     meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
-    result = fit(model, rows, cfg, pad_id=tokenizer.pad_token_id, device=device, accelerator=acc, run_dir=out,
-                 resume=opts.resume, meta=meta, live=opts.live)
+    result = fit(
+        model,
+        rows,
+        cfg,
+        pad_id=tokenizer.pad_token_id,
+        device=device,
+        accelerator=acc,
+        run_dir=out,
+        resume=opts.resume,
+        meta=meta,
+        live=opts.live,
+    )
     if main:
         note(result.packing_note)
     history = result.history
     if not history:  # never write a model that no step changed
-        raise EmptyResultError("training ran 0 optimizer steps: no model written", file=str(opts.data),
-                               hint="check --max-steps and --epochs")
+        raise EmptyResultError(
+            "training ran 0 optimizer steps: no model written",
+            file=str(opts.data),
+            hint="check --max-steps and --epochs",
+        )
     used = [r for r in rows if r.supervised > 0]
     summary = TrainSummary(
-        producer=PRODUCER, created=now(), base_model=ref.spec, base_fingerprint=fingerprint(ref),
-        data=str(opts.data), rows=len(used), sft=config_dict(cfg),
-        steps=len(history), final_loss=history[-1]["loss"] if history else None,
+        producer=PRODUCER,
+        created=now(),
+        base_model=ref.spec,
+        base_fingerprint=fingerprint(ref),
+        data=str(opts.data),
+        rows=len(used),
+        sft=config_dict(cfg),
+        steps=len(history),
+        final_loss=history[-1]["loss"] if history else None,
         supervised_tokens=sum(r.supervised for r in used),
         executed_tokens=sum(len(r.input_ids) for r in used),
-        packing=result.packing, batching=result.packing_note, processes=acc.num_processes,
-        resumed_from_step=result.resumed_from, plan_digest=result.plan_digest,
+        packing=result.packing,
+        batching=result.packing_note,
+        processes=acc.num_processes,
+        resumed_from_step=result.resumed_from,
+        plan_digest=result.plan_digest,
         train_seconds=history[-1]["elapsed"] if history else 0.0,
-        lora=config_dict(cfg)["lora"], adapter=ADAPTER if cfg.lora is not None else None,
+        lora=config_dict(cfg)["lora"],
+        adapter=ADAPTER if cfg.lora is not None else None,
     )
     save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
     del model, result

@@ -87,9 +87,19 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     else:
         warm = [e for e in examples if val_ids is None or e.id not in val_ids]
     if opts.val is not None:
-        val = list(iter_examples(opts.val, tokenizer, DataOptions(
-            prompt_field=opts.data_opts.prompt_field, response_field=opts.data_opts.response_field,
-            chat_template=opts.data_opts.chat_template, max_length=data_opts.max_length), report))
+        val = list(
+            iter_examples(
+                opts.val,
+                tokenizer,
+                DataOptions(
+                    prompt_field=opts.data_opts.prompt_field,
+                    response_field=opts.data_opts.response_field,
+                    chat_template=opts.data_opts.chat_template,
+                    max_length=data_opts.max_length,
+                ),
+                report,
+            )
+        )
     else:
         assert val_ids is not None  # held out above: without --val, --val-fraction is given
         val = [e for e in examples if e.id in val_ids]
@@ -109,7 +119,8 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         history = train(model, warm_rows, opts.sft, pad_id=pad, device=device, progress=bar)
         val_rows = [full_response_row(e.id, e.tokens) for e in val]
         g_target, val_loss, val_tokens = direction_mod.validation_gradient(
-            model, val_rows, list(tail), pad_id=pad, device=device, batch_size=opts.sft.batch_size)
+            model, val_rows, list(tail), pad_id=pad, device=device, batch_size=opts.sft.batch_size
+        )
     params = dict(model.named_parameters())
     g_anchor = {n: params[n].detach().cpu() - theta_old[n] for n in tail}
     v, stats = direction_mod.combine({n: g.cpu() for n, g in g_target.items()}, g_anchor, lam=opts.lam)

@@ -81,8 +81,7 @@ def validator_of(reader) -> Validator:
     return validator
 
 
-def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
-               workers: int):
+def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any], workers: int):
     """Fork ``workers`` processes that run ``work`` on each example and ``pack`` on each batch's results.
     Start it before any thread (a progress bar's) so that no lock is copied held."""
     from ..errors import UsageError
@@ -103,8 +102,9 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run_pool(reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any],
-             workers: int, pool=None) -> Iterator[tuple[int, Any]]:
+def run_pool(
+    reader, validator: Validator, work: Callable[[Example], Any], pack: Callable[[list], Any], workers: int, pool=None
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(examples read, packed results)`` per batch of ``reader``'s examples, in order (on ``pool``
     from :func:`start_pool`, or a new one)."""
     pool = pool if pool is not None else start_pool(reader, validator, work, pack, workers)
@@ -147,9 +147,20 @@ def _pack_stream(results: list) -> tuple:
     return len(records), tally, records, False
 
 
-def map_stream_parallel(inp, out, *, step, stage: str, needs: str, hint: str,
-                        fn: Callable[[Example, Header], Example | None], label: str, workers: int,
-                        display: str | None = None, tally: Callable[[Example], int] | None = None) -> tuple[int, int]:
+def map_stream_parallel(
+    inp,
+    out,
+    *,
+    step,
+    stage: str,
+    needs: str,
+    hint: str,
+    fn: Callable[[Example, Header], Example | None],
+    label: str,
+    workers: int,
+    display: str | None = None,
+    tally: Callable[[Example], int] | None = None,
+) -> tuple[int, int]:
     """:func:`~bridgecli.steps.common.map_stream` on ``workers`` processes. Returns the number of examples
     written and the sum of ``tally(new example)`` over them."""
     from ..progress import progress_bar
@@ -169,11 +180,15 @@ def map_stream_parallel(inp, out, *, step, stage: str, needs: str, hint: str,
             return encode_record(new), (tally(new) if tally else 0)
 
         total = 0
-        with start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool, \
-                open_writer(out, header) as writer, progress_bar() as bar:
+        with (
+            start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool,
+            open_writer(out, header) as writer,
+            progress_bar() as bar,
+        ):
             task = bar.add_task(label, total=None, unit="ex", start=False)
-            for n, (count, t, data, is_frame) in run_pool(reader, validator_of(reader), work, _pack_stream, workers,
-                                                           pool):
+            for n, (count, t, data, is_frame) in run_pool(
+                reader, validator_of(reader), work, _pack_stream, workers, pool
+            ):
                 bar.start_task(task)
                 total += t
                 if is_frame and not writer.write_frame(data, count):

@@ -60,9 +60,17 @@ class MicroBatch:
         def move(t):
             return None if t is None else t.to(device, non_blocking=True)
 
-        return MicroBatch(move(self.input_ids), move(self.labels), move(self.attention_mask),
-                          move(self.position_ids), self.rows, self.tokens, self.computed, move(self.keep),
-                          move(self.target))
+        return MicroBatch(
+            move(self.input_ids),
+            move(self.labels),
+            move(self.attention_mask),
+            move(self.position_ids),
+            self.rows,
+            self.tokens,
+            self.computed,
+            move(self.keep),
+            move(self.target),
+        )
 
 
 def step_rows(n_rows: int, cfg: SFTConfig) -> list[list[int]]:
@@ -77,7 +85,7 @@ def step_rows(n_rows: int, cfg: SFTConfig) -> list[list[int]]:
         rng.shuffle(idx)
         order += idx
     order = order[:total_rows]
-    steps = [order[s:s + per_step] for s in range(0, len(order), per_step)]
+    steps = [order[s : s + per_step] for s in range(0, len(order), per_step)]
     if cfg.max_steps is not None:
         steps = steps[: cfg.max_steps]
     return steps
@@ -127,8 +135,15 @@ def ffd(rows: Sequence[Row], idx: Sequence[int], cap: int) -> list[list[int]]:
     return bins
 
 
-def micro_batches(rows: Sequence[Row], idx: Sequence[int], *, packing: bool, batch_size: int,
-                  max_tokens: int | None, pack_length: int | None = None) -> list[list[list[int]]]:
+def micro_batches(
+    rows: Sequence[Row],
+    idx: Sequence[int],
+    *,
+    packing: bool,
+    batch_size: int,
+    max_tokens: int | None,
+    pack_length: int | None = None,
+) -> list[list[list[int]]]:
     """Cut one rank's rows of a step into micro-batches of sequences of row indices.
 
     Bucketing: every sequence is one row. Packing: a sequence is several rows of at most
@@ -141,13 +156,13 @@ def micro_batches(rows: Sequence[Row], idx: Sequence[int], *, packing: bool, bat
     if packing:
         if max_tokens is None:
             cap = pack_length or sum(length.values())
-            return [ffd(rows, idx[s:s + batch_size], cap) for s in range(0, len(idx), batch_size)]
+            return [ffd(rows, idx[s : s + batch_size], cap) for s in range(0, len(idx), batch_size)]
         cap = min(pack_length or max_tokens, max_tokens)
         seqs = sorted(ffd(rows, idx, cap), key=lambda q: -sum(length[i] for i in q))
         lens = [sum(length[i] for i in q) for q in seqs]
     else:
         if max_tokens is None:
-            return [[[i] for i in by_length[s:s + batch_size]] for s in range(0, len(by_length), batch_size)]
+            return [[[i] for i in by_length[s : s + batch_size]] for s in range(0, len(by_length), batch_size)]
         seqs = [[i] for i in by_length]
         lens = [length[i] for i in by_length]
     out: list[list[list[int]]] = []  # sequences longest first; cut where count x longest > budget
@@ -165,12 +180,27 @@ def micro_batches(rows: Sequence[Row], idx: Sequence[int], *, packing: bool, bat
     return out
 
 
-def step_plan(rows: Sequence[Row], cfg: SFTConfig, *, packing: bool = False, rank: int = 0, world: int = 1,
-              pack_length: int | None = None) -> list[list[list[list[int]]]]:
+def step_plan(
+    rows: Sequence[Row],
+    cfg: SFTConfig,
+    *,
+    packing: bool = False,
+    rank: int = 0,
+    world: int = 1,
+    pack_length: int | None = None,
+) -> list[list[list[list[int]]]]:
     """Optimizer steps -> this rank's micro-batches -> sequences -> row indices."""
-    return [micro_batches(rows, split_ranks(rows, step, world)[rank], packing=packing, batch_size=cfg.batch_size,
-                          max_tokens=cfg.max_tokens_per_batch, pack_length=pack_length)
-            for step in step_rows(len(rows), cfg)]
+    return [
+        micro_batches(
+            rows,
+            split_ranks(rows, step, world)[rank],
+            packing=packing,
+            batch_size=cfg.batch_size,
+            max_tokens=cfg.max_tokens_per_batch,
+            pack_length=pack_length,
+        )
+        for step in step_rows(len(rows), cfg)
+    ]
 
 
 def collate_padded(rows: Sequence[Row], pad_id: int) -> MicroBatch:

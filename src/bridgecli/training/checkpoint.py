@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from ..artifacts.train_run import CHECKPOINTS
+
 STATE = "trainer_state.json"
 _NAME = re.compile(r"^step-(\d{6,})$")
 

@@ -17,8 +17,9 @@ class LoraSettings:
     r: int = option(16, "LoRA rank.", "--lora-r", range=count(1, 65536))
     alpha: int = option(32, "LoRA alpha (scale alpha / r).", "--lora-alpha", range=number(0, 1e6, low_open=True))
     dropout: float = option(0.05, "Dropout on the LoRA input.", "--lora-dropout", range=number(0, 1, high_open=True))
-    targets: list[str] | str = option(ALL_LINEAR, "Comma-separated module names (q_proj,k_proj,v_proj,o_proj,...) "
-                                                  "or all-linear.", "--lora-targets")
+    targets: list[str] | str = option(
+        ALL_LINEAR, "Comma-separated module names (q_proj,k_proj,v_proj,o_proj,...) or all-linear.", "--lora-targets"
+    )
 
 
 #: The peak learning rate when none is given: the paper's 2e-5 for full fine-tuning, 2e-4 for LoRA.
@@ -34,13 +35,13 @@ class SFTConfig:
     """The SFT loop's settings; the help is `bridge train`'s (``bridge warmup`` words a few its own way)."""
 
     epochs: float = option(3.0, "Epochs (paper: 3).", range=number(0, 1e6, low_open=True))
-    lr: float = option(LR_FULL, "Peak learning rate (default: paper's 2e-5; 2e-4 with --lora).",
-                       range=number(0, 10, low_open=True))
+    lr: float = option(
+        LR_FULL, "Peak learning rate (default: paper's 2e-5; 2e-4 with --lora).", range=number(0, 10, low_open=True)
+    )
     #: rows per micro-batch when ``max_tokens_per_batch`` is not set
     batch_size: int = option(8, "Rows per micro-batch (without --max-tokens-per-batch).", range=count())
     #: the optimizer step takes ``batch_size * grad_accum`` rows (paper: 64 = 8 x 8)
-    grad_accum: int = option(8, "Rows per optimizer step = batch-size x grad-accum (paper: 64 = 8 x 8).",
-                             range=count())
+    grad_accum: int = option(8, "Rows per optimizer step = batch-size x grad-accum (paper: 64 = 8 x 8).", range=count())
     weight_decay: float = option(0.0, "AdamW weight decay.", range=number(0, 1e3))
     warmup_ratio: float = option(0.03, "Linear warmup fraction before the cosine decay.", range=number(0, 1))
     max_grad_norm: float = option(1.0, "Gradient clipping (total norm).", range=number(0, 1e12, low_open=True))
@@ -48,22 +49,35 @@ class SFTConfig:
     max_steps: int | None = option(None, "Stop after this many optimizer steps.", range=count())
     bf16: bool = False
     #: padding-free packing (True), length bucketing (False), or packing where verified (None)
-    packing: bool | None = option(None, "Padding-free packing (position ids restart per row, no cross-row "
-                                        "attention) or length bucketing. Default: pack when a packed forward "
-                                        "matches separate forwards for this model.", "--packing/--no-packing")
+    packing: bool | None = option(
+        None,
+        "Padding-free packing (position ids restart per row, no cross-row "
+        "attention) or length bucketing. Default: pack when a packed forward "
+        "matches separate forwards for this model.",
+        "--packing/--no-packing",
+    )
     #: cap micro-batches by tokens (packed: sum of lengths; bucketed: rows x longest) instead of rows
     max_tokens_per_batch: int | None = option(
-        None, "Cut micro-batches by computed tokens (lines x longest line) instead of --batch-size rows. The step "
-              "keeps batch-size x grad-accum rows, so the loss does not change.", range=count())
+        None,
+        "Cut micro-batches by computed tokens (lines x longest line) instead of --batch-size rows. The step "
+        "keeps batch-size x grad-accum rows, so the loss does not change.",
+        range=count(),
+    )
     #: longest packed line (None: the longest row, rounded up to 64; one line with flash attention)
-    pack_length: int | None = option(None, "Longest packed line (default: the longest row, rounded up to 64; one "
-                                           "line per micro-batch with flash attention).", range=count())
+    pack_length: int | None = option(
+        None,
+        "Longest packed line (default: the longest row, rounded up to 64; one "
+        "line per micro-batch with flash attention).",
+        range=count(),
+    )
     gradient_checkpointing: bool = option(False, "Recompute activations in backward (less memory).")
-    lora: LoraSettings | None = option(None, "Train LoRA adapters instead of all parameters; saves OUT/adapter and "
-                                             "the merged model in OUT.", "--lora")
+    lora: LoraSettings | None = option(
+        None, "Train LoRA adapters instead of all parameters; saves OUT/adapter and the merged model in OUT.", "--lora"
+    )
     #: checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN (0/None: never)
-    save_every: int | None = option(None, "Checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN.",
-                                    range=count())
+    save_every: int | None = option(
+        None, "Checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN.", range=count()
+    )
     #: complete checkpoints kept (oldest removed first; None keeps all)
     keep_checkpoints: int | None = option(2, "Complete checkpoints kept (0: all).", range=count(), optional=True)
 
@@ -74,8 +88,14 @@ class SFTConfig:
 
 #: Settings that may change between a checkpoint and ``--resume``: they change how a step is cut
 #: into micro-batches or how often it is saved, not what the step computes.
-RESUMABLE_CHANGES = ("packing", "max_tokens_per_batch", "pack_length", "gradient_checkpointing", "save_every",
-                     "keep_checkpoints")
+RESUMABLE_CHANGES = (
+    "packing",
+    "max_tokens_per_batch",
+    "pack_length",
+    "gradient_checkpointing",
+    "save_every",
+    "keep_checkpoints",
+)
 
 
 def config_dict(cfg: SFTConfig) -> dict:
@@ -89,5 +109,14 @@ def lora_settings(targets: str | None = None, **kw) -> LoraSettings:
     return LoraSettings(targets=[t.strip() for t in targets.split(",") if t.strip()], **kw)
 
 
-__all__ = ["ALL_LINEAR", "LR_FULL", "LR_LORA", "LoraSettings", "RESUMABLE_CHANGES", "SFTConfig", "config_dict",
-           "default_lr", "lora_settings"]
+__all__ = [
+    "ALL_LINEAR",
+    "LR_FULL",
+    "LR_LORA",
+    "LoraSettings",
+    "RESUMABLE_CHANGES",
+    "SFTConfig",
+    "config_dict",
+    "default_lr",
+    "lora_settings",
+]

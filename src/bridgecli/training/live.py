@@ -13,9 +13,14 @@ from ..progress import make_progress
 
 class LiveView:
     def __init__(self, total: int, done: int = 0, *, show: bool | None = None, title: str = "train", console=None):
-        self.bar = make_progress(show, TextColumn("loss [cyan]{task.fields[loss]}"),
-                                 TextColumn("lr {task.fields[lr]}"), TextColumn("{task.fields[tps]} tok/s"),
-                                 console=console, rate_column=False)  # tok/s is the rate here
+        self.bar = make_progress(
+            show,
+            TextColumn("loss [cyan]{task.fields[loss]}"),
+            TextColumn("lr {task.fields[lr]}"),
+            TextColumn("{task.fields[tps]} tok/s"),
+            console=console,
+            rate_column=False,
+        )  # tok/s is the rate here
         self.task = self.bar.add_task(title, total=total, completed=done, loss="-", lr="-", tps="-", unit="step")
 
     def __enter__(self) -> "LiveView":
@@ -26,5 +31,10 @@ class LiveView:
         self.bar.__exit__(*exc)
 
     def update(self, rec: dict) -> None:
-        self.bar.update(self.task, completed=rec["step"], loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}",
-                        tps=f"{rec['tokens_per_s']:,.0f}")
+        self.bar.update(
+            self.task,
+            completed=rec["step"],
+            loss=f"{rec['loss']:.4f}",
+            lr=f"{rec['lr']:.2e}",
+            tps=f"{rec['tokens_per_s']:,.0f}",
+        )

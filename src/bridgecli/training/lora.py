@@ -17,13 +17,20 @@ def wrap(model, settings: LoraSettings):
 
     from ..errors import UsageError
 
-    config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=settings.targets, bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout,
+        target_modules=settings.targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     try:
         return get_peft_model(model, config)
     except ValueError as exc:  # peft: "Target modules {...} not found in the base model"
-        raise UsageError(f"--lora-targets: {exc}", hint="name linear layers of this model, e.g. q_proj,v_proj, "
-                         "or all-linear") from None
+        raise UsageError(
+            f"--lora-targets: {exc}", hint="name linear layers of this model, e.g. q_proj,v_proj, or all-linear"
+        ) from None
 
 
 def trainable_counts(model) -> tuple[int, int]:

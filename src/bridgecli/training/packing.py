@@ -14,6 +14,7 @@ import torch
 
 from .rows import Row
 
+
 def _probe_rows(vocab: int) -> list[Row]:
     hi = max(3, min(vocab, 1000))
     g = torch.Generator().manual_seed(0)
@@ -50,7 +51,7 @@ def check_packing(model) -> tuple[bool, str]:
             for r in seq:
                 ids = torch.tensor([r.input_ids], device=device)
                 alone = model(input_ids=ids, use_cache=False).logits[0].float()
-                got = out[b, start:start + len(r.input_ids)]
+                got = out[b, start : start + len(r.input_ids)]
                 worst = max(worst, float((got - alone).abs().max()))
                 scale = max(scale, float(alone.abs().max()))
                 start += len(r.input_ids)

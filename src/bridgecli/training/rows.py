@@ -38,7 +38,7 @@ def compact_row(id: str, tokens: Tokens, prompt_keep: list[int], supervise: list
     kinds = np.frombuffer(tokens.kinds, dtype=np.uint8)
     t = len(kinds)
     ids = np.asarray(tokens.input_ids, dtype=np.int64)[:t]  # zip() stops at the shorter of the two
-    kinds = kinds[:len(ids)]
+    kinds = kinds[: len(ids)]
     keep = np.zeros(len(ids), dtype=bool)
     sup = np.zeros(len(ids), dtype=bool)
     for positions, mask in ((prompt_keep, keep), (supervise, sup)):

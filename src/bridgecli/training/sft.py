@@ -34,8 +34,7 @@ from ..errors import UsageError
 from ..io import atomic_dir
 from ..progress import note
 from . import checkpoint
-from .batching import (MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan,
-                       step_rows)
+from .batching import MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
 from .packing import check_packing, one_line
 from .rows import Row
@@ -43,8 +42,20 @@ from .rows import Row
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
-__all__ = ["FitResult", "SFTConfig", "accumulate", "cosine_lr", "fit", "make_accelerator", "resolve_packing",
-           "save_model", "step_plan", "step_rows", "token_loss_sum", "train"]
+__all__ = [
+    "FitResult",
+    "SFTConfig",
+    "accumulate",
+    "cosine_lr",
+    "fit",
+    "make_accelerator",
+    "resolve_packing",
+    "save_model",
+    "step_plan",
+    "step_rows",
+    "token_loss_sum",
+    "train",
+]
 
 
 def cosine_lr(step: int, total: int, base: float, warmup_ratio: float) -> float:
@@ -103,8 +114,15 @@ def _dummy_loss(model, mb: MicroBatch) -> torch.Tensor:
     return model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits.float().sum() * 0.0
 
 
-def accumulate(model, micro_batches: Sequence[Sequence[Row]], *, pad_id: int, device="cpu", bf16: bool = False,
-               packing: bool = False) -> float:
+def accumulate(
+    model,
+    micro_batches: Sequence[Sequence[Row]],
+    *,
+    pad_id: int,
+    device="cpu",
+    bf16: bool = False,
+    packing: bool = False,
+) -> float:
     """Backward over the micro-batches of one optimizer step with the loss normalised by the
     step's total supervised tokens (Z_r), so gradients do not depend on how rows are grouped.
     Returns the step's token-mean loss. (Single process, no accelerate: used for g_target.)"""
@@ -178,17 +196,25 @@ class FitResult:
 def _check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
     saved = state.get("config", {})
     now = config_dict(cfg)
-    diffs = [f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in now
-             if k not in RESUMABLE_CHANGES and k != "bf16" and saved.get(k) != now[k]]
+    diffs = [
+        f"{k}={saved.get(k)!r} (now {now[k]!r})"
+        for k in now
+        if k not in RESUMABLE_CHANGES and k != "bf16" and saved.get(k) != now[k]
+    ]
     if diffs:
-        raise UsageError(f"{where} was made with other settings: {', '.join(diffs)}",
-                         hint="resume with the flags of the original run")
+        raise UsageError(
+            f"{where} was made with other settings: {', '.join(diffs)}",
+            hint="resume with the flags of the original run",
+        )
     if state.get("plan_digest") != digest:
-        raise UsageError(f"{where} was made on other data or another data order",
-                         hint="resume with the same data file and seed")
+        raise UsageError(
+            f"{where} was made on other data or another data order", hint="resume with the same data file and seed"
+        )
     if state.get("world_size") != world:
-        raise UsageError(f"{where} was made by {state.get('world_size')} processes, this run has {world}",
-                         hint="resume with the same number of processes")
+        raise UsageError(
+            f"{where} was made by {state.get('world_size')} processes, this run has {world}",
+            hint="resume with the same number of processes",
+        )
     for k, v in (meta or {}).items():
         if k in state.get("meta", {}) and state["meta"][k] != v:
             raise UsageError(f"{where} was made with {k} {state['meta'][k]}, this run has {v}")
@@ -198,9 +224,21 @@ def _check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: di
 # the loop
 
 
-def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu", accelerator=None,
-        run_dir: str | Path | None = None, resume: bool = False, meta: dict | None = None,
-        on_step: Callable[[dict], None] | None = None, progress=None, live: bool | None = None) -> FitResult:
+def fit(
+    model,
+    rows: Sequence[Row],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    device="cpu",
+    accelerator=None,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+    meta: dict | None = None,
+    on_step: Callable[[dict], None] | None = None,
+    progress=None,
+    live: bool | None = None,
+) -> FitResult:
     """Train ``model`` in place. With ``run_dir``: metrics.jsonl and (``cfg.save_every``)
     checkpoints there, ``resume`` continues from the latest complete checkpoint."""
     rows = [r for r in rows if r.supervised > 0]
@@ -223,8 +261,12 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
     model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
-                            weight_decay=cfg.weight_decay, fused=str(device).startswith("cuda") or None)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        fused=str(device).startswith("cuda") or None,
+    )
     # model and optimizer together, so that FSDP can re-point the optimizer at its sharded parameters
     prepared, opt = acc.prepare(model, opt, device_placement=[world > 1, False])
 
@@ -250,16 +292,20 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
         mpath = run_dir / METRICS
         kept = []
         if start and mpath.exists():
-            kept = [line for line in mpath.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= start]
+            kept = [
+                line
+                for line in mpath.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= start
+            ]
             history = [json.loads(line) for line in kept]
         metrics = open(mpath, "w")
         for line in kept:
             metrics.write(line + "\n")
         metrics.flush()
 
-    task = (progress.add_task("training", total=len(steps), completed=start, unit="step")
-            if progress is not None else None)
+    task = (
+        progress.add_task("training", total=len(steps), completed=start, unit="step") if progress is not None else None
+    )
     from .live import LiveView
 
     # the caller's bar when it passes one, else our live view (rank 0, stderr a terminal)
@@ -272,8 +318,22 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
     try:
         with view:
             for s in range(start, len(steps)):
-                rec = _one_step(prepared, opt, acc, rows, steps[s], s, len(steps), cfg, pad_id=pad_id,
-                                device=device, packing=packing, pack_length=pack_length, world=world, rank=rank)
+                rec = _one_step(
+                    prepared,
+                    opt,
+                    acc,
+                    rows,
+                    steps[s],
+                    s,
+                    len(steps),
+                    cfg,
+                    pad_id=pad_id,
+                    device=device,
+                    packing=packing,
+                    pack_length=pack_length,
+                    world=world,
+                    rank=rank,
+                )
                 rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
                 rec["epoch"] = round(rows_done[s + 1] / len(rows), 4)  # rows seen so far (the last step may be short)
                 history.append(rec)
@@ -285,11 +345,17 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
                 view.update(rec)
                 if progress is not None:
                     progress.update(task, advance=1, description=f"training loss {rec['loss']:.4f}")
-                if (run_dir is not None and cfg.save_every and (s + 1) % cfg.save_every == 0
-                        and s + 1 < len(steps)):
-                    state = {"step": s + 1, "total_steps": len(steps), "plan_digest": digest, "world_size": world,
-                             "config": config_dict(cfg), "meta": meta or {}, "elapsed": rec["elapsed"],
-                             "packing": packing}
+                if run_dir is not None and cfg.save_every and (s + 1) % cfg.save_every == 0 and s + 1 < len(steps):
+                    state = {
+                        "step": s + 1,
+                        "total_steps": len(steps),
+                        "plan_digest": digest,
+                        "world_size": world,
+                        "config": config_dict(cfg),
+                        "meta": meta or {},
+                        "elapsed": rec["elapsed"],
+                        "packing": packing,
+                    }
                     checkpoint.save(acc, run_dir, s + 1, state, keep=cfg.keep_checkpoints)
     finally:
         if metrics is not None:
@@ -301,20 +367,37 @@ def fit(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu"
         if getattr(m, "_is_accelerate_prepared", False):
             m._is_accelerate_prepared = False
     model.eval()
-    return FitResult(history, model, acc, packing, packing_note, resumed_from=start, plan_digest=digest,
-                     steps_total=len(steps), prepared=prepared)
+    return FitResult(
+        history,
+        model,
+        acc,
+        packing,
+        packing_note,
+        resumed_from=start,
+        plan_digest=digest,
+        steps_total=len(steps),
+        prepared=prepared,
+    )
 
 
-def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, packing, pack_length, world,
-              rank) -> dict:
+def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, packing, pack_length, world, rank) -> dict:
     t = time.perf_counter()
     lr = cosine_lr(s, total, cfg.lr, cfg.warmup_ratio)
     for g in opt.param_groups:
         g["lr"] = lr
     z = max(1, sum(rows[i].supervised for i in idx))
     parts = split_ranks(rows, idx, world)
-    plans = [micro_batches(rows, p, packing=packing, batch_size=cfg.batch_size, max_tokens=cfg.max_tokens_per_batch,
-                           pack_length=pack_length) for p in parts]
+    plans = [
+        micro_batches(
+            rows,
+            p,
+            packing=packing,
+            batch_size=cfg.batch_size,
+            max_tokens=cfg.max_tokens_per_batch,
+            pack_length=pack_length,
+        )
+        for p in parts
+    ]
     n_micro = max(len(p) for p in plans)
     computed = sum(collate_cost(rows, mb, packing) for p in plans for mb in p)
     mine = plans[rank]
@@ -338,25 +421,44 @@ def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, pack
     loss = float(local) / z
     dt = time.perf_counter() - t
     executed = sum(len(rows[i].input_ids) for i in idx)
-    return {"step": s + 1, "epoch": 0.0,  # fit sets it: rows seen so far / rows
-            "loss": loss,
-            "lr": lr, "grad_norm": float(grad_norm), "tokens": z, "executed_tokens": executed,
-            "computed_tokens": computed, "rows": len(idx), "micro_batches": n_micro, "step_time": round(dt, 5),
-            "tokens_per_s": executed / dt if dt > 0 else 0.0}
+    return {
+        "step": s + 1,
+        "epoch": 0.0,  # fit sets it: rows seen so far / rows
+        "loss": loss,
+        "lr": lr,
+        "grad_norm": float(grad_norm),
+        "tokens": z,
+        "executed_tokens": executed,
+        "computed_tokens": computed,
+        "rows": len(idx),
+        "micro_batches": n_micro,
+        "step_time": round(dt, 5),
+        "tokens_per_s": executed / dt if dt > 0 else 0.0,
+    }
 
 
 def collate_cost(rows: Sequence[Row], mb: Sequence[Sequence[int]], packing: bool) -> int:
     """Tokens a micro-batch's forward computes (padding included): lines x the longest line."""
-    lines = [sum(len(rows[i].input_ids) for i in seq) for seq in mb] if packing else \
-        [len(rows[seq[0]].input_ids) for seq in mb]
+    lines = (
+        [sum(len(rows[i].input_ids) for i in seq) for seq in mb]
+        if packing
+        else [len(rows[seq[0]].input_ids) for seq in mb]
+    )
     return len(lines) * max(lines)
 
 
-def train(model, rows: Sequence[Row], cfg: SFTConfig, *, pad_id: int, device="cpu",
-          on_step: Callable[[dict], None] | None = None, progress=None) -> list[dict]:
+def train(
+    model,
+    rows: Sequence[Row],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    device="cpu",
+    on_step: Callable[[dict], None] | None = None,
+    progress=None,
+) -> list[dict]:
     """Run SFT in place on ``model`` in this process; return one metrics dict per optimizer step."""
-    return fit(model, rows, cfg, pad_id=pad_id, device=device, on_step=on_step, progress=progress,
-               live=False).history
+    return fit(model, rows, cfg, pad_id=pad_id, device=device, on_step=on_step, progress=progress, live=False).history
 
 
 def save_model(model, tokenizer, folder: str | Path, extra: dict | None = None) -> Path:
