@@ -129,6 +129,11 @@ def tail(text: str, chars: int = 240) -> str:
     return text if len(text) <= chars else "..." + text[-chars:]
 
 
+def short(text: str | None, chars: int = 60) -> str:
+    """``text`` for a printed line: repr, cut to ``chars``."""
+    return repr(text if text is None or len(text) <= chars else text[:chars] + "...")
+
+
 def grade_all(pairs: list[tuple[str, str]], graders: dict, timeouts: Timeouts) -> dict:
     """Each grader's verdicts on (gold, text) pairs, its timing per pair, and where math-verify's timer fired."""
     res = {}
@@ -177,7 +182,7 @@ def compare_generations(args, old, new) -> None:
     print(f"  an answer found: old {out['extracted']['old']}, math-verify {out['extracted']['math-verify']}, "
           f"both {out['extracted']['both']}; by one grader only: {len(presence)}")
     for d in presence:
-        print(f"    {d['unique_id']}: old {d['old_extracted']!r}, math-verify {d['math_verify_extracted']!r}")
+        print(f"    {d['unique_id']}: old {short(d['old_extracted'])}, math-verify {short(d['math_verify_extracted'])}")
     # gold: the reference answer; stated: the answer the old grader read in the text (where it read one),
     # which both should accept -- positives written by the model rather than by the MATH authors
     sets = {"gold": [(i, it["reference"]) for i, it in enumerate(items)],
@@ -216,8 +221,8 @@ def compare_generations(args, old, new) -> None:
             print(f"  {t['grader']} timed out on {t['unique_id']} ({len(t['messages'])}x): {t['verdict']}, "
                   f"graded again: {t['again']}")
         for d in disagree:
-            print(f"    {d['unique_id']}: gold {d['gold']!r}; old reads {d['old_extracted']!r} -> {d['old']}; "
-                  f"math-verify reads {d['math_verify_extracted']!r} -> {d['math_verify']}")
+            print(f"    {d['unique_id']}: gold {short(d['gold'])}; old reads {short(d['old_extracted'])} -> {d['old']}; "
+                  f"math-verify reads {short(d['math_verify_extracted'])} -> {d['math_verify']}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
 
