@@ -165,18 +165,19 @@ def hellaswag_docs(path: str | Path) -> list[dict[str, Any]]:
     return docs
 
 
+def _mmlu_doc(item: mc.Item) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "question": item.extra["question"],
+        "subject": item.subject,
+        "choices": list(item.extra["options"]),
+        "answer": item.gold,
+    }
+
+
 def mmlu_docs(path: str | Path) -> list[dict[str, Any]]:
     """One subject's MMLU CSV as ``cais/mmlu`` rows: ``{question, subject, choices, answer}``."""
-    return [
-        {
-            "id": item.id,
-            "question": item.extra["question"],
-            "subject": item.subject,
-            "choices": list(item.extra["options"]),
-            "answer": item.gold,
-        }
-        for item in mc.load_mmlu_csv(path)
-    ]
+    return [_mmlu_doc(item) for item in mc.load_mmlu_csv(path)]
 
 
 def _dataset(test: list[dict[str, Any]], fewshot: list[dict[str, Any]] | None, **_metadata: Any):
@@ -270,14 +271,7 @@ def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
         evaluated = docs if options.limit is None else docs[: options.limit]
         shots = None
         if options.few_shot:
-            if subject not in devs:
-                raise UsageError(
-                    f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
-                    hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data",
-                )
-            shots = mmlu_docs(devs[subject])
-            if len(shots) < options.few_shot:
-                raise UsageError(f"--few-shot {options.few_shot}: {devs[subject]} has {len(shots)} rows")
+            shots = [_mmlu_doc(item) for item in mc.mmlu_shots(devs, subject, options.few_shot)]
         config = task_config(base, f"mmlu_{subject}", str(path), evaluated, shots, options.few_shot)
         config["task_alias"] = subject
         config["description"] = _mmlu_description(subject)

@@ -205,6 +205,20 @@ def mmlu_subject(path: Path) -> str:
     return name
 
 
+def mmlu_shots(devs: dict[str, Path], subject: str, few_shot: int) -> list[Item]:
+    """The dev rows of ``subject`` that few-shot prompts draw on (both engines): a one-line error when the
+    subject has no dev split or fewer than ``few_shot`` rows."""
+    if subject not in devs:
+        raise UsageError(
+            f"--few-shot {few_shot}: no dev split for MMLU subject '{subject}'",
+            hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data",
+        )
+    shots = load_mmlu_csv(devs[subject])
+    if len(shots) < few_shot:
+        raise UsageError(f"--few-shot {few_shot}: {devs[subject]} has {len(shots)} rows")
+    return shots
+
+
 def mmlu_description(subject: str) -> str:
     return f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
 
@@ -468,14 +482,7 @@ def mmlu_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         evaluated.extend(items if options.limit is None else items[: options.limit])
         prefix = mmlu_description(subject)
         if options.few_shot:
-            if subject not in devs:
-                raise UsageError(
-                    f"--few-shot {options.few_shot}: no dev split for MMLU subject '{subject}'",
-                    hint="put <subject>_dev.csv files in a dev/ folder beside test/, or pass --few-shot-data",
-                )
-            shots = load_mmlu_csv(devs[subject])
-            if len(shots) < options.few_shot:
-                raise UsageError(f"--few-shot {options.few_shot}: {devs[subject]} has {len(shots)} rows")
+            shots = mmlu_shots(devs, subject, options.few_shot)
             prefix += "".join(_shot_block(s) + FEW_SHOT_SEPARATOR for s in shots[: options.few_shot])
         prefixes[subject] = prefix
     if not evaluated:
