@@ -72,7 +72,7 @@ def check_engine(engine: str, tasks: Sequence[str]) -> None:
     if other:
         raise UsageError(
             f"--engine lm-eval runs {', '.join(LM_EVAL_TASKS)}; not {', '.join(other)}",
-            hint="run the other tasks without --engine (bridge's own engine)",
+            hint="run the other tasks with bridge's own engine: leave out --engine",
         )
     lm_eval_version()
 
