@@ -18,7 +18,8 @@
 #
 # Rows (METHODS): base (the untrained model, evaluated once), full (full SFT: `select --method random
 # --rho-p 1 --rho-r 1`, every prompt token kept and every response token supervised; checked on the
-# compacted rows), random, independent, one-pass, bridge (attention scorer), bridge-atp (the atp
+# compacted rows), random, random-close (random's draw, then BRIDGE's closure: separates what the
+# closure does to a budget from what the scores do), independent, one-pass, bridge (attention scorer), bridge-atp (the atp
 # scorer's B), bridge-global (bridge --budget global), rho1, tokencleaning, llm+tc (LLMLingua-1
 # prompt side + Token Cleaning). base and full do not depend on RHO (recorded with rho 1).
 #
@@ -66,7 +67,7 @@ N=${N:-8000}
 DATA_SEED=${DATA_SEED:-0}
 RHOS=${RHOS:-"0.5 0.75"}
 SEEDS=${SEEDS:-42}
-METHODS=${METHODS:-"base full random independent one-pass bridge bridge-atp bridge-global rho1 tokencleaning llm+tc"}
+METHODS=${METHODS:-"base full random random-close independent one-pass bridge bridge-atp bridge-global rho1 tokencleaning llm+tc"}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-}
 BATCH_SIZE=${BATCH_SIZE:-16}
@@ -251,13 +252,14 @@ for job in $GRID_JOBS; do
         continue
       fi
       sel="sel/$method/rho$rho"
-      [ "$method" = random ] && sel="sel/random/rho$rho/seed$seed"  # its draw follows the seed
+      case "$method" in random|random-close) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
       input=$out/refs.bridge close=0
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
       case "$method" in
         full) args=(--method random --rho-p 1 --rho-r 1) ;;
         random) args+=(--option "seed=$seed") ;;
+        random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
         bridge|one-pass|independent) close=1 ;;
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
         bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;

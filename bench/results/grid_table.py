@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
-ORDER = ["base", "full", "random", "independent", "one-pass", "bridge", "bridge-atp", "bridge-global",
+ORDER = ["base", "full", "random", "random-close", "independent", "one-pass", "bridge", "bridge-atp", "bridge-global",
          "rho1", "tokencleaning", "llm+tc"]
 
 
