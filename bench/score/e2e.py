@@ -139,7 +139,7 @@ def after_header(path: Path) -> bytes:
 
 
 def child_env(base: dict, src: str | None, caches: Path | None) -> dict:
-    env = {**base, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**base, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), env.get("PYTHONPATH", "")])
     if caches is not None:  # every compile cache in one folder: empty = a new machine

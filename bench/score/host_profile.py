@@ -4,7 +4,8 @@ encoding, compressing and writing), measured with cProfile around the real ``run
 
     python bench/score/host_profile.py --data gsm8k/train.jsonl --n 500 [--tokenizer DIR] [--top 30]
 
-The tiny model's own arithmetic (the prefix blocks, the dual tail and the LM head, on CPU here, on the
+cProfile sees the main thread only: work moved to the writer thread (encoding, compressing, writing,
+committing) drops out of the table, which is the point. The tiny model's own arithmetic (the prefix blocks, the dual tail and the LM head, on CPU here, on the
 GPU in a real run) is reported apart: the rest is what a GPU waits for when it runs on the main thread.
 """
 
@@ -32,7 +33,9 @@ PARTS = {
     "  prefix blocks (compute)": ("modeling/scoring.py", "_prefix"),
     "  dual tail + head (compute)": ("modeling/scoring.py", "_fast_tail"),
     "  _pack (rows -> records)": ("modeling/scoring.py", "_pack"),
-    "score_window": ("steps/score.py", "score_window"),
+    "launch (queue a batch)": ("modeling/scoring.py", "_launch"),
+    "PendingScores.result (rows -> records)": ("modeling/scoring.py", "result"),
+    "score_window (the serial loop)": ("steps/score.py", "score_window"),
     "StreamWriter.write": ("format/writer.py", "write"),
     "encode_record": ("format/writer.py", "encode_record"),
     "commit (flush, fsync)": ("steps/resumable.py", "commit"),

@@ -2,11 +2,13 @@
 
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
-order, one zstd frame per window. Under ``torchrun`` (one node or several) each rank reads and scores the
-records whose index is congruent to its rank, writes a shard next to the output, and rank 0 merges the
-shards into the output (see :mod:`.ranks`). With an output
-file, progress is committed after every window, so ``--resume`` continues a killed run and produces
-the same bytes as an uninterrupted one.
+order, one zstd frame per window. The loop keeps the GPU busy: it queues a batch's device work
+before it collects the batch before, reads and tokenises the next window between batches, and hands
+finished windows to a writer thread (same bytes as scoring and writing one batch after another).
+Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
+congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
+output (see :mod:`.ranks`). With an output file, progress is committed after every window, so
+``--resume`` continues a killed run and produces the same bytes as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
 
 
 def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None) -> list[Example]:
-    """Score a window in length buckets; return its examples, in input order, with scores.
-    ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
+    """Score a window in length buckets, one batch after another; return its examples, in input
+    order, with scores (the serial form of the loop in :func:`_run_windows`). ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
     scored: dict[int, Example] = {}
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
