@@ -122,3 +122,15 @@ def test_launch_of_a_scorer_that_scores_its_own_way_is_its_score(run):
     assert scorer.launch([ex, ex]).result() == ["own", "own"]
     plain = BridgeScorer(ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v))
     assert msgspec.msgpack.encode(plain.launch([ex]).result()) == msgspec.msgpack.encode(plain.score([ex]))
+
+
+def test_compile_cache_goes_under_the_bridge_cache_unless_set(monkeypatch, tmp_path):
+    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "bc"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    score_step.compile_caches()
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "bc" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    score_step.compile_caches()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
