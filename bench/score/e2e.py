@@ -138,8 +138,9 @@ def after_header(path: Path) -> bytes:
     return dobj.unused_data
 
 
-def child_env(base: dict, src: str | None, caches: Path | None) -> dict:
+def child_env(base: dict, src: str | None, caches: Path | None, extra: list[str] = ()) -> dict:
     env = {**base, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}
+    env.update(kv.split("=", 1) for kv in extra)
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), env.get("PYTHONPATH", "")])
     if caches is not None:  # every compile cache in one folder: empty = a new machine
@@ -173,7 +174,7 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
             continue
         if name == "score_first":
             shutil.rmtree(caches, ignore_errors=True)
-        env = child_env(env0, args.src, caches)
+        env = child_env(env0, args.src, caches, args.score_env)
         outs[name] = folder / f"{name}.bridge"
         outs[name].unlink(missing_ok=True)
         cmd = [py, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(outs[name]), *limits]
@@ -185,7 +186,7 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     if len(outs) == 2:
         res["same_bytes_after_header"] = after_header(outs["score_first"]) == after_header(outs["score_second"])
     if args.profile:
-        env = child_env(env0, args.src, caches)
+        env = child_env(env0, args.src, caches, args.score_env)
         prof_dir = Path(args.profile_dir) / shape
         wall, out, _ = timed([py, str(HERE / "e2e_profile.py"), "--from", str(run), "--data", str(data),
                               "--windows", str(args.profile_windows), "--out", str(prof_dir), *limits],
@@ -228,6 +229,8 @@ def main(argv=None):
     ap.add_argument("--vocab", choices=("shape", "tokenizer"), default="shape")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--src", default=None, help="run the scorer from this src/ folder (a baseline checkout)")
+    ap.add_argument("--score-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment of the scoring processes (repeatable), e.g. BRIDGE_COMPILE=0")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-windows", type=int, default=3)
     ap.add_argument("--profile-dir", default=None, help="default: next to --out, <out stem>_profile/")
@@ -257,7 +260,7 @@ def main(argv=None):
             r = {"shape": shape, "error": str(exc)[-3000:]}
         r["shape_total_s"] = round(time.perf_counter() - t0, 1)
         r.update(examples=args.n, window=args.window, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                 src=args.src or "this checkout")
+                 src=args.src or "this checkout", score_env=args.score_env)
         rows.append(r)
         print(json.dumps(r), flush=True)
         out.write_text(json.dumps(rows, indent=2) + "\n")  # after every shape: a timeout keeps the rest
