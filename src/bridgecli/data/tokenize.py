@@ -9,6 +9,8 @@ response is ``EOS`` (always supervised); anything the template renders after it 
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -86,13 +88,26 @@ def _pieces_by_search(messages: list[dict], full: str, file: str, where: str) ->
     return pieces
 
 
+_ADDS_BOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _adds_bos(tokenizer) -> bool:
+    """Whether encoding with special tokens prepends BOS (asked once per tokenizer and BOS id)."""
     bos = tokenizer.bos_token_id
     if bos is None:
         return False
+    try:
+        known = _ADDS_BOS.get(tokenizer)
+    except TypeError:  # not weak-referenceable: ask every time
+        known = None
+    if known is not None and known[0] == bos:
+        return known[1]
     with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
     without = tokenizer("a", add_special_tokens=False)["input_ids"]
-    return len(with_special) > len(without) and with_special[0] == bos
+    adds = len(with_special) > len(without) and with_special[0] == bos
+    with contextlib.suppress(TypeError):
+        _ADDS_BOS[tokenizer] = (bos, adds)
+    return adds
 
 
 def tokenize_pair(
@@ -128,12 +143,13 @@ def tokenize_pair(
         kinds.append(TEMPLATE)
         offsets += [0, 0]
     response_seen = False
-    for piece, kind in pieces:
-        if not piece:
-            continue
-        enc = tokenizer(piece, add_special_tokens=False, return_offsets_mapping=True)
-        piece_ids = enc["input_ids"]
-        piece_offsets = enc["offset_mapping"]
+    pieces = [(p, k) for p, k in pieces if p]
+    # every piece in one call (each is encoded on its own, as one call per piece would)
+    enc = tokenizer([p for p, _ in pieces], add_special_tokens=False, return_offsets_mapping=True) if pieces else None
+    for n, (piece, kind) in enumerate(pieces):
+        assert enc is not None
+        piece_ids = enc["input_ids"][n]
+        piece_offsets = enc["offset_mapping"][n]
         if response_seen:
             # Template text after the response: its first token ends the turn if it is special.
             if piece_ids and piece_ids[0] in special:

@@ -23,6 +23,7 @@ primal and tangent of q, k, v, computes both with fused kernels and packs the re
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -169,8 +170,10 @@ if HAVE_TRITON:
             mask=m_ok[:, None],
         )
 
+    # Triton >= 3.4 keeps the timings on disk (its cache folder): later processes skip the tuning
+    _cache = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
     _attn_jvp_tuned = triton.autotune(
-        _CONFIGS, key=["CTX_BUCKET", "HEAD_DIM", "GROUPS"], prune_configs_by={"early_config_prune": _prune}
+        _CONFIGS, key=["CTX_BUCKET", "HEAD_DIM", "GROUPS"], prune_configs_by={"early_config_prune": _prune}, **_cache
     )(_attn_jvp_kernel)
 
 

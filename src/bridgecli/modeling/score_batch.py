@@ -72,8 +72,12 @@ def make_batch(examples: list[Example], pad_id: int, device: str | torch.device 
     targets = ids[b_idx, q_pos + 1]
     j_local = np.concatenate([np.arange(c) for c in counts]) if sum(counts) else np.zeros(0, dtype=np.int64)
 
+    # from pinned memory, a copy to the GPU is queued without waiting for the kernels before it
+    pin = torch.device(device).type == "cuda"
+
     def dev(a):
-        return torch.as_tensor(a, dtype=torch.long).to(device, non_blocking=True)
+        t = torch.as_tensor(a, dtype=torch.long)
+        return (t.pin_memory() if pin else t).to(device, non_blocking=True)
 
     return ScoreBatch(
         dev(ids),

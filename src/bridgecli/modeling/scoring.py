@@ -78,21 +78,79 @@ class ScoringContext:
     options: dict = field(default_factory=dict)
 
 
-def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """From summed captured rows [B, Lq', L] to per-example (A [n, m] float16, c [n] float32),
-    gathered on the device and moved to the host in one transfer each."""
+def _rows_on_device(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every eligible response token's A row [N, m_max] (float16) and c [N] (float32), on the device."""
     rows = routing_rows[batch.b_idx, batch.q_pos - batch.query_start] / n_layers  # [N, L]
     A_all = rows.gather(1, batch.prompt_cols[batch.b_idx]).to(torch.float16)  # [N, m_max]
     hist = rows.gather(1, batch.resp_cols[batch.b_idx])  # [N, n_max]
     earlier = torch.arange(hist.shape[1], device=hist.device)[None, :] < batch.j_local[:, None]
     c_all = (hist * earlier).sum(1).float()
-    A_host, c_host = A_all.cpu().numpy(), c_all.cpu().numpy()
+    return A_all, c_all
+
+
+def _cut(A_host: np.ndarray, c_host: np.ndarray, batch: ScoreBatch) -> list[tuple[np.ndarray, np.ndarray]]:
     out, start = [], 0
     for p, r in zip(batch.prompt, batch.resp):
         n, m = len(r), len(p)
         out.append((A_host[start : start + n, :m], c_host[start : start + n]))
         start += n
     return out
+
+
+def split_rows(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """From summed captured rows [B, Lq', L] to per-example (A [n, m] float16, c [n] float32),
+    gathered on the device and moved to the host in one transfer each."""
+    A_all, c_all = _rows_on_device(routing_rows, batch, n_layers)
+    return _cut(A_all.cpu().numpy(), c_all.cpu().numpy(), batch)
+
+
+class PendingScores:
+    """A batch's scores while the device still computes them: the results were gathered into a few
+    tensors and their copies to (pinned) host memory queued behind the batch's kernels, so the host
+    may prepare the next batch meanwhile. :meth:`result` waits for the copies and makes the records."""
+
+    def __init__(self, name: str, batch: ScoreBatch, tensors: list[torch.Tensor]):
+        self.name = name
+        self.batch = batch
+        self.event = None
+        if tensors and tensors[0].is_cuda:
+            host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+            for h, t in zip(host, tensors):
+                h.copy_(t, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+            tensors = host
+        self.tensors = tensors
+
+    def result(self) -> list[Scores]:
+        if self.event is not None:
+            self.event.synchronize()
+        A_host, c_host, a_np, l_np = (t.numpy() for t in self.tensors)
+        out = []
+        start = 0
+        for A, c in _cut(A_host, c_host, self.batch):
+            sl = slice(start, start + len(c))
+            out.append(
+                Scores(
+                    scorer=self.name,
+                    a=Array.of(a_np[sl]),
+                    c=Array.of(c),
+                    A=Array.of(A, "float16"),
+                    loss=Array.of(l_np[sl]),
+                )
+            )
+            start += len(c)
+        return out
+
+
+class DoneScores:
+    """Scores already on the host (a scorer without a queued path)."""
+
+    def __init__(self, scores: list[Scores]):
+        self.scores = scores
+
+    def result(self) -> list[Scores]:
+        return self.scores
 
 
 def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
@@ -242,13 +300,24 @@ class BridgeScorer:
         losses, a = token_ce_with_tangent(h[b_idx, q_pos], dh[b_idx, q_pos], weight, bias, tgt, self.row_chunk)
         return losses, a, r.rows
 
-    @torch.no_grad()
     def score(self, examples: list[Example]) -> list[Scores]:
+        return self._launch(examples).result()
+
+    def launch(self, examples: list[Example]) -> PendingScores | DoneScores:
+        """Queue a batch's device work and return at once (on a GPU); ``.result()`` gives what
+        :meth:`score` returns. A subclass that scores its own way (overrides :meth:`score`) is
+        served by that, synchronously."""
+        if type(self).score is not BridgeScorer.score:
+            return DoneScores(self.score(examples))
+        return self._launch(examples)
+
+    @torch.no_grad()
+    def _launch(self, examples: list[Example]) -> PendingScores:
         batch = make_batch(examples, self.pad_id, self.ctx.device)
         hidden, calls, prefix_rows = self._prefix(batch)
         if self.fast is not None:
             losses, a, tail_rows = self._fast_tail(batch, hidden, calls)
-            return self._pack(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
+            return self._send(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
         with fwAD.dual_level():
             dual = {
                 i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()} for i, ps in self.primals.items()
@@ -257,28 +326,14 @@ class BridgeScorer:
             losses, a = fwAD.unpack_dual(out)
         if a is None:  # no tangent reached the losses (v is zero on every parameter in play)
             a = torch.zeros_like(losses)
-        return self._pack(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
+        return self._send(batch, losses, a, _sum_rows(prefix_rows, tail_rows))
+
+    def _send(self, batch, losses, a, rows) -> PendingScores:
+        A_all, c_all = _rows_on_device(rows, batch, len(self.capture_layers))
+        return PendingScores(self.name, batch, [A_all, c_all, a.float(), losses.float()])
 
     def _pack(self, batch, losses, a, rows) -> list[Scores]:
-        per_ex = split_rows(rows, batch, len(self.capture_layers))
-        counts = [len(r) for r in batch.resp]
-        a_np = a.float().cpu().numpy()
-        l_np = losses.float().cpu().numpy()
-        out = []
-        start = 0
-        for (A, c), n in zip(per_ex, counts):
-            sl = slice(start, start + n)
-            out.append(
-                Scores(
-                    scorer=self.name,
-                    a=Array.of(a_np[sl]),
-                    c=Array.of(c),
-                    A=Array.of(A, "float16"),
-                    loss=Array.of(l_np[sl]),
-                )
-            )
-            start += n
-        return out
+        return self._send(batch, losses, a, rows).result()
 
 
 class ExactScorer(BridgeScorer):

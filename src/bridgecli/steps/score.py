@@ -2,17 +2,24 @@
 
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
-order, one zstd frame per window. Under ``torchrun`` (one node or several) each rank reads and scores the
-records whose index is congruent to its rank, writes a shard next to the output, and rank 0 merges the
-shards into the output (see :mod:`.ranks`). With an output
-file, progress is committed after every window, so ``--resume`` continues a killed run and produces
-the same bytes as an uninterrupted one.
+order, one zstd frame per window. The loop keeps the GPU busy: it queues a batch's device work
+before it collects the batch before, reads and tokenises the next window between batches, and hands
+finished windows to a writer thread (same bytes as scoring and writing one batch after another).
+Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
+congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
+output (see :mod:`.ranks`). With an output file, progress is committed after every window, so
+``--resume`` continues a killed run and produces the same bytes as an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import queue
+import threading
 import time
+from collections import deque
 from itertools import islice
 from pathlib import Path
 from typing import Iterator
@@ -29,8 +36,8 @@ from ..errors import EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
-from ..modeling.loading import fingerprint, resolve, resolve_device
-from ..modeling.scoring import ScoringContext, load_scoring_checkpoint
+from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
+from ..modeling.scoring import DoneScores, ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
 from . import ranks
@@ -55,8 +62,8 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
 
 
 def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None) -> list[Example]:
-    """Score a window in length buckets; return its examples, in input order, with scores.
-    ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
+    """Score a window in length buckets, one batch after another; return its examples, in input
+    order, with scores (the serial form of the loop in :func:`_run_windows`). ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
     scored: dict[int, Example] = {}
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
@@ -67,10 +74,19 @@ def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, 
     return [scored[i] for i in range(len(window))]
 
 
+def compile_caches() -> None:
+    """Keep torch.compile's on-disk caches (compiled graphs, their Triton kernels) under bridgecli's
+    cache folder, unless ``TORCHINDUCTOR_CACHE_DIR`` is set: they then survive what clears the
+    temporary folder, so only the first run on a machine compiles. (Triton's own cache, which also
+    holds the attention kernel's autotuning, is ``~/.triton/cache`` or ``TRITON_CACHE_DIR``.)"""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+
+
 def _load(opts: ScoreOptions, device: str):
     run = WarmupRun.open(opts.run)
     dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
     if device.startswith("cuda"):
+        compile_caches()
         torch.backends.cuda.matmul.allow_tf32 = opts.tf32
         torch.backends.cudnn.allow_tf32 = opts.tf32
     return load_scoring_checkpoint(run, dtype, device), dtype
@@ -231,6 +247,87 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     return done
 
 
+class _Ahead:
+    """Examples read and tokenised ahead of the scoring loop, a few at a time: the loop asks for
+    some between two batches, while the GPU computes, instead of a whole window at once while the
+    GPU waits."""
+
+    def __init__(self, examples: Iterator[Example], most: int):
+        self.examples = examples
+        self.most = most  # never hold more than this many
+        self.buf: deque[Example] = deque()
+        self.exhausted = False
+
+    def fill(self, n: int) -> None:
+        """Read up to ``n`` more examples (fewer at the end of the data or at ``most``)."""
+        while n > 0 and not self.exhausted and len(self.buf) < self.most:
+            ex = next(self.examples, None)
+            if ex is None:
+                self.exhausted = True
+            else:
+                self.buf.append(ex)
+                n -= 1
+
+    def take(self, n: int) -> list[Example]:
+        self.fill(n - len(self.buf))
+        return [self.buf.popleft() for _ in range(min(n, len(self.buf)))]
+
+
+class _WriterThread:
+    """Encodes, compresses, writes and commits finished windows in order on a thread of its own
+    (zstd releases the GIL), so the loop goes on queueing GPU work. At most ``depth`` windows wait."""
+
+    def __init__(self, writer: StreamWriter, commit, depth: int = 2):
+        self.writer = writer
+        self.commit = commit
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.first: float | None = None  # when the first window was committed
+        self.thread = threading.Thread(target=self._run, name="bridge-score-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain: the main thread stops at its next put
+            examples, position = item
+            try:
+                for ex in examples:
+                    self.writer.write(ex)
+                self.commit(self.writer, position)
+                if self.first is None:
+                    self.first = time.perf_counter()
+            except BaseException as exc:  # re-raised on the main thread
+                self.error = exc
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def put(self, examples: list[Example], position: int) -> None:
+        while True:
+            self._check()
+            try:
+                self.queue.put((examples, position), timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def close(self) -> None:
+        """Wait until every queued window is written; raise what the thread raised."""
+        while self.thread.is_alive():
+            try:
+                self.queue.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                self._check()
+        self.thread.join()
+        self._check()
+
+
 def _run_windows(
     scorer,
     examples,
@@ -242,36 +339,68 @@ def _run_windows(
     skip: int,
     commit,
 ) -> int:
+    """Score window after window and write each in input order. The GPU work of one batch is queued
+    before the results of the one before are collected (``scorer.launch``), and between the two the
+    host reads ahead into the next window; finished windows go to a writer thread."""
     position = 0
     tokens = 0
+    first_tokens: int | None = None  # tokens in the first scored window
+    launch = getattr(scorer, "launch", None) or (lambda batch: DoneScores(scorer.score(batch)))
+    ahead = _Ahead(examples, most=opts.window)
+    out = _WriterThread(writer, commit)
     t0 = time.perf_counter()
-    first: tuple[float, int] | None = None  # (time, tokens) once the first scored window is written
-    with progress_bar() as bar:
-        task = bar.add_task("scoring", total=total, unit="ex")
-        for window in windows(examples, opts.window):
-            if position + len(window) <= skip:  # already committed by the interrupted run
+    # the batch whose device work is queued: (window, its scores so far, its end position, indices, handle)
+    pending: tuple | None = None
+
+    def collect(bar, task) -> None:
+        nonlocal tokens, first_tokens
+        assert pending is not None
+        window, scored, end, group, handle = pending
+        for i, sc in zip(group, handle.result()):
+            scored[i] = msgspec.structs.replace(window[i], scores=sc)
+        bar.update(task, advance=len(group))
+        if len(scored) == len(window):  # the window is complete: write it in input order
+            done = [scored[i] for i in range(len(window))]
+            tokens += sum(len(ex.tokens.input_ids) for ex in done)
+            if first_tokens is None:
+                first_tokens = tokens
+            out.put(done, end)
+
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task("scoring", total=total, unit="ex")
+            while window := ahead.take(opts.window):
+                if position + len(window) <= skip:  # already committed by the interrupted run
+                    position += len(window)
+                    bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
+                    continue
                 position += len(window)
-                bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
-                continue
-            # the bar moves per scoring pass, not only per (committed) window
-            for ex in score_window(
-                scorer, window, max_tokens, opts.batch_size, on_batch=lambda n: bar.update(task, advance=n)
-            ):
-                writer.write(ex)
-                tokens += len(ex.tokens.input_ids)
-            position += len(window)
-            commit(writer, position)
-            bar.update(task, completed=position)
-            if first is None:
-                first = (time.perf_counter(), tokens)
+                scored: dict[int, Example] = {}
+                groups = bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, opts.batch_size)
+                step = -(-opts.window // len(groups))  # read the next window over this window's batches
+                for group in groups:
+                    handle = launch([window[i] for i in group])
+                    if pending is not None:
+                        collect(bar, task)
+                    pending = (window, scored, position, group, handle)
+                    ahead.fill(step)
+            if pending is not None:
+                collect(bar, task)
+                pending = None
+            out.close()
+    finally:
+        if out.thread.is_alive():  # an error in the loop: stop the writer after what it holds
+            with contextlib.suppress(BaseException):
+                out.close()
     elapsed = time.perf_counter() - t0
     if tokens:
         # the first window carries one-time work (kernel compilation and autotuning, allocator growth):
         # the rate after it is the steady one
         after = ""
-        if first is not None and tokens > first[1] and time.perf_counter() > first[0]:
-            steady = (tokens - first[1]) / (t0 + elapsed - first[0])
-            after = f"; {steady:,.0f} tokens/s after the first window, which took {first[0] - t0:.1f} s"
+        first = out.first
+        if first is not None and first_tokens is not None and tokens > first_tokens and t0 + elapsed > first:
+            steady = (tokens - first_tokens) / (t0 + elapsed - first)
+            after = f"; {steady:,.0f} tokens/s after the first window, which took {first - t0:.1f} s"
         note(
             f"scoring took {elapsed:.1f} s for {tokens} tokens ({tokens / elapsed:,.0f} tokens/s"
             + (f", rank {dist.rank}" if dist.world > 1 else "")

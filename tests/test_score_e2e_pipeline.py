@@ -1,0 +1,136 @@
+"""`bridge score`'s pipelined loop (GPU work of one batch queued before the results of the one
+before are collected, the next window read between batches, windows written by a writer thread)
+writes the same bytes as scoring and writing one batch after another, and stops on a writer error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+import torch
+import zstandard
+
+from bridgecli.artifacts.direction_file import Direction, DirectionMeta, save_direction
+from bridgecli.artifacts.warmup_run import WarmupRun
+from bridgecli.data.examples import DataOptions, iter_examples, with_model_limit
+from bridgecli.format.records import Header, ModelInfo
+from bridgecli.format.spec import PREAMBLE
+from bridgecli.format.writer import StreamWriter
+from bridgecli.modeling.params import tail_parameters
+from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
+from bridgecli.steps import score as score_step
+from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_model_dir):
+    """A warmup run folder made by hand: the tiny model and a random unit v over its last 4 blocks."""
+    from transformers import AutoModelForCausalLM
+
+    d = tmp_path_factory.mktemp("e2e") / "run"
+    d.mkdir()
+    (d / "checkpoint").symlink_to(tiny_model_dir, target_is_directory=True)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    g = torch.Generator().manual_seed(0)
+    v = {n: torch.randn(p.shape, generator=g) for n, p in tail_parameters(model, 4).items()}
+    norm = float(torch.sqrt(sum((t ** 2).sum() for t in v.values())))
+    save_direction(Direction({n: t / norm for n, t in v.items()}, DirectionMeta(layers=4, lam=0.2)), d)
+    (d / "warmup.json").write_text(json.dumps({"base_model": str(d / "checkpoint")}))
+    return d
+
+
+def after_header(data: bytes) -> bytes:
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    dobj.decompress(data[PREAMBLE.size :])
+    return dobj.unused_data
+
+
+def serial(run: Path, window: int, max_tokens: int, batch_size: int) -> bytes:
+    """The loop before pipelining: score each window's batches one after another, then write the
+    window in input order and end its frame."""
+    import io
+
+    ck = load_scoring_checkpoint(WarmupRun.open(run), "float32", "cpu")
+    scorer = BridgeScorer(ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v))
+    buf = io.BytesIO()
+    w = StreamWriter(buf, Header(stage="scores", producer="test", created="", model=ModelInfo("", "", "")),
+                     records_per_frame=None)
+    examples = iter_examples(str(SAMPLE), ck.tokenizer, with_model_limit(DataOptions(), ck.model))
+    for win in windows(examples, window):
+        for ex in score_window(scorer, win, max_tokens, batch_size):
+            w.write(ex)
+        w.flush()
+    w.close()
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("window,max_tokens,batch_size", [(5, 300, 2), (16, 100000, 64), (7, 1, 64)])
+def test_pipelined_loop_writes_the_serial_bytes(run, tmp_path, window, max_tokens, batch_size):
+    out = tmp_path / "out.bridge"
+    n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window, max_tokens=max_tokens,
+                               batch_size=batch_size, device="cpu"))
+    assert n == 48
+    assert after_header(out.read_bytes()) == after_header(serial(run, window, max_tokens, batch_size))
+
+
+def test_pipelined_loop_to_stdout_writes_the_serial_bytes(run, capfdbinary):
+    run_score(ScoreOptions(data=str(SAMPLE), out="-", run=str(run), window=5, max_tokens=300, batch_size=2,
+                           device="cpu"))
+    assert after_header(capfdbinary.readouterr().out) == after_header(serial(run, 5, 300, 2))
+
+
+def test_a_writer_error_stops_the_run(run, tmp_path, monkeypatch):
+    calls = []
+
+    def failing_commit(self, writer, position):
+        calls.append(position)
+        if position > 0:
+            raise OSError("disk full")
+        writer.flush()
+
+    monkeypatch.setattr(score_step.ResumableOutput, "commit", failing_commit)
+    with pytest.raises(OSError, match="disk full"):
+        run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), window=4,
+                               max_tokens=300, batch_size=2, device="cpu"))
+    assert calls[:2] == [0, 4] and len(calls) == 2  # nothing is committed after the failed window
+
+
+def test_ahead_reads_at_most_its_bound():
+    ahead = score_step._Ahead(iter(range(10)), most=4)
+    ahead.fill(100)
+    assert list(ahead.buf) == [0, 1, 2, 3]
+    assert ahead.take(3) == [0, 1, 2]
+    ahead.fill(1)
+    assert ahead.take(10) == [3, 4, 5, 6]  # take reads up to the bound again
+    assert ahead.take(10) == [7, 8, 9] and ahead.take(10) == [] and ahead.exhausted
+
+
+def test_launch_of_a_scorer_that_scores_its_own_way_is_its_score(run):
+    ck = load_scoring_checkpoint(WarmupRun.open(run), "float32", "cpu")
+
+    class Own(BridgeScorer):
+        def score(self, examples):
+            return ["own"] * len(examples)
+
+    scorer = Own(ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v))
+    ex = next(iter_examples(str(SAMPLE), ck.tokenizer, DataOptions()))
+    assert scorer.launch([ex, ex]).result() == ["own", "own"]
+    plain = BridgeScorer(ScoringContext(model=ck.model, tokenizer=ck.tokenizer, direction=ck.direction.v))
+    assert msgspec.msgpack.encode(plain.launch([ex]).result()) == msgspec.msgpack.encode(plain.score([ex]))
+
+
+def test_compile_cache_goes_under_the_bridge_cache_unless_set(monkeypatch, tmp_path):
+    monkeypatch.setenv("BRIDGE_CACHE", str(tmp_path / "bc"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    score_step.compile_caches()
+    import os
+
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "bc" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    score_step.compile_caches()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
