@@ -21,6 +21,7 @@ import os
 import warnings
 
 import torch
+import torch.fx.experimental._config as _fx_config
 import torch.nn.functional as F
 
 from . import jvp_attention
@@ -62,7 +63,11 @@ class _Compiled:
             try:
                 if self.compiled is None:
                     self.compiled = torch.compile(self.fn, dynamic=True)
-                return self.compiled(*args)
+                # no duck sizing: two dims that happen to be equal in the first batch (say 32
+                # examples and 32 heads) would otherwise share one symbol, and every later batch
+                # where they differ would compile again
+                with _fx_config.patch(use_duck_shape=False):
+                    return self.compiled(*args)
             except Exception as exc:  # pragma: no cover - depends on the toolchain
                 self.failed = True
                 warnings.warn(f"torch.compile failed for {self.fn.__name__} ({exc}); running eagerly")
