@@ -71,22 +71,30 @@ def hidden_keys(mask: torch.Tensor) -> Iterator[None]:
 
 
 _gate: dict | None = None
+_gate_plain: dict | None = None
+_gate_log: torch.Tensor | None = None
 
 
 @contextlib.contextmanager
-def key_gate(biases: dict) -> Iterator[None]:
+def key_gate(biases: dict, plain: dict | None = None, log_gate: torch.Tensor | None = None) -> Iterator[None]:
     """While active, every layer ``l`` in ``biases`` runs explicit-math attention with a per-key
     logit bias ``biases[l]`` ([B, L], zero in value, requiring grad) added as
     ``s_qk + b_k / (1 - p_qk)`` (p the unbiased probabilities, not differentiated). The gradient of
     any function M with respect to ``b_i`` is then ``sum_{h, q} dM/ds_qi / (1 - p_qi)``: minus the
     first-order change of M when key i is hidden from every query of that layer, with the softmax
-    change of hiding taken exactly (AtP*'s key fix, Kramar et al. 2024). See attribution.py."""
-    global _gate
-    prev, _gate = _gate, biases
+    change of hiding taken exactly (AtP*'s key fix, Kramar et al. 2024). See attribution.py.
+
+    ``log_gate`` ([B, L], no grad, <= 0) moves the state first: every gated layer adds ``log g_k`` to
+    its scores (g = 1 kept, g -> 0 hidden), and p above is then the gated state's. ``plain`` (per layer,
+    like ``biases``) adds ``b_k`` itself, so that its gradient is ``sum_{h, q} dM/ds_qk``, i.e.
+    ``g_k dM/dg_k`` for a gate shared by every layer (integrated gradients, attribution.py)."""
+    global _gate, _gate_plain, _gate_log
+    prev = _gate, _gate_plain, _gate_log
+    _gate, _gate_plain, _gate_log = biases, plain, log_gate
     try:
         yield
     finally:
-        _gate = prev
+        _gate, _gate_plain, _gate_log = prev
 
 
 #: p_qk above this counts as saturated: 1 - p is clamped here (the first-order estimate is poor there)
@@ -110,9 +118,12 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x[:, :, None, :, :].expand(b, h, groups, n, d).reshape(b, h * groups, n, d)
 
 
-def math_attention(module, query, key, value, attention_mask, scaling, softcap=None, gate=None):
+def math_attention(
+    module, query, key, value, attention_mask, scaling, softcap=None, gate=None, plain=None, log_gate=None
+):
     """softmax(q k^T * scaling + mask) v with plain ops (forward-mode AD works through them).
-    ``gate`` ([B, Lk], zeros requiring grad) adds the key-gate bias of :func:`key_gate`.
+    ``gate`` ([B, Lk], zeros requiring grad) adds the key-gate bias of :func:`key_gate`; ``log_gate``
+    and ``plain`` its gated state and plain bias (only with ``gate``).
     Returns (output [B, Lq, H, D], probabilities [B, H, Lq, Lk] in float32, or float64 for float64 inputs)."""
     groups = getattr(module, "num_key_value_groups", 1)
     key = _repeat_kv(key, groups)
@@ -132,10 +143,14 @@ def math_attention(module, query, key, value, attention_mask, scaling, softcap=N
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(acc).min)
     if gate is not None:
+        if log_gate is not None:
+            scores = scores + log_gate[:, None, None, :lk].to(scores.dtype)
         with torch.no_grad():
             p0 = torch.softmax(fwAD.unpack_dual(scores).primal.detach(), dim=-1)
         scale = 1.0 / (1.0 - p0).clamp_min(GATE_EPS)
         scores = scores + gate[:, None, None, :lk].to(scores.dtype) * scale
+        if plain is not None:
+            scores = scores + plain[:, None, None, :lk].to(scores.dtype)
         # written out: softmax's forward-AD formula updates its result in place, which a reverse
         # pass through the tangent (the atp scorer) cannot differentiate
         e = torch.exp(scores - fwAD.unpack_dual(scores).primal.detach().amax(dim=-1, keepdim=True))
@@ -174,7 +189,11 @@ def bridge_attention(module, query, key, value, attention_mask, dropout: float =
 
         out = jvp_attention.dual_causal_attention(query, key, value, scaling, keep_rows if capture else None)
         return out.transpose(1, 2).contiguous(), None
-    out, probs = math_attention(module, query, key, value, attention_mask, scaling, kwargs.get("softcap"), gate)
+    plain = _gate_plain.get(layer) if gate is not None and _gate_plain is not None else None
+    log_gate = _gate_log if gate is not None else None
+    out, probs = math_attention(
+        module, query, key, value, attention_mask, scaling, kwargs.get("softcap"), gate, plain, log_gate
+    )
     if capture and r is not None:
         r.add(fwAD.unpack_dual(probs).primal[:, :, r.query_start :, :].mean(dim=1))
     return out, None

@@ -21,6 +21,31 @@ to ``|a_j| A[j, i]``. The result is an interaction matrix ``B[j, i]`` ([n, m], s
 place of the paper's ``A[j, i] a_j``: Delta_p(i | S_r) = sum_{j in S_r} B[j, i], and, with
 gamma_j = a_j - sum_i B[j, i], Delta_r(j | S_p) = a_j - sum_{i not in S_p} B[j, i], the first-order
 estimate of a_j under the reduced prompt. ``chunks = 1`` costs one reverse pass per batch.
+
+Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
+unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
+exact effect of one key is a path integral, ``beta_i = M(1) - M(1 - e_i) = int_0^1 dM/dg_i dg_i``
+along its own path, which costs K passes per key. The ``ig`` option takes instead the JOINT path
+``g = 1 - t h`` on every eligible prompt key at once (h = ``ig_depth``) and, per pass, the gradient
+for every key, in one of two rules:
+
+- ``ig_rule=path`` (default): ``beta_i ~= h * mean_t dM/dg_i(1 - t_k h) + e_i(1 - h)``, with K
+  midpoints t_k = (k + 1/2) / K and e_i(g) the key-gate (AtP*) estimate of hiding key i from the
+  state g (the ``b_k / (1 - p_qk)`` bias with p the gated state's). Integrated gradients down to depth
+  h, then the exact-softmax first-order jump to zero. It is exact where the joint path is key i's own
+  path and the jump is first order (a one-token prompt; tests/test_attribution.py), h -> 0 gives back
+  the one-pass estimate and h = 1 the plain joint integrated gradients (no jump). dM/dg_i is read from
+  a zero plain bias on the scores (``attention.key_gate``'s ``plain``): its gradient is g_i dM/dg_i.
+  Cost: K + 1 forward and reverse passes (K when h = 1).
+- ``ig_rule=avg``: ``beta_i ~= mean_t e_i(1 - t_k h)``, the key-gate estimate of each key's full
+  removal averaged over the K joint states. Cost: K passes. It has no exactness property; it smooths
+  the linearisation point.
+
+Neither rule is the single-removal path for a prompt of many keys: partially hiding every prompt key
+renormalises each softmax row (the prompt's share of the row falls), a first-order change even in a
+linear model, so a joint state is not a state of one key's path. Measured on GSM8K with the default
+model (CPU, 20 examples, the cached exact reference) the rules help a little and alike; the
+remaining gap to the exact effects is not closed by either (docs/diagnostics.md).
 """
 
 from __future__ import annotations
@@ -63,7 +88,7 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
-    OPTIONS = ("chunks",)
+    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule")
     #: default padded tokens per pass on a GPU (`bridge score --max-tokens`): the reverse pass keeps every
     #: layer's attention probabilities, so passes are smaller than the bridge scorer's 32768
     max_tokens_cuda = 4096
@@ -77,6 +102,25 @@ class AttributionScorer(BridgeScorer):
             raise ValueError(f"chunks must be an integer, got {opts['chunks']!r}") from None
         if self.chunks < 1:
             raise ValueError(f"chunks must be >= 1, got {self.chunks}")
+        self.ig: int | None = None
+        if "ig" in opts:
+            try:
+                self.ig = int(opts["ig"])
+            except ValueError:
+                raise ValueError(f"ig must be an integer, got {opts['ig']!r}") from None
+            if self.ig < 1:
+                raise ValueError(f"ig must be >= 1, got {self.ig}")
+        elif "ig_depth" in opts or "ig_rule" in opts:
+            raise ValueError("ig_depth and ig_rule need ig=K")
+        try:
+            self.ig_depth = float(opts.get("ig_depth", 0.5))
+        except ValueError:
+            raise ValueError(f"ig_depth must be a number, got {opts['ig_depth']!r}") from None
+        if not 0.0 < self.ig_depth <= 1.0:
+            raise ValueError(f"ig_depth must lie in (0, 1], got {self.ig_depth}")
+        self.ig_rule = str(opts.get("ig_rule", "path"))
+        if self.ig_rule not in ("path", "avg"):
+            raise ValueError(f"ig_rule must be path or avg, got {self.ig_rule!r}")
         n_layers = len(self.tail.blocks)
         self.gate_layers = list(range(n_layers))
 
@@ -94,18 +138,69 @@ class AttributionScorer(BridgeScorer):
     def group_effects(self, batch: ScoreBatch, groups: list[np.ndarray]) -> list[np.ndarray]:
         """Per example, [k, m]: the estimated drop of sum_{j in group g} a_j when each eligible
         prompt key is hidden at every layer (k = the number of groups)."""
+        if self.ig is None:
+            removal, _ = self.gated_grads(batch, groups)
+            return self._per_example(batch, groups, removal)
+        K, h = self.ig, self.ig_depth
+        ts = (np.arange(K) + 0.5) / K  # midpoints of [0, 1]
+        total = None
+        if self.ig_rule == "avg":
+            # the AtP* removal estimate at K joint states, averaged
+            for t in ts:
+                removal, _ = self.gated_grads(batch, groups, self._state(batch, 1.0 - t * h))
+                total = removal if total is None else total + removal
+            return self._per_example(batch, groups, total / K)
+        # "path": h * mean_t dM/dg_i along the joint path g = 1 - t h, then AtP* from g = 1 - h
+        for t in ts:
+            g = 1.0 - t * h
+            _, plain = self.gated_grads(batch, groups, self._state(batch, g), plain=True)
+            part = plain * (h / (g * K))  # plain = g dM/dg at every gated key
+            total = part if total is None else total + part
+        if h < 1.0:
+            removal, _ = self.gated_grads(batch, groups, self._state(batch, 1.0 - h))
+            total = total + removal
+        return self._per_example(batch, groups, total)
+
+    @staticmethod
+    def _state(batch: ScoreBatch, g: float) -> torch.Tensor:
+        """[B, L] log gates: log g at every eligible prompt key, 0 elsewhere."""
+        B, L = batch.input_ids.shape
+        out = torch.zeros(B, L, dtype=torch.float64)
+        for b, p in enumerate(batch.prompt):
+            out[b, torch.as_tensor(np.asarray(p, dtype=np.int64))] = float(np.log(g))
+        return out.to(batch.input_ids.device)
+
+    @staticmethod
+    def _per_example(batch: ScoreBatch, groups: list[np.ndarray], stacked: np.ndarray) -> list[np.ndarray]:
+        effects: list[np.ndarray] = []
+        for b, (p, ids) in enumerate(zip(batch.prompt, groups)):
+            k = int(ids.max()) + 1 if len(ids) else 0
+            effects.append(stacked[b, :k][:, p].astype(np.float64))
+        return effects
+
+    def gated_grads(
+        self, batch: ScoreBatch, groups: list[np.ndarray], log_gate: torch.Tensor | None = None, plain: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One forward (the JVP) and one reverse pass per group, at the gated state ``log_gate``
+        (None: every key kept). Returns [B, k, L] arrays: dM_g/db of the removal bias b / (1 - p),
+        and, with ``plain``, dM_g/db of a plain bias (= g dM_g/dg), each summed over layers."""
         B, L = batch.input_ids.shape
         dev = batch.input_ids.device
         dtype = self.tail_dtype
         with torch.enable_grad():
             biases = {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
+            plains = (
+                {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
+                if plain
+                else None
+            )
             r = Routing(
                 math_layers=frozenset(self.gate_layers),
                 capture_layers=frozenset(),
                 query_start=batch.query_start,
                 right_padded=True,
             )
-            with key_gate(biases), routing(r):
+            with key_gate(biases, plains, log_gate), routing(r):
                 hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
                 if hidden.dtype != dtype:
                     hidden = hidden.to(dtype)
@@ -121,19 +216,24 @@ class AttributionScorer(BridgeScorer):
                 np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long, device=dev
             )
             leaves = [biases[i] for i in self.gate_layers]
+            n_rem = len(leaves)
+            if plains is not None:
+                leaves += [plains[i] for i in self.gate_layers]
             acc = torch.promote_types(dtype, torch.float32)
             totals: list[torch.Tensor] = []
+            totals_plain: list[torch.Tensor] = []
             for g in range(k_max):
                 if a is None:
                     totals.append(torch.zeros(B, L, device=dev, dtype=acc))
+                    totals_plain.append(torch.zeros(B, L, device=dev, dtype=acc))
                     continue
                 M = (a.to(acc) * (flat_groups == g).to(acc)).sum()
                 grads = torch.autograd.grad(M, leaves, retain_graph=g < k_max - 1, allow_unused=True)
-                tot = sum(gr.to(acc) for gr in grads if gr is not None)
-                totals.append(tot if isinstance(tot, torch.Tensor) else torch.zeros(B, L, device=dev, dtype=acc))
-        stacked = torch.stack(totals, 1).detach().cpu().numpy() if totals else np.zeros((B, 0, L))  # [B, k, L]
-        effects: list[np.ndarray] = []
-        for b, (p, ids) in enumerate(zip(batch.prompt, groups)):
-            k = int(ids.max()) + 1 if len(ids) else 0
-            effects.append(stacked[b, :k][:, p].astype(np.float64))
-        return effects
+                for part, out_list in ((grads[:n_rem], totals), (grads[n_rem:], totals_plain)):
+                    tot = sum(gr.to(acc) for gr in part if gr is not None)
+                    out_list.append(tot if isinstance(tot, torch.Tensor) else torch.zeros(B, L, device=dev, dtype=acc))
+
+        def stack(ts: list[torch.Tensor]) -> np.ndarray:
+            return torch.stack(ts, 1).detach().cpu().numpy() if ts else np.zeros((B, 0, L))  # [B, k, L]
+
+        return stack(totals), (stack(totals_plain) if plain else None)
