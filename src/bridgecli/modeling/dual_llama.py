@@ -48,26 +48,48 @@ def _has(mod, dotted: str) -> bool:
     return True
 
 
+def _shape_config(size_oblivious: bool) -> dict:
+    """Dynamo's shape settings while compiling, where this torch has them: no duck sizing (two dims
+    equal in the first batch would share one symbol), and with ``size_oblivious`` no specialisation
+    of dims of size 1 (a batch of one example would compile again; this also stops broadcasting
+    over a dynamic dim, so only functions that broadcast none use it)."""
+    want = {"use_duck_shape": False, "backed_size_oblivious": size_oblivious}
+    return {k: v for k, v in want.items() if hasattr(_fx_config, k)}
+
+
 class _Compiled:
     """Run ``fn`` through ``torch.compile`` on CUDA tensors (fusing its elementwise ops), falling
-    back to eager if compilation fails; ``BRIDGE_COMPILE=0`` turns it off."""
+    back to eager if compilation fails; ``BRIDGE_COMPILE=0`` turns it off.
 
-    def __init__(self, fn):
+    One compiled graph serves every batch shape. What made dynamo compile again, batch after batch
+    (`TORCH_LOGS=recompiles` on an H100, bench/score/e2e.py), and what avoids it:
+    - a weight passed once as an ``nn.Parameter`` and once as a plain tensor (a type guard):
+      parameters are passed as plain tensors (``detach``; no gradient flows to a weight here);
+    - duck sizing, and the specialisation of dims of size 1 (a batch of one example): both off
+      while compiling (``_shape_config``); RoPE broadcasts cos/sin over the heads, so it keeps
+      the size-1 rule and compiles once more for a batch of one example.
+    """
+
+    #: where to compile (a test compiles on CPU with the "eager" backend to count recompiles)
+    device_types: tuple[str, ...] = ("cuda",)
+    backend = "inductor"
+
+    def __init__(self, fn, size_oblivious: bool = True):
         self.fn = fn
+        self.shape_config = _shape_config(size_oblivious)
         self.compiled = None
         self.failed = False
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args):
-        if args[0].is_cuda and not self.failed and os.environ.get("BRIDGE_COMPILE", "1") != "0":
+        on = args[0].device.type in self.device_types and os.environ.get("BRIDGE_COMPILE", "1") != "0"
+        if on and not self.failed:
             try:
                 if self.compiled is None:
-                    self.compiled = torch.compile(self.fn, dynamic=True)
-                # no duck sizing: two dims that happen to be equal in the first batch (say 32
-                # examples and 32 heads) would otherwise share one symbol, and every later batch
-                # where they differ would compile again
-                with _fx_config.patch(use_duck_shape=False):
-                    return self.compiled(*args)
+                    self.compiled = torch.compile(self.fn, dynamic=True, backend=self.backend)
+                plain = tuple(a.detach() if isinstance(a, torch.nn.Parameter) else a for a in args)
+                with _fx_config.patch(**self.shape_config):
+                    return self.compiled(*plain)
             except Exception as exc:  # pragma: no cover - depends on the toolchain
                 self.failed = True
                 warnings.warn(f"torch.compile failed for {self.fn.__name__} ({exc}); running eagerly")
@@ -111,7 +133,7 @@ def _swiglu_dual(gu, dgu):
     return act * u, (sg * (1 + g * (1 - sg))) * dg * u + act * du
 
 
-rope_dual = _Compiled(_rope_dual)
+rope_dual = _Compiled(_rope_dual, size_oblivious=False)
 swiglu_dual = _Compiled(_swiglu_dual)
 
 
