@@ -332,3 +332,18 @@ def test_selection_with_the_ig_estimate_keeps_its_invariants(setup, tokenizer):
         assert all(y >= x - 1e-9 for x, y in zip(res.u_sur, res.u_sur[1:]))
         again = alternate(Surrogate.from_interactions(a, B), b_p, b_r, 4)
         assert np.array_equal(res.prompt, again.prompt) and np.array_equal(res.response, again.response)
+
+
+def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokenizer):
+    """ig_rule=avg, K = 1, depth 1: the key-gate removal estimate at the one joint state g = 1/2."""
+    from bridgecli.modeling.score_batch import make_batch
+
+    build, exs = setup
+    model, v = build(0.02)
+    scorer = atp_opts(model, tokenizer, v, ig=1, ig_rule="avg")
+    assert scorer.ig_depth == 1.0
+    batch = make_batch(exs[:2], scorer.pad_id)
+    groups = [chunk_ids(len(r), 1) for r in batch.resp]
+    removal, _ = scorer.gated_grads(batch, groups, scorer._state(batch, 0.5))
+    for b, eff in enumerate(scorer.group_effects(batch, groups)):
+        np.testing.assert_array_equal(eff, removal[b, :1][:, batch.prompt[b]].astype(np.float64))

@@ -10,7 +10,9 @@ set -euo pipefail
 GSM8K=$1; MATH=$2; OUT=$3; N=${4:-40}
 mkdir -p "$OUT"
 BRIDGE=${BRIDGE:-bridge}
-PROXIES=(--proxy atp --proxy atp:chunks=4 --proxy atp:chunks=100000)
+# ig=4: integrated gradients over a key gate along the joint path (5 passes), ig_rule=avg: the
+# key-gate estimate averaged over 4 joint states (4 passes); see src/bridgecli/modeling/attribution.py
+PROXIES=(--proxy atp --proxy atp:chunks=4 --proxy atp:chunks=100000 --proxy atp:ig=4 --proxy atp:ig=4,ig_rule=avg)
 [ -f "$OUT/warm-gsm8k/warmup.json" ] || $BRIDGE warmup "$GSM8K" --limit 64 --val-fraction 0.25 --warm-fraction 0.75 \
     --batch-size 4 --lr 5e-5 -o "$OUT/warm-gsm8k"
 $BRIDGE analyze fidelity "$GSM8K" --from "$OUT/warm-gsm8k" --n "$N" --max-length 200 --batch-size 32 \
