@@ -23,8 +23,9 @@ IMPLEMENTATION = "bridge"
 @dataclass
 class Routing:
     """What to do in one forward pass. ``math_layers`` run an attention with a forward-AD rule
-    (fused kernels where supported, else explicit math); ``capture_layers`` record the head-averaged attention rows of query
-    positions ``query_start:`` into ``rows`` (summed over the captured layers)."""
+    (fused kernels where supported, else explicit math); ``capture_layers`` record the
+    head-averaged attention rows of query positions ``query_start:`` into ``rows`` (summed over the
+    captured layers)."""
 
     math_layers: frozenset[int]
     capture_layers: frozenset[int]

@@ -49,8 +49,9 @@ Measured (``bridge analyze fidelity``, GSM8K, the default model's diagnostic war
 most 200 tokens, rho 0.75, T 4, the cached exact reference, CPU), prompt Spearman / top-b overlap:
 the one-pass estimate 0.475 / 0.838; ``ig=2`` and ``ig=4`` (path, h 0.5) 0.493-0.494 / 0.840 (paired
 gain +0.019 +- 0.013 s.e.); ``ig=4,ig_rule=avg`` (h 1) 0.492 / 0.854 (+0.017 +- 0.024, overlap
-+0.016 +- 0.008); avg with K = 2 / 8: 0.501 / 0.851 and 0.506 / 0.853. On 6 of them: path at h 0.25 / 0.5 / 1 gave 0.524 / 0.525 / 0.461, avg at h 0.5 / 1
-gave 0.517 / 0.527 (one pass: 0.487); hence the defaults in ``IG_DEPTH``. Both rules help a little;
++0.016 +- 0.008); avg with K = 2 / 8: 0.501 / 0.851 and 0.506 / 0.853. On 6 of them: path at
+h 0.25 / 0.5 / 1 gave 0.524 / 0.525 / 0.461, avg at h 0.5 / 1 gave 0.517 / 0.527 (one pass:
+0.487); hence the defaults in ``IG_DEPTH``. Both rules help a little;
 neither closes the gap to the exact effects (targets 0.70 / 0.90).
 """
 

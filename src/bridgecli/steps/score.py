@@ -63,7 +63,8 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
 
 def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None) -> list[Example]:
     """Score a window in length buckets, one batch after another; return its examples, in input
-    order, with scores (the serial form of the loop in :func:`_run_windows`). ``on_batch(n)`` is called after every scoring pass of ``n`` examples (progress)."""
+    order, with scores (the serial form of the loop in :func:`_run_windows`). ``on_batch(n)`` is
+    called after every scoring pass of ``n`` examples (progress)."""
     scored: dict[int, Example] = {}
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
