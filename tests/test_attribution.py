@@ -347,3 +347,56 @@ def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokeniz
     removal, _ = scorer.gated_grads(batch, groups, scorer._state(batch, 0.5))
     for b, eff in enumerate(scorer.group_effects(batch, groups)):
         np.testing.assert_array_equal(eff, removal[b, :1][:, batch.prompt[b]].astype(np.float64))
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenizer, k):
+    """layers=k: the reverse pass gives dM/db for a key-gate bias on the final k blocks only (k = 2
+    leaves two of the four tail blocks ungated; k = 5 reaches into the prefix)."""
+    import torch.autograd.forward_ad as fwAD
+
+    from bridgecli.modeling.attention import Routing, key_gate, routing
+    from bridgecli.modeling.score_batch import make_batch
+
+    build, exs = setup
+    model, v = build(0.02)
+    scorer = atp_opts(model, tokenizer, v, layers=k)
+    n_layers = len(scorer.tail.blocks)
+    assert scorer.gate_layers == list(range(n_layers - k, n_layers))
+    ex = exs[1]
+    batch = make_batch([ex], scorer.pad_id)
+    (effects,) = scorer.group_effects(batch, [chunk_ids(len(batch.resp[0]), 1)])
+    prompt = ex.tokens.prompt_positions()
+    L = len(ex.tokens.input_ids)
+
+    def M(i: int, eps: float) -> float:
+        bias = torch.zeros(1, L, dtype=torch.float64)
+        bias[0, int(prompt[i])] = eps
+        r = Routing(math_layers=frozenset(range(n_layers)), capture_layers=frozenset(), right_padded=True)
+        with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}), routing(r):
+            hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
+            with fwAD.dual_level():
+                dual = {j: {n: fwAD.make_dual(p, scorer.tangents[j][n]) for n, p in ps.items()}
+                        for j, ps in scorer.primals.items()}
+                a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
+        return float(a.sum())
+
+    h = 1e-3
+    for i in (0, len(prompt) - 1):
+        fd = (M(i, h) - M(i, -h)) / (2 * h)
+        assert effects[0, i] == pytest.approx(fd, rel=1e-2, abs=1e-6)
+
+
+def test_layers_option_is_checked_and_all_layers_is_the_default(setup, tokenizer):
+    build, exs = setup
+    model, v = build(0.02)
+    n_layers = len(atp(model, tokenizer, v, 1).tail.blocks)
+    for bad in ("0", str(n_layers + 1), "x"):
+        with pytest.raises(ValueError, match="layers"):
+            atp_opts(model, tokenizer, v, layers=bad)
+    plain = atp(model, tokenizer, v, 1).score(exs[:2])
+    every = atp_opts(model, tokenizer, v, layers=n_layers).score(exs[:2])
+    fewer = atp_opts(model, tokenizer, v, layers=2).score(exs[:2])
+    for p, q, r in zip(plain, every, fewer):
+        assert np.array_equal(p.B.numpy(), q.B.numpy())
+        assert not np.allclose(p.B.numpy(), r.B.numpy())

@@ -71,6 +71,14 @@ from .scoring import BridgeScorer, ScoringContext
 IG_DEPTH = {"path": 0.5, "avg": 1.0}
 
 
+def _in_order_sum(parts: list[np.ndarray]) -> np.ndarray:
+    """parts[0] + parts[1] + ..., added left to right."""
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
 def chunk_ids(n: int, chunks: int) -> np.ndarray:
     """The group of each of ``n`` response tokens: ``chunks`` contiguous groups of near-equal size
     (fewer when n < chunks)."""
@@ -99,7 +107,7 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
-    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule")
+    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers")
     #: default padded tokens per pass on a GPU (`bridge score --max-tokens`): the reverse pass keeps every
     #: layer's attention probabilities, so passes are smaller than the bridge scorer's 32768
     max_tokens_cuda = 4096
@@ -133,7 +141,15 @@ class AttributionScorer(BridgeScorer):
         if not 0.0 < self.ig_depth <= 1.0:
             raise ValueError(f"ig_depth must lie in (0, 1], got {self.ig_depth}")
         n_layers = len(self.tail.blocks)
-        self.gate_layers = list(range(n_layers))
+        try:
+            k = int(opts.get("layers", n_layers))
+        except ValueError:
+            raise ValueError(f"layers must be an integer, got {opts['layers']!r}") from None
+        if not 1 <= k <= n_layers:
+            raise ValueError(f"layers must lie in [1, {n_layers}] (the model's blocks), got {k}")
+        # hide keys in the final k blocks only (default: every block); the blocks before run their
+        # fused attention and the reverse pass stops at the first gated block
+        self.gate_layers = list(range(n_layers - k, n_layers))
 
     def score(self, examples: list[Example]) -> list[Scores]:
         base = super().score(examples)
@@ -154,23 +170,23 @@ class AttributionScorer(BridgeScorer):
             return self._per_example(batch, groups, removal)
         K, h = self.ig, self.ig_depth
         ts = (np.arange(K) + 0.5) / K  # midpoints of [0, 1]
-        total = None
+        parts: list[np.ndarray] = []
         if self.ig_rule == "avg":
             # the AtP* removal estimate at K joint states, averaged
             for t in ts:
                 removal, _ = self.gated_grads(batch, groups, self._state(batch, 1.0 - t * h))
-                total = removal if total is None else total + removal
-            return self._per_example(batch, groups, total / K)
+                parts.append(removal)
+            return self._per_example(batch, groups, _in_order_sum(parts) / K)
         # "path": h * mean_t dM/dg_i along the joint path g = 1 - t h, then AtP* from g = 1 - h
         for t in ts:
             g = 1.0 - t * h
             _, plain = self.gated_grads(batch, groups, self._state(batch, g), plain=True)
-            part = plain * (h / (g * K))  # plain = g dM/dg at every gated key
-            total = part if total is None else total + part
+            assert plain is not None
+            parts.append(plain * (h / (g * K)))  # plain = g dM/dg at every gated key
         if h < 1.0:
             removal, _ = self.gated_grads(batch, groups, self._state(batch, 1.0 - h))
-            total = total + removal
-        return self._per_example(batch, groups, total)
+            parts.append(removal)
+        return self._per_example(batch, groups, _in_order_sum(parts))
 
     @staticmethod
     def _state(batch: ScoreBatch, g: float) -> torch.Tensor:
@@ -206,7 +222,7 @@ class AttributionScorer(BridgeScorer):
                 else None
             )
             r = Routing(
-                math_layers=frozenset(self.gate_layers),
+                math_layers=frozenset(self.gate_layers) | self.tail_set,
                 capture_layers=frozenset(),
                 query_start=batch.query_start,
                 right_padded=True,
