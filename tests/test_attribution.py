@@ -59,10 +59,27 @@ def atp(model, tokenizer, v, chunks):
     return AttributionScorer(ctx)
 
 
+def sum_a(scorer, batch, bias, log_gate=None, math_layers=None) -> float:
+    """sum_j a_j in float64 with the key-gate bias ``bias`` ([1, L]) on every gated layer, at the
+    gated state ``log_gate`` (the scorer's own forward, no grad)."""
+    import torch.autograd.forward_ad as fwAD
+
+    from bridgecli.modeling.attention import Routing, key_gate, routing
+
+    layers = frozenset(scorer.gate_layers) if math_layers is None else math_layers
+    r = Routing(math_layers=layers, capture_layers=frozenset(), right_padded=True)
+    with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}, None, log_gate), routing(r):
+        hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
+        with fwAD.dual_level():
+            dual = {k: {n: fwAD.make_dual(p, scorer.tangents[k][n]) for n, p in ps.items()}
+                    for k, ps in scorer.primals.items()}
+            a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
+    return float(a.sum())
+
+
 def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
     """Group effects (the reverse pass through the JVP) against central differences of
     M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
-    from bridgecli.modeling.attention import key_gate
     from bridgecli.modeling.score_batch import make_batch
 
     build, exs = setup
@@ -75,21 +92,10 @@ def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
     L = len(ex.tokens.input_ids)
 
     def M(i: int, eps: float) -> float:
-        """sum_j a_j in float64 with key i's gate bias at eps (the scorer's own forward, no grad)."""
-        import torch.autograd.forward_ad as fwAD
-
-        from bridgecli.modeling.attention import Routing, routing
-
+        """sum_j a_j with key i's gate bias at eps."""
         bias = torch.zeros(1, L, dtype=torch.float64)
         bias[0, int(prompt[i])] = eps
-        r = Routing(math_layers=frozenset(scorer.gate_layers), capture_layers=frozenset(), right_padded=True)
-        with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}), routing(r):
-            hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
-            with fwAD.dual_level():
-                dual = {k: {n: fwAD.make_dual(p, scorer.tangents[k][n]) for n, p in ps.items()}
-                        for k, ps in scorer.primals.items()}
-                a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
-        return float(a.sum())
+        return sum_a(scorer, batch, bias)
 
     for i in (0, len(prompt) // 2, len(prompt) - 1):
         h = 1e-3  # HF's RMSNorm runs in float32 even in a float64 model: a smaller step is rounding noise
@@ -265,9 +271,7 @@ def test_gated_gradients_match_finite_differences_along_the_path(setup, tokenize
     """At a gated state g = 1 - t h of every prompt key: the plain-bias gradient is g dM/dg_i (central
     differences of log g_i) and the removal-bias gradient is dM/db_i (central differences of the
     key-gate bias at that state)."""
-    import torch.autograd.forward_ad as fwAD
 
-    from bridgecli.modeling.attention import Routing, key_gate, routing
     from bridgecli.modeling.score_batch import make_batch
 
     build, exs = setup
@@ -288,14 +292,7 @@ def test_gated_gradients_match_finite_differences_along_the_path(setup, tokenize
             log_gate[0, pos] += eps
         else:
             bias[0, pos] = eps
-        r = Routing(math_layers=frozenset(scorer.gate_layers), capture_layers=frozenset(), right_padded=True)
-        with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}, None, log_gate), routing(r):
-            hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
-            with fwAD.dual_level():
-                dual = {k: {n: fwAD.make_dual(p, scorer.tangents[k][n]) for n, p in ps.items()}
-                        for k, ps in scorer.primals.items()}
-                a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
-        return float(a.sum())
+        return sum_a(scorer, batch, bias, log_gate)
 
     h = 1e-3
     for i in (0, len(prompt) // 2, len(prompt) - 1):
@@ -353,9 +350,7 @@ def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokeniz
 def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenizer, k):
     """layers=k: the reverse pass gives dM/db for a key-gate bias on the final k blocks only (k = 2
     leaves two of the four tail blocks ungated; k = 5 reaches into the prefix)."""
-    import torch.autograd.forward_ad as fwAD
 
-    from bridgecli.modeling.attention import Routing, key_gate, routing
     from bridgecli.modeling.score_batch import make_batch
 
     build, exs = setup
@@ -372,14 +367,7 @@ def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenize
     def M(i: int, eps: float) -> float:
         bias = torch.zeros(1, L, dtype=torch.float64)
         bias[0, int(prompt[i])] = eps
-        r = Routing(math_layers=frozenset(range(n_layers)), capture_layers=frozenset(), right_padded=True)
-        with torch.no_grad(), key_gate({layer: bias for layer in scorer.gate_layers}), routing(r):
-            hidden, calls = scorer.tail.prefix(batch.input_ids, batch.attention_mask)
-            with fwAD.dual_level():
-                dual = {j: {n: fwAD.make_dual(p, scorer.tangents[j][n]) for n, p in ps.items()}
-                        for j, ps in scorer.primals.items()}
-                a = fwAD.unpack_dual(scorer._losses(dual, hidden, calls, batch.flat_rows())).tangent
-        return float(a.sum())
+        return sum_a(scorer, batch, bias, math_layers=frozenset(range(n_layers)))
 
     h = 1e-3
     for i in (0, len(prompt) - 1):
