@@ -71,6 +71,19 @@ from .scoring import BridgeScorer, ScoringContext
 IG_DEPTH = {"path": 0.5, "avg": 1.0}
 
 
+def _int_option(opts: dict, name: str, default: int, high: int | None = None) -> int:
+    """Scorer option ``name`` as an integer >= 1 (and <= ``high``)."""
+    try:
+        value = int(opts.get(name, default))
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {opts[name]!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high} (the model's blocks), got {value}")
+    return value
+
+
 def _in_order_sum(parts: list[np.ndarray]) -> np.ndarray:
     """parts[0] + parts[1] + ..., added left to right."""
     total = parts[0]
@@ -115,20 +128,10 @@ class AttributionScorer(BridgeScorer):
     def __init__(self, ctx: ScoringContext):
         super().__init__(ctx)
         opts = dict(ctx.options.get("scorer_options") or {})
-        try:
-            self.chunks = int(opts.get("chunks", 1))
-        except ValueError:
-            raise ValueError(f"chunks must be an integer, got {opts['chunks']!r}") from None
-        if self.chunks < 1:
-            raise ValueError(f"chunks must be >= 1, got {self.chunks}")
+        self.chunks = _int_option(opts, "chunks", 1)
         self.ig: int | None = None
         if "ig" in opts:
-            try:
-                self.ig = int(opts["ig"])
-            except ValueError:
-                raise ValueError(f"ig must be an integer, got {opts['ig']!r}") from None
-            if self.ig < 1:
-                raise ValueError(f"ig must be >= 1, got {self.ig}")
+            self.ig = _int_option(opts, "ig", 1)
         elif "ig_depth" in opts or "ig_rule" in opts:
             raise ValueError("ig_depth and ig_rule need ig=K")
         self.ig_rule = str(opts.get("ig_rule", "path"))
@@ -141,12 +144,7 @@ class AttributionScorer(BridgeScorer):
         if not 0.0 < self.ig_depth <= 1.0:
             raise ValueError(f"ig_depth must lie in (0, 1], got {self.ig_depth}")
         n_layers = len(self.tail.blocks)
-        try:
-            k = int(opts.get("layers", n_layers))
-        except ValueError:
-            raise ValueError(f"layers must be an integer, got {opts['layers']!r}") from None
-        if not 1 <= k <= n_layers:
-            raise ValueError(f"layers must lie in [1, {n_layers}] (the model's blocks), got {k}")
+        k = _int_option(opts, "layers", n_layers, high=n_layers)
         # hide keys in the final k blocks only (default: every block); the blocks before run their
         # fused attention and the reverse pass stops at the first gated block
         self.gate_layers = list(range(n_layers - k, n_layers))
