@@ -134,3 +134,20 @@ def test_compile_cache_goes_under_the_bridge_cache_unless_set(monkeypatch, tmp_p
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     score_step.compile_caches()
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_timings_name_each_phase_in_order_and_only_when_asked(run, tmp_path, monkeypatch, capsys):
+    opts = dict(data=str(SAMPLE), run=str(run), window=8, max_tokens=300, batch_size=4, device="cpu")
+    monkeypatch.delenv("BRIDGE_TIMINGS", raising=False)
+    run_score(ScoreOptions(out=str(tmp_path / "a.bridge"), **opts))
+    assert "timing" not in capsys.readouterr().err
+    monkeypatch.setenv("BRIDGE_TIMINGS", "1")
+    run_score(ScoreOptions(out=str(tmp_path / "b.bridge"), **opts))
+    marks = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("bridge: timing: ")]
+    labels = [ln.removeprefix("bridge: timing: ").rsplit(" at ", 1)[0] for ln in marks]
+    assert labels == ["start of scoring", "model loaded", "scorer ready", "scoring loop starts",
+                      "first window read and tokenised", "first batch queued", "first batch done",
+                      "first window scored", "last window written"]
+    times = [float(ln.rsplit(" at ", 1)[1].removesuffix(" s")) for ln in marks]
+    assert times == sorted(times)
+    assert after_header((tmp_path / "a.bridge").read_bytes()) == after_header((tmp_path / "b.bridge").read_bytes())

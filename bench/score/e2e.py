@@ -126,6 +126,14 @@ def summary(stderr: str) -> dict:
             "after_first_tokens_per_s": num(m[4]), "first_window_s": num(m[5])}
 
 
+TIMING = re.compile(r"^bridge: timing: (.+) at ([\d.]+) s$", re.M)
+
+
+def timings(stderr: str) -> dict:
+    """The scorer's BRIDGE_TIMINGS marks: seconds since bridgecli was imported, by label."""
+    return {label: float(t) for label, t in TIMING.findall(stderr)}
+
+
 def after_header(path: Path) -> bytes:
     """The stream's bytes after the preamble and the header's zstd frame (the header holds a time)."""
     import zstandard
@@ -139,7 +147,7 @@ def after_header(path: Path) -> bytes:
 
 
 def child_env(base: dict, src: str | None, caches: Path | None, extra: list[str] = ()) -> dict:
-    env = {**base, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**base, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1", "BRIDGE_TIMINGS": "1"}
     env.update(kv.split("=", 1) for kv in extra)
     if src:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve()), env.get("PYTHONPATH", "")])
@@ -179,7 +187,7 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
         outs[name].unlink(missing_ok=True)
         cmd = [py, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(outs[name]), *limits]
         wall, _, err = timed(cmd, env, log_dir / f"{shape}-{name}.log", args.timeout)
-        r = {"process_s": round(wall, 2), **summary(err)}
+        r = {"process_s": round(wall, 2), **summary(err), "timings": timings(err)}
         if "forward" in res:
             r["ratio_to_forward"] = round(wall / res["forward"]["process_s"], 3)
         res[name] = r
@@ -192,11 +200,58 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
                               "--windows", str(args.profile_windows), "--out", str(prof_dir), *limits],
                              env, log_dir / f"{shape}-profile.log", args.timeout)
         res["profile"] = {"process_s": round(wall, 2), **json.loads(out.strip().splitlines()[-1])}
+    if args.cprofile:
+        res["cprofile"] = cprofile_run(shape, args, run, data, caches, env0, log_dir, limits)
     for f in outs.values():
         f.unlink(missing_ok=True)
     if torch.cuda.is_available():
         res["device"] = torch.cuda.get_device_name()
     return res
+
+
+#: cumulative time of these functions (the first match of each pattern) splits a warm process
+PHASES = {
+    "whole process (cli main)": ("bridgecli/cli/app.py", "main"),
+    "model load (steps/score.py _load)": ("bridgecli/steps/score.py", "_load"),
+    "dynamo (convert_frame._compile)": ("torch/_dynamo/convert_frame.py", "_compile"),
+    "aot autograd (aot_module_simplified)": ("torch/_functorch/aot_autograd.py", "aot_module_simplified"),
+    "inductor (compile_fx)": ("torch/_inductor/compile_fx.py", "compile_fx"),
+    "inductor cache load (FxGraphCache.load)": ("torch/_inductor/codecache.py", "load"),
+    "triton load": ("triton/compiler/compiler.py", "compile"),
+    "tokenisation (tokenize_pair)": ("bridgecli/data/", "tokenize_pair"),
+    "score step (run_score)": ("bridgecli/steps/score.py", "run_score"),
+    "cuda synchronize": ("~", "<method 'synchronize'"),
+}
+
+
+def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
+    """A later run under cProfile; the cumulative time of a few functions and the top 60 by cumulative time."""
+    import pstats
+
+    env = child_env(env0, args.src, caches, args.score_env)
+    prof_dir = Path(args.profile_dir) / shape
+    prof_dir.mkdir(parents=True, exist_ok=True)
+    pfile = prof_dir / "score_later.prof"
+    out = Path(args.work) / shape / "cprofile.bridge"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), "-m", "bridgecli", "score", str(data), "--from",
+           str(run), "-o", str(out), *limits]
+    wall, _, err = timed(cmd, env, log_dir / f"{shape}-cprofile.log", args.timeout)
+    out.unlink(missing_ok=True)
+    st = pstats.Stats(str(pfile))
+    phases: dict = {}
+    for name, (file_part, func) in PHASES.items():
+        best = 0.0
+        for (fn, _line, fname), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+            if file_part in fn and fname.startswith(func):
+                best = max(best, ct)
+        phases[name] = round(best, 2)
+    import io
+
+    buf = io.StringIO()
+    pstats.Stats(str(pfile), stream=buf).sort_stats("cumulative").print_stats(60)
+    (prof_dir / "score_later_cumulative.txt").write_text(buf.getvalue())
+    return {"process_s": round(wall, 2), **summary(err), "phases_s": phases}
 
 
 def table(rows: list[dict]) -> str:
@@ -232,6 +287,8 @@ def main(argv=None):
     ap.add_argument("--score-env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of the scoring processes (repeatable), e.g. BRIDGE_COMPILE=0")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="one more later run under cProfile: where a warm process's time goes (first window)")
     ap.add_argument("--profile-windows", type=int, default=3)
     ap.add_argument("--profile-dir", default=None, help="default: next to --out, <out stem>_profile/")
     ap.add_argument("--work", default="/tmp/bridge-e2e")

@@ -90,7 +90,9 @@ class ScoreOptions:
         help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.", factory=dict
     )
     #: at most this many rows per scoring pass
-    batch_size: int = option(64, "At most this many examples per scoring pass.", range=count())
+    batch_size: int = option(
+        256, "At most this many examples per scoring pass (--max-tokens usually binds first).", range=count()
+    )
     #: padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
     max_tokens: int | None = option(
         None, "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.", range=count()

@@ -36,6 +36,7 @@ from ..errors import EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
+from ..timings import mark
 from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
 from ..modeling.scoring import DoneScores, ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
@@ -136,7 +137,9 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     scorer_entry = get("scorer", opts.scorer)
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
+    mark("start of scoring")
     ck, dtype = _load(opts, device)
+    mark("model loaded")
     run, meta, tokenizer, model, direction = ck.run, ck.meta, ck.tokenizer, ck.model, ck.direction
     ctx = ScoringContext(
         model=model,
@@ -150,6 +153,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
         scorer = scorer_entry.obj(ctx)
     except ValueError as exc:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
+    mark("scorer ready")
     # a scorer may ask for smaller passes (atp keeps every layer's attention for its reverse pass)
     default_max_tokens: int = getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096
     max_tokens = opts.max_tokens or default_max_tokens
@@ -350,14 +354,21 @@ def _run_windows(
     ahead = _Ahead(examples, most=opts.window)
     out = _WriterThread(writer, commit)
     t0 = time.perf_counter()
+    mark("scoring loop starts")
     # the batch whose device work is queued: (window, its scores so far, its end position, indices, handle)
     pending: tuple | None = None
 
+    first_batch_done = False
+
     def collect(bar, task) -> None:
-        nonlocal tokens, first_tokens
+        nonlocal tokens, first_tokens, first_batch_done
         assert pending is not None
         window, scored, end, group, handle = pending
-        for i, sc in zip(group, handle.result()):
+        results = handle.result()
+        if not first_batch_done:
+            first_batch_done = True
+            mark("first batch done")
+        for i, sc in zip(group, results):
             scored[i] = msgspec.structs.replace(window[i], scores=sc)
         bar.update(task, advance=len(group))
         if len(scored) == len(window):  # the window is complete: write it in input order
@@ -365,6 +376,7 @@ def _run_windows(
             tokens += sum(len(ex.tokens.input_ids) for ex in done)
             if first_tokens is None:
                 first_tokens = tokens
+                mark("first window scored")
             out.put(done, end)
 
     try:
@@ -376,11 +388,15 @@ def _run_windows(
                     bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
                     continue
                 position += len(window)
+                if pending is None and not first_batch_done:
+                    mark("first window read and tokenised")
                 scored: dict[int, Example] = {}
                 groups = bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, opts.batch_size)
                 step = -(-opts.window // len(groups))  # read the next window over this window's batches
                 for group in groups:
                     handle = launch([window[i] for i in group])
+                    if pending is None and not first_batch_done:
+                        mark("first batch queued")
                     if pending is not None:
                         collect(bar, task)
                     pending = (window, scored, position, group, handle)
@@ -389,6 +405,7 @@ def _run_windows(
                 collect(bar, task)
                 pending = None
             out.close()
+            mark("last window written")
     finally:
         if out.thread.is_alive():  # an error in the loop: stop the writer after what it holds
             with contextlib.suppress(BaseException):

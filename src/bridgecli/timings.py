@@ -1,0 +1,20 @@
+"""Phase times of a command on stderr, when ``BRIDGE_TIMINGS`` is set: where a slow start goes.
+
+``BRIDGE_TIMINGS=1 bridge score data.jsonl -o s.bridge`` prints lines such as
+``bridge: timing: model loaded at 9.41 s`` (seconds since bridgecli was imported), which
+bench/score/e2e.py reads back. Off (the default), a mark costs one environment lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+#: when bridgecli was first imported (the interpreter's own start comes a few tens of ms before)
+START = time.perf_counter()
+
+
+def mark(label: str) -> None:
+    if os.environ.get("BRIDGE_TIMINGS"):
+        print(f"bridge: timing: {label} at {time.perf_counter() - START:.2f} s", file=sys.stderr, flush=True)
