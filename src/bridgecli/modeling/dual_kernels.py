@@ -6,7 +6,8 @@ on CUDA: a new process then pays no import of dynamo/inductor and no tracing bef
 batch, only Triton's compilation of three small kernels (kept in Triton's cache folder, so paid
 once per machine). The arithmetic is that of the eager functions, rounding where they round:
 
-- internal math in float32;
+- internal math in float32, with no fused multiply-adds (eager rounds a product before adding)
+  and IEEE division for the means and the sigmoid;
 - in bfloat16/float16 every eager op rounds its result to the input dtype (``w * n``, ``1 - sg``,
   ...), so the kernels round at the same points (``_rd``), including RMSNorm's explicit cast of
   n and dn before the weight multiplies. Elementwise results then agree with eager bit for bit up
@@ -49,6 +50,8 @@ _RND = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 #: the widest RMSNorm row one program holds in registers
 MAX_HIDDEN = 16384
 _SWIGLU_BLOCK = 1024
+#: launch options: no fused multiply-add (each eager op rounds its product before the add)
+_EXACT = {"enable_fp_fusion": False}
 
 if HAVE_TRITON:
 
@@ -87,9 +90,9 @@ if HAVE_TRITON:
         ok = offs < N
         x = tl.load(X + row * sx + offs, mask=ok, other=0.0).to(tl.float32)
         dx = tl.load(DX + row * sdx + offs, mask=ok, other=0.0).to(tl.float32)
-        r = tl.math.rsqrt(tl.sum(x * x, 0) / N + eps)
+        r = tl.math.rsqrt(tl.math.div_rn(tl.sum(x * x, 0), N * 1.0) + eps)
         n = x * r
-        dn = r * (dx - n * (tl.sum(n * dx, 0) / N))
+        dn = r * (dx - n * tl.math.div_rn(tl.sum(n * dx, 0), N * 1.0))
         n = _rd(n, RND)
         dn = _rd(dn, RND)
         w = tl.load(W + offs, mask=ok, other=0.0).to(tl.float32)
@@ -168,7 +171,7 @@ if HAVE_TRITON:
         u = tl.load(GU + row * sg + NI + cols, mask=ok, other=0.0).to(tl.float32)
         dg = tl.load(DGU + row * sdg + cols, mask=ok, other=0.0).to(tl.float32)
         du = tl.load(DGU + row * sdg + NI + cols, mask=ok, other=0.0).to(tl.float32)
-        sig = _rd(1.0 / (1.0 + tl.exp(-g)), RND)
+        sig = _rd(tl.math.div_rn(1.0, 1.0 + tl.exp(-g)), RND)
         act = _rd(g * sig, RND)
         m = _rd(act * u, RND)
         slope = _rd(sig * _rd(1.0 + _rd(g * _rd(1.0 - sig, RND), RND), RND), RND)
@@ -226,7 +229,7 @@ def rmsnorm_dual(x, dx, w, dw, eps: float):
         warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
         _rmsnorm_dual_kernel[(rows,)](
             x2, dx2, w, dw_, y, dy, n, x2.stride(0), dx2.stride(0), n, n, float(eps),
-            HAS_DW=dw is not None, BLOCK=block, RND=_RND[x.dtype], num_warps=warps,
+            HAS_DW=dw is not None, BLOCK=block, RND=_RND[x.dtype], num_warps=warps, **_EXACT,
         )  # fmt: skip
     return y, dy
 
@@ -284,7 +287,7 @@ def rope_dual(q, dq, k, dk, cos, sin):
             *oq.stride()[:3], *ok.stride()[:3],
             L, H, hk, half,
             HP=triton.next_power_of_2(max(H, 1)), HKP=triton.next_power_of_2(max(hk, 1)),
-            HALFP=triton.next_power_of_2(half), RND=_RND[q.dtype], num_warps=4,
+            HALFP=triton.next_power_of_2(half), RND=_RND[q.dtype], num_warps=4, **_EXACT,
         )  # fmt: skip
     return oq, odq, ok, odk
 
@@ -309,7 +312,7 @@ def swiglu_dual(gu, dgu):
         grid = (rows, triton.cdiv(i, _SWIGLU_BLOCK))
         _swiglu_dual_kernel[grid](
             gu2, dgu2, m, dm, i, gu2.stride(0), dgu2.stride(0), i, i,
-            BLOCK=_SWIGLU_BLOCK, RND=_RND[gu.dtype], num_warps=4,
+            BLOCK=_SWIGLU_BLOCK, RND=_RND[gu.dtype], num_warps=4, **_EXACT,
         )  # fmt: skip
     return m, dm
 
