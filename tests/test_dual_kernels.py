@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -244,3 +245,52 @@ def test_applies_and_dispatch(monkeypatch):
     if not CUDA:  # CPU tensors only when forced
         monkeypatch.setenv("BRIDGE_DUAL_KERNELS", "auto")
         assert not dk.swiglu_applies(randn(2, 8), randn(2, 8))
+
+
+def test_fast_tail_on_the_kernels_matches_its_eager_path(tokenizer, monkeypatch):
+    """dual_llama's three functions dispatched to the kernels (the wiring proposed for it), on a
+    tiny float32 Llama and one short example (the interpreter is slow; bf16 CPU matmuls too):
+    every call the scorer makes is served by a kernel, and the scores equal those of the same
+    scorer with the kernels off to float32 accuracy."""
+    from bridgecli.modeling.params import tail_parameters
+    from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
+
+    from test_scoring import examples
+    from tiny import tiny_llama_config, tiny_model
+
+    served = []
+
+    def counted(kernel):
+        def run(*args):
+            served.append(kernel.__name__)
+            return kernel(*args)
+
+        run.__name__ = kernel.__name__
+        return run
+
+    for name, applies, eager in [
+        ("rmsnorm_dual", dk.rmsnorm_applies, dl._rmsnorm_dual),
+        ("rope_dual", dk.rope_applies, dl._rope_dual),
+        ("swiglu_dual", dk.swiglu_applies, dl._swiglu_dual),
+    ]:
+        monkeypatch.setattr(dl, name, dk.Dispatch(counted(getattr(dk, name)), applies, eager))
+    model = tiny_model(tiny_llama_config(len(tokenizer), hidden=48, heads=3, kv_heads=1)).to(DEV)
+    torch.manual_seed(3)
+    v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
+    exs = sorted(examples(tokenizer), key=lambda e: len(e.tokens.input_ids))[:1]
+
+    def scores():
+        ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=2, device=DEV)
+        scorer = BridgeScorer(ctx)
+        assert scorer.fast is not None
+        return scorer.score(exs)
+
+    on = scores()
+    assert sorted(set(served)) == ["rmsnorm_dual", "rope_dual", "swiglu_dual"]
+    assert len(served) == 2 * 4 + 1  # two blocks (2 norms, RoPE, SwiGLU each) and the final norm
+    monkeypatch.setenv("BRIDGE_DUAL_KERNELS", "0")
+    off = scores()
+    for f, g in zip(on, off, strict=True):
+        np.testing.assert_allclose(f.a.numpy(), g.a.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(f.loss.numpy(), g.loss.numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(f.A.numpy(), g.A.numpy())
