@@ -3,7 +3,8 @@ and SwiGLU, each computing the primal AND the tangent in one pass that reads eve
 
 They replace ``torch.compile`` of ``dual_llama._rmsnorm_dual`` / ``_rope_dual`` / ``_swiglu_dual``
 on CUDA: a new process then pays no import of dynamo/inductor and no tracing before its first
-batch, only Triton's compilation of three small kernels (kept in Triton's cache folder, so paid
+batch, only Triton's compilation of three small kernels (four variants: RMSNorm with and
+without a weight tangent; kept in Triton's cache folder, so paid
 once per machine). The arithmetic is that of the eager functions, rounding where they round:
 
 - internal math in float32, with no fused multiply-adds (eager rounds a product before adding)
@@ -11,9 +12,9 @@ once per machine). The arithmetic is that of the eager functions, rounding where
 - in bfloat16/float16 every eager op rounds its result to the input dtype (``w * n``, ``1 - sg``,
   ...), so the kernels round at the same points (``_rd``), including RMSNorm's explicit cast of
   n and dn before the weight multiplies. Elementwise results then agree with eager bit for bit up
-  to the rounding of float32 ``exp``/``rsqrt`` and the order of RMSNorm's row sums, which flip a
-  bf16 rounding on a few elements (by one ulp). (``torch.compile`` keeps intermediates in float32
-  instead, so it differs from eager on more elements.)
+  to the rounding of float32 ``exp``/``rsqrt`` and the order of RMSNorm's row sums, which flip
+  the rounding of an intermediate (n, dn, the sigmoid) by one ulp on a few elements.
+  (``torch.compile`` keeps intermediates in float32 instead, so it differs from eager on more.)
 - bfloat16 rounding is done with integer ops (round to nearest even), the same on a GPU and in
   Triton's CPU interpreter (whose own float32 -> bfloat16 cast truncates); the tests run there.
 
