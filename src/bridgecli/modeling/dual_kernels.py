@@ -4,8 +4,7 @@ and SwiGLU, each computing the primal AND the tangent in one pass that reads eve
 They replace ``torch.compile`` of ``dual_llama._rmsnorm_dual`` / ``_rope_dual`` / ``_swiglu_dual``
 on CUDA: a new process then pays no import of dynamo/inductor and no tracing before its first
 batch, only Triton's compilation of three small kernels (four variants: RMSNorm with and
-without a weight tangent; kept in Triton's cache folder, so paid
-once per machine). The arithmetic is that of the eager functions, rounding where they round:
+without a weight tangent), kept in Triton's cache folder, so paid once per machine. The arithmetic is that of the eager functions, rounding where they round:
 
 - internal math in float32, with no fused multiply-adds (eager rounds a product before adding)
   and IEEE division for the means and the sigmoid;
