@@ -33,6 +33,7 @@ interpreter, ``TRITON_INTERPRET=1``).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -327,7 +328,13 @@ class Dispatch:
         self.fallback = fallback
         self.__doc__ = getattr(fallback, "__doc__", None)
 
+    failed = False
+
     def __call__(self, *args):
-        if self.applies(*args):
-            return self.kernel(*args)
+        if not self.failed and self.applies(*args):
+            try:
+                return self.kernel(*args)
+            except Exception as exc:  # pragma: no cover - a Triton that cannot build the kernel
+                self.failed = True
+                warnings.warn(f"the Triton kernel {self.kernel.__name__} failed ({exc}); using torch instead")
         return self.fallback(*args)

@@ -7,7 +7,9 @@ expensive parts are fused:
 
 - a linear layer's tangent ``dy = x dW^T + dx W^T`` is ONE matmul, ``[x, dx] @ [dW, W]^T``, with
   the concatenated weight built once; q/k/v and gate/up share one matmul each;
-- RMSNorm's tangent is written out (``dn = r (dx - n mean(n dx))`` with n = x r);
+- RMSNorm's tangent is written out (``dn = r (dx - n mean(n dx))`` with n = x r); on CUDA the
+  RMSNorm, RoPE and SwiGLU pairs run as one Triton kernel each (dual_kernels.py: no torch.compile,
+  so a process pays no dynamo tracing), elsewhere through torch.compile or eagerly;
 - attention uses FlashAttention for the primal and the Triton kernel of jvp_attention for the
   tangent (explicit math on CPU);
 - the final norm and the LM head on response rows only (token_ce_with_tangent).
@@ -24,7 +26,7 @@ import torch
 import torch.fx.experimental._config as _fx_config
 import torch.nn.functional as F
 
-from . import jvp_attention
+from . import dual_kernels, jvp_attention
 
 FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -108,7 +110,7 @@ def _rmsnorm_dual(x, dx, w, dw, eps: float):
     return y, dy
 
 
-rmsnorm_dual = _Compiled(_rmsnorm_dual)
+rmsnorm_dual = dual_kernels.Dispatch(dual_kernels.rmsnorm_dual, dual_kernels.rmsnorm_applies, _Compiled(_rmsnorm_dual))
 
 
 def _rotate_half(x):
@@ -133,8 +135,10 @@ def _swiglu_dual(gu, dgu):
     return act * u, (sg * (1 + g * (1 - sg))) * dg * u + act * du
 
 
-rope_dual = _Compiled(_rope_dual, size_oblivious=False)
-swiglu_dual = _Compiled(_swiglu_dual)
+rope_dual = dual_kernels.Dispatch(
+    dual_kernels.rope_dual, dual_kernels.rope_applies, _Compiled(_rope_dual, size_oblivious=False)
+)
+swiglu_dual = dual_kernels.Dispatch(dual_kernels.swiglu_dual, dual_kernels.swiglu_applies, _Compiled(_swiglu_dual))
 
 
 def attention_dual_math(q, k, v, dq, dk, dv, scale):
