@@ -82,7 +82,7 @@ def key_gate(
     biases: dict, plain: dict | None = None, log_gate: torch.Tensor | None = None, recompute: bool = False
 ) -> Iterator[None]:
     """While active, every layer ``l`` in ``biases`` runs explicit-math attention with a per-key
-    logit bias ``biases[l]`` ([B, L], zero in value, requiring grad) added as
+    logit bias ``biases[l]`` ([B, L], zero in value where differentiated, requiring grad) added as
     ``s_qk + b_k / (1 - p_qk)`` (p the unbiased probabilities, not differentiated). The gradient of
     any function M with respect to ``b_i`` is then ``sum_{h, q} dM/ds_qi / (1 - p_qi)``: minus the
     first-order change of M when key i is hidden from every query of that layer, with the softmax
@@ -94,7 +94,10 @@ def key_gate(
     ``g_k dM/dg_k`` for a gate shared by every layer (integrated gradients, attribution.py).
 
     ``recompute``: the gated attention keeps only its inputs for a reverse pass and recomputes its
-    L x L tensors there (activation checkpointing), one layer at a time."""
+    L x L tensors there (activation checkpointing), one layer at a time.
+
+    With grad enabled the biases are taken to be zero in value (the estimate is the gradient at
+    zero, and the forward keeps one softmax, ``_GatedSoftmax``); without grad any value is applied."""
     global _gate, _gate_plain, _gate_log, _gate_recompute
     prev = _gate, _gate_plain, _gate_log, _gate_recompute
     _gate, _gate_plain, _gate_log, _gate_recompute = biases, plain, log_gate, recompute
@@ -183,13 +186,36 @@ def _gated_attention(query, key, value, groups, attention_mask, scaling, softcap
     return out, probs
 
 
+class _GatedSoftmax(torch.autograd.Function):
+    """``softmax(s + gate / (1 - p) + plain)`` over the last dimension for zero ``gate`` and ``plain``
+    ([B, 1, 1, Lk]; p = softmax(s), not differentiated): the value is softmax(s), and the reverse
+    pass gives s its softmax gradient g_s, the gate ``sum_{h, q} g_s / (1 - p)`` and the plain bias
+    ``sum_{h, q} g_s``. One softmax is kept (the written-out form kept the bias scale, the
+    exponentials and their sums)."""
+
+    @staticmethod
+    def forward(ctx, scores, gate, plain):
+        probs = torch.softmax(scores, dim=-1)
+        ctx.save_for_backward(probs)
+        ctx.dtypes = gate.dtype, None if plain is None else plain.dtype
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad):
+        (probs,) = ctx.saved_tensors
+        g_s = probs * (grad - (grad * probs).sum(dim=-1, keepdim=True))
+        g_gate = (g_s / (1.0 - probs).clamp_min(GATE_EPS)).sum(dim=(1, 2), keepdim=True)
+        g_plain = None if ctx.dtypes[1] is None else g_s.sum(dim=(1, 2), keepdim=True).to(ctx.dtypes[1])
+        return g_s, g_gate.to(ctx.dtypes[0]), g_plain
+
+
 def _gated_core(q, k, v, dq, dk, dv, gate, plain, log_gate, mask, scaling, softcap):
     """Gated attention and its tangent, from plain tensors (q [B, H, Lq, D], k and v repeated to H
     heads; ``d*`` their tangents or None): ``s = q k^T * scaling`` (+ mask, + log gate), then the
     key-gate bias ``gate / (1 - p0)`` (p0 = softmax(s), not differentiated) and the plain bias,
-    ``p = softmax(s)``, ``out = p v``; the tangent ``dout = dp v + p dv`` with
-    ``dp = p * (ds - sum_k p ds)``, ``ds = (dq k^T + q dk^T) * scaling``. Returns (out, dout or None,
-    p detached)."""
+    ``p = softmax(s + biases)`` (:class:`_GatedSoftmax` where differentiated), ``out = p v``; the
+    tangent ``dout = dp v + p dv`` with ``dp = p * (ds - sum_k p ds)``,
+    ``ds = (dq k^T + q dk^T) * scaling``. Returns (out, dout or None, p detached)."""
     acc = torch.promote_types(q.dtype, torch.float32)  # at least float32 (float64 stays float64)
     scores = torch.matmul(q, k.transpose(2, 3)).to(acc) * scaling
     ds = None
@@ -212,15 +238,12 @@ def _gated_core(q, k, v, dq, dk, dv, gate, plain, log_gate, mask, scaling, softc
         scores = scores + mask.to(acc)
     if log_gate is not None:
         scores = scores + log_gate.to(acc)
-    with torch.no_grad():
-        p0 = torch.softmax(scores.detach(), dim=-1)
-    scale = 1.0 / (1.0 - p0).clamp_min(GATE_EPS)
-    scores = scores + gate.to(acc) * scale
-    if plain is not None:
-        scores = scores + plain.to(acc)
-    # written out: a reverse pass differentiates through it (the atp scorer)
-    e = torch.exp(scores - scores.detach().amax(dim=-1, keepdim=True))
-    probs = e / e.sum(dim=-1, keepdim=True)
+    if torch.is_grad_enabled():  # differentiated at zero biases (key_gate)
+        probs = _GatedSoftmax.apply(scores, gate, plain)
+    else:  # any bias value, applied (finite differences of the gate)
+        scale = 1.0 / (1.0 - torch.softmax(scores, dim=-1)).clamp_min(GATE_EPS)
+        biased = scores + gate.to(acc) * scale + (0.0 if plain is None else plain.to(acc))
+        probs = torch.softmax(biased, dim=-1)
     p_v = probs.to(v.dtype)
     out = torch.matmul(p_v, v)
     dout = None

@@ -22,6 +22,13 @@ place of the paper's ``A[j, i] a_j``: Delta_p(i | S_r) = sum_{j in S_r} B[j, i],
 gamma_j = a_j - sum_i B[j, i], Delta_r(j | S_p) = a_j - sum_{i not in S_p} B[j, i], the first-order
 estimate of a_j under the reduced prompt. ``chunks = 1`` costs one reverse pass per batch.
 
+The gated forward pass is the scoring pass too: at the kept state its a_j, losses and attention rows
+are those of the ``bridge`` scorer, so a, A and c come from it and no other pass runs (with ``ig``
+every pass is at a gated state, and one ``bridge`` pass gives them). What the reverse pass keeps is
+modelled by :func:`token_bytes` and :func:`pass_bytes`; on a GPU the scorer sizes its passes to the
+free memory with them, and recomputes each gated layer's L x L tensors in the reverse pass instead
+of keeping them where passes would be small otherwise (``AttributionScorer._plan``).
+
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
 exact effect of one key is a path integral, ``beta_i = M(1) - M(1 - e_i) = int_0^1 dM/dg_i dg_i``
@@ -418,9 +425,9 @@ class GatedShape:
 PREFIX_WIDTH = (7.0, 3.5)
 TAIL_WIDTH = (18.0, 11.0)
 OTHER_WIDTH = 10.0  # embeddings, final norm, the LM head's inputs
-PREFIX_LXL, TAIL_LXL = 2.5, 6.5
+PREFIX_LXL, TAIL_LXL = 1.5, 4.5
 #: one layer's L x L tensors alive at once while it runs forward, or is recomputed and differentiated
-TRANSIENT_LXL = 10.0
+TRANSIENT_LXL = 12.0
 #: bytes per (row x vocabulary) element of one LM-head chunk while it is recomputed and differentiated
 HEAD_TRANSIENT = 32.0
 #: the share of free memory a pass may plan for, and a reserve for everything else

@@ -91,9 +91,12 @@ class ScoreOptions:
     )
     #: at most this many rows per scoring pass
     batch_size: int = option(64, "At most this many examples per scoring pass.", range=count())
-    #: padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
+    #: padded tokens per pass (default: 32768 on CUDA, atp's from free memory, 4096 on CPU)
     max_tokens: int | None = option(
-        None, "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.", range=count()
+        None,
+        "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU (--scorer atp: what its"
+        " reverse pass fits in the free GPU memory, at most 32768), 4096 on CPU.",
+        range=count(),
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
