@@ -38,7 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from bench_score import CASES, SHAPES, buckets, direction, make_examples, make_model, timed  # noqa: E402
 
 from bridgecli.modeling import scoring  # noqa: E402
-from bridgecli.modeling.attribution import AttributionScorer, chunk_ids, pass_bytes, token_bytes  # noqa: E402
+from bridgecli.modeling.attribution import (  # noqa: E402
+    AttributionScorer,
+    _free_bytes,
+    chunk_ids,
+    pass_bytes,
+    token_bytes,
+)
 from bridgecli.modeling.params import blocks_of  # noqa: E402
 from bridgecli.modeling.score_batch import make_batch  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
@@ -58,7 +64,8 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     atp_tokens = atp_tokens or atp.max_tokens_cuda
     b_batches, a_batches = buckets(exs, bridge_tokens), buckets(exs, atp_tokens)
     longest = max(len(e.tokens.input_ids) for e in exs)
-    free = torch.cuda.mem_get_info()[0]
+    free = _free_bytes("cuda")
+    assert free is not None
     passes = sum(len(atp._passes(b, free)) for b in a_batches)
     tokens = sum(len(e.tokens.input_ids) for e in exs)
     torch.cuda.reset_peak_memory_stats()
