@@ -2,11 +2,21 @@
 default ``bridge`` scorer, side by side on one GPU, same model, examples and direction.
 
     python bench/score/bench_atp.py --out bench/score/results/atp_cost.json
+    python bench/score/bench_atp.py --saved-bytes --cases llama-3.2-1b/metamath --layers 6   # CPU
 
 Random bf16 weights of real shapes (weights do not change the cost). Each scorer scores every
 example in length-bucketed batches under its own padded-token budget (``bridge`` at its default
-32768; ``atp`` keeps every layer's attention for the reverse pass, so it needs smaller batches:
-``--atp-max-tokens``); the ratio is total atp time / total bridge time (median of repeats).
+32768; ``atp`` at ``--atp-max-tokens``, by default the scorer's own default for the free memory,
+``AttributionScorer.max_tokens_cuda``; the scorer splits a batch that does not fit into passes);
+the ratio is total atp time / total bridge time (median of repeats). ``--recompute`` sets when the
+gated attention's L x L tensors are recomputed in the reverse pass (``auto``: only where passes
+would be small otherwise).
+
+``--saved-bytes`` runs on the CPU instead: the bytes the gated pass keeps for its reverse pass
+(``torch.autograd.graph.saved_tensors_hooks``, each storage once, parameters left out) per padded
+token, by component (gated blocks before the tail, tail blocks with their tangents, the L x L
+tensors of each, the LM head, the rest), for a model of the case's shape cut to ``--layers`` blocks,
+with and without recomputation, and the memory model's prediction for the same pass.
 """
 
 from __future__ import annotations
@@ -15,6 +25,8 @@ import argparse
 import json
 import statistics
 import sys
+import time
+from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,13 +35,23 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from bench_score import CASES, buckets, direction, make_examples, make_model, timed  # noqa: E402
+from bench_score import CASES, SHAPES, buckets, direction, make_examples, make_model, timed  # noqa: E402
 
-from bridgecli.modeling.attribution import AttributionScorer  # noqa: E402
+from bridgecli.modeling import scoring  # noqa: E402
+from bridgecli.modeling.attribution import (  # noqa: E402
+    AttributionScorer,
+    _free_bytes,
+    chunk_ids,
+    pass_bytes,
+    token_bytes,
+)
+from bridgecli.modeling.params import blocks_of  # noqa: E402
+from bridgecli.modeling.score_batch import make_batch  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
 
 
-def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int, repeats: int, chunks: int) -> dict:
+def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repeats: int, chunks: int,
+             recompute: str = "auto") -> dict:
     shape, p_len, r_len = CASES[name]
     model = make_model(shape)
     exs = make_examples(n, p_len, r_len, model.config.vocab_size)
@@ -37,25 +59,128 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int, repeats: in
     ctx = ScoringContext(model=model, tokenizer=SimpleNamespace(pad_token_id=0), direction=v, device="cuda")
     bridge = BridgeScorer(ctx)
     atp = AttributionScorer(ScoringContext(model=model, tokenizer=SimpleNamespace(pad_token_id=0), direction=v,
-                                           device="cuda", options={"scorer_options": {"chunks": chunks}}))
+                                           device="cuda", options={"scorer_options": {"chunks": chunks},
+                                                                   "atp_recompute": recompute}))
+    atp_tokens = atp_tokens or atp.max_tokens_cuda
     b_batches, a_batches = buckets(exs, bridge_tokens), buckets(exs, atp_tokens)
+    longest = max(len(e.tokens.input_ids) for e in exs)
+    free = _free_bytes("cuda")
+    assert free is not None
+    passes = sum(len(atp._passes(b, free)) for b in a_batches)
     tokens = sum(len(e.tokens.input_ids) for e in exs)
     torch.cuda.reset_peak_memory_stats()
     t_bridge = timed(lambda: [bridge.score(b) for b in b_batches], repeats)
     mem_bridge = torch.cuda.max_memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
     t_atp = timed(lambda: [atp.score(b) for b in a_batches], repeats)
     mem_atp = torch.cuda.max_memory_allocated()
+    plan_tokens, plan_recompute = atp._plan(free, longest)
+    predicted = pass_bytes(atp.shape, min(atp_tokens, plan_tokens), longest, atp.row_chunk, plan_recompute)
     med = statistics.median
-    out = {"case": name, "examples": n, "tokens": tokens, "chunks": chunks,
-           "bridge_max_tokens": bridge_tokens, "atp_max_tokens": atp_tokens,
+    out = {"case": name, "examples": n, "tokens": tokens, "chunks": chunks, "recompute": recompute,
+           "bridge_max_tokens": bridge_tokens, "atp_max_tokens": atp_tokens, "atp_passes": passes,
+           "atp_plan_at_longest": [plan_tokens, plan_recompute],
            "bridge_s": med(t_bridge), "atp_s": med(t_atp), "ratio_atp_over_bridge": med(t_atp) / med(t_bridge),
            "bridge_tokens_per_s": tokens / med(t_bridge), "atp_tokens_per_s": tokens / med(t_atp),
-           "peak_mem_bridge_gb": mem_bridge / 2**30, "peak_mem_atp_gb": mem_atp / 2**30, "repeats": repeats}
+           "peak_mem_bridge_gb": mem_bridge / 2**30, "peak_mem_atp_gb": mem_atp / 2**30,
+           "atp_peak_over_weights_gb": (mem_atp - base) / 2**30, "atp_predicted_pass_gb": predicted / 2**30,
+           "repeats": repeats}
     print(json.dumps(out), flush=True)
-    del model, bridge, atp
     torch.cuda.empty_cache()
     return out
+
+
+def saved_bytes(scorer: AttributionScorer, batch, groups) -> dict[str, int]:
+    """Bytes of the tensors the gated pass (``scorer.gated_grads``) saves for its reverse pass, by
+    component: each storage counted once, the model's parameters and v left out, tensors saved while
+    a reverse pass recomputes left out."""
+    label = ["other"]
+    blocks = blocks_of(scorer.ctx.model)
+    handles = []
+    for i, blk in enumerate(blocks):
+        name = "tail" if i in scorer.tail_set else "prefix"
+        handles.append(blk.register_forward_pre_hook(lambda m, a, name=name: label.__setitem__(0, name)))
+        handles.append(blk.register_forward_hook(lambda m, a, o: label.__setitem__(0, "other")))
+    head_fn = scoring.token_ce_with_tangent
+
+    def head(*args, **kwargs):
+        label[0] = "lm_head"
+        try:
+            return head_fn(*args, **kwargs)
+        finally:
+            label[0] = "other"
+
+    def ptr(t: torch.Tensor) -> int:
+        try:
+            return t.untyped_storage().data_ptr()
+        except RuntimeError:  # a few views of forward-AD tangents
+            return t.data_ptr()
+
+    own = {ptr(p) for p in scorer.ctx.model.parameters()}
+    own |= {ptr(t) for d in (scorer.primals, scorer.tangents) for ps in d.values() for t in ps.values()}
+    L = batch.input_ids.shape[1]
+    seen: dict[int, tuple[str, int]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if torch._C._current_graph_task_id() != -1:  # inside a reverse pass (recomputation)
+            return t
+        p = ptr(t)
+        if p and p not in own and p not in seen:
+            lxl = t.dim() >= 2 and t.shape[-1] == L and t.shape[-2] == L
+            try:
+                nbytes = t.untyped_storage().nbytes()
+            except RuntimeError:
+                nbytes = t.numel() * t.element_size()
+            seen[p] = (label[0] + (" LxL" if lxl else ""), nbytes)
+        return t
+
+    scoring.token_ce_with_tangent = head
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            scorer.gated_grads(batch, groups)
+    finally:
+        scoring.token_ce_with_tangent = head_fn
+        for h in handles:
+            h.remove()
+    out: dict[str, int] = defaultdict(int)
+    for comp, nbytes in seen.values():
+        out[comp] += nbytes
+    return dict(out)
+
+
+def saved_case(name: str, layers: int, tail: int, n: int) -> list[dict]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape, p_len, r_len = CASES[name]
+    cfg = LlamaConfig(max_position_embeddings=8192, rms_norm_eps=1e-5, **{**SHAPES[shape], "num_hidden_layers": layers})
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    exs = make_examples(n, p_len, r_len, cfg.vocab_size)
+    v = direction(model, k=tail)
+    rows = []
+    for recompute in ("never", "always"):
+        scorer = AttributionScorer(ScoringContext(model=model, tokenizer=SimpleNamespace(pad_token_id=0), direction=v,
+                                                  options={"atp_recompute": recompute}))
+        batch = make_batch(exs, 0)
+        B, L = batch.input_ids.shape
+        groups = [chunk_ids(len(r), 1) for r in batch.resp]
+        t0 = time.perf_counter()
+        by = saved_bytes(scorer, batch, groups)
+        seconds = time.perf_counter() - t0
+        per_token = {k: v / (B * L) for k, v in sorted(by.items())}
+        full = SHAPES[shape]["num_hidden_layers"]
+        per_block = {"prefix": sum(v for k, v in per_token.items() if k.startswith("prefix")) / max(1, layers - tail),
+                     "tail": sum(v for k, v in per_token.items() if k.startswith("tail")) / tail}
+        rest = sum(v for k, v in per_token.items() if not k.startswith(("prefix", "tail")))
+        row = {"case": name, "layers": layers, "tail": tail, "batch": [B, L], "recompute": recompute,
+               "bytes_per_token": sum(per_token.values()), "by_component": per_token, "per_block": per_block,
+               "predicted_bytes_per_token": token_bytes(scorer.shape, L, recompute == "always"),
+               f"full_{full}_layers_bytes_per_token": per_block["prefix"] * (full - tail) + per_block["tail"] * tail + rest,
+               "seconds_cpu": seconds}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 def main(argv=None):
@@ -63,19 +188,26 @@ def main(argv=None):
     ap.add_argument("--cases", default="llama-3.2-1b/metamath,llama-3.2-3b/metamath")
     ap.add_argument("--examples", type=int, default=256)
     ap.add_argument("--bridge-max-tokens", type=int, default=32768)
-    ap.add_argument("--atp-max-tokens", type=int, default=8192)
+    ap.add_argument("--atp-max-tokens", type=int, default=None, help="default: the atp scorer's own default")
+    ap.add_argument("--recompute", choices=["auto", "never", "always"], default="auto")
     ap.add_argument("--chunks", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--saved-bytes", action="store_true", help="measure saved bytes per token on the CPU")
+    ap.add_argument("--layers", type=int, default=6, help="--saved-bytes: blocks of the cut-down model")
     ap.add_argument("--out", default="bench/score/results/atp_cost.json")
     args = ap.parse_args(argv)
-    rows = [run_case(c, args.examples, args.bridge_max_tokens, args.atp_max_tokens, args.repeats, args.chunks)
-            for c in args.cases.split(",")]
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": rows}
+    if args.saved_bytes:
+        rows = [r for c in args.cases.split(",") for r in saved_case(c, args.layers, 4, min(args.examples, 2))]
+        report = {"device": "cpu", "torch": torch.__version__, "saved_bytes": rows}
+    else:
+        rows = [run_case(c, args.examples, args.bridge_max_tokens, args.atp_max_tokens, args.repeats, args.chunks,
+                         args.recompute) for c in args.cases.split(",")]
+        report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": rows}
+        for r in rows:
+            print(f"| {r['case']} | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "
+                  f"**{r['ratio_atp_over_bridge']:.2f}** | {r['peak_mem_bridge_gb']:.1f} | {r['peak_mem_atp_gb']:.1f} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    for r in rows:
-        print(f"| {r['case']} | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "
-              f"**{r['ratio_atp_over_bridge']:.2f}** | {r['peak_mem_bridge_gb']:.1f} | {r['peak_mem_atp_gb']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -74,12 +74,15 @@ def hidden_keys(mask: torch.Tensor) -> Iterator[None]:
 _gate: dict | None = None
 _gate_plain: dict | None = None
 _gate_log: torch.Tensor | None = None
+_gate_recompute = False
 
 
 @contextlib.contextmanager
-def key_gate(biases: dict, plain: dict | None = None, log_gate: torch.Tensor | None = None) -> Iterator[None]:
+def key_gate(
+    biases: dict, plain: dict | None = None, log_gate: torch.Tensor | None = None, recompute: bool = False
+) -> Iterator[None]:
     """While active, every layer ``l`` in ``biases`` runs explicit-math attention with a per-key
-    logit bias ``biases[l]`` ([B, L], zero in value, requiring grad) added as
+    logit bias ``biases[l]`` ([B, L], zero in value where differentiated, requiring grad) added as
     ``s_qk + b_k / (1 - p_qk)`` (p the unbiased probabilities, not differentiated). The gradient of
     any function M with respect to ``b_i`` is then ``sum_{h, q} dM/ds_qi / (1 - p_qi)``: minus the
     first-order change of M when key i is hidden from every query of that layer, with the softmax
@@ -88,14 +91,20 @@ def key_gate(biases: dict, plain: dict | None = None, log_gate: torch.Tensor | N
     ``log_gate`` ([B, L], no grad, <= 0) moves the state first: every gated layer adds ``log g_k`` to
     its scores (g = 1 kept, g -> 0 hidden), and p above is then the gated state's. ``plain`` (per layer,
     like ``biases``) adds ``b_k`` itself, so that its gradient is ``sum_{h, q} dM/ds_qk``, i.e.
-    ``g_k dM/dg_k`` for a gate shared by every layer (integrated gradients, attribution.py)."""
-    global _gate, _gate_plain, _gate_log
-    prev = _gate, _gate_plain, _gate_log
-    _gate, _gate_plain, _gate_log = biases, plain, log_gate
+    ``g_k dM/dg_k`` for a gate shared by every layer (integrated gradients, attribution.py).
+
+    ``recompute``: the gated attention keeps only its inputs for a reverse pass and recomputes its
+    L x L tensors there (activation checkpointing), one layer at a time.
+
+    With grad enabled the biases are taken to be zero in value (the estimate is the gradient at
+    zero, and the forward keeps one softmax, ``_GatedSoftmax``); without grad any value is applied."""
+    global _gate, _gate_plain, _gate_log, _gate_recompute
+    prev = _gate, _gate_plain, _gate_log, _gate_recompute
+    _gate, _gate_plain, _gate_log, _gate_recompute = biases, plain, log_gate, recompute
     try:
         yield
     finally:
-        _gate, _gate_plain, _gate_log = prev
+        _gate, _gate_plain, _gate_log, _gate_recompute = prev
 
 
 #: p_qk above this counts as saturated: 1 - p is clamped here (the first-order estimate is poor there)
@@ -127,6 +136,8 @@ def math_attention(
     and ``plain`` its gated state and plain bias (only with ``gate``).
     Returns (output [B, Lq, H, D], probabilities [B, H, Lq, Lk] in float32, or float64 for float64 inputs)."""
     groups = getattr(module, "num_key_value_groups", 1)
+    if gate is not None:
+        return _gated_attention(query, key, value, groups, attention_mask, scaling, softcap, gate, plain, log_gate)
     key = _repeat_kv(key, groups)
     value = _repeat_kv(value, groups)
     acc = torch.promote_types(query.dtype, torch.float32)  # at least float32 (float64 stays float64)
@@ -143,23 +154,106 @@ def math_attention(
         scores = scores + attention_mask[..., :lk].to(acc)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, torch.finfo(acc).min)
-    if gate is not None:
-        if log_gate is not None:
-            scores = scores + log_gate[:, None, None, :lk].to(scores.dtype)
-        with torch.no_grad():
-            p0 = torch.softmax(fwAD.unpack_dual(scores).primal.detach(), dim=-1)
-        scale = 1.0 / (1.0 - p0).clamp_min(GATE_EPS)
-        scores = scores + gate[:, None, None, :lk].to(scores.dtype) * scale
-        if plain is not None:
-            scores = scores + plain[:, None, None, :lk].to(scores.dtype)
-        # written out: softmax's forward-AD formula updates its result in place, which a reverse
-        # pass through the tangent (the atp scorer) cannot differentiate
-        e = torch.exp(scores - fwAD.unpack_dual(scores).primal.detach().amax(dim=-1, keepdim=True))
-        probs = e / e.sum(dim=-1, keepdim=True)
-    else:
-        probs = torch.softmax(scores, dim=-1)
+    probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs.to(value.dtype), value)
     return out.transpose(1, 2).contiguous(), probs
+
+
+def _gated_attention(query, key, value, groups, attention_mask, scaling, softcap, gate, plain, log_gate):
+    """:func:`math_attention` with the key gate, on forward-AD dual inputs: the primal and the
+    tangent computed by :func:`_gated_core` from unpacked tensors (checkpointed under
+    ``key_gate(recompute=True)``) and packed again. Probabilities come back as a plain tensor."""
+    q, dq = fwAD.unpack_dual(query)
+    k, dk = fwAD.unpack_dual(key)
+    v, dv = fwAD.unpack_dual(value)
+    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+    dk = _repeat_kv(dk, groups) if dk is not None else None
+    dv = _repeat_kv(dv, groups) if dv is not None else None
+    lk = k.shape[-2]
+    mask = attention_mask[..., :lk] if attention_mask is not None else None
+    lg = log_gate[:, None, None, :lk] if log_gate is not None else None
+    pl = plain[:, None, None, :lk] if plain is not None else None
+    args = (q, k, v, dq, dk, dv, gate[:, None, None, :lk], pl, lg, mask, scaling, softcap)
+    if _gate_recompute and torch.is_grad_enabled():
+        from torch.utils.checkpoint import checkpoint
+
+        out, dout, probs = checkpoint(_gated_core, *args, use_reentrant=False, preserve_rng_state=False)
+    else:
+        out, dout, probs = _gated_core(*args)
+    out = out.transpose(1, 2).contiguous()
+    if dout is not None:
+        out = fwAD.make_dual(out, dout.transpose(1, 2).contiguous())
+    return out, probs
+
+
+class _GatedSoftmax(torch.autograd.Function):
+    """``softmax(s + gate / (1 - p) + plain)`` over the last dimension for zero ``gate`` and ``plain``
+    ([B, 1, 1, Lk]; p = softmax(s), not differentiated): the value is softmax(s), and the reverse
+    pass gives s its softmax gradient g_s, the gate ``sum_{h, q} g_s / (1 - p)`` and the plain bias
+    ``sum_{h, q} g_s``. One softmax is kept (the written-out form kept the bias scale, the
+    exponentials and their sums)."""
+
+    @staticmethod
+    def forward(ctx, scores, gate, plain):
+        probs = torch.softmax(scores, dim=-1)
+        ctx.save_for_backward(probs)
+        ctx.dtypes = gate.dtype, None if plain is None else plain.dtype
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad):
+        (probs,) = ctx.saved_tensors
+        g_s = probs * (grad - (grad * probs).sum(dim=-1, keepdim=True))
+        g_gate = (g_s / (1.0 - probs).clamp_min(GATE_EPS)).sum(dim=(1, 2), keepdim=True)
+        g_plain = None if ctx.dtypes[1] is None else g_s.sum(dim=(1, 2), keepdim=True).to(ctx.dtypes[1])
+        return g_s, g_gate.to(ctx.dtypes[0]), g_plain
+
+
+def _gated_core(q, k, v, dq, dk, dv, gate, plain, log_gate, mask, scaling, softcap):
+    """Gated attention and its tangent, from plain tensors (q [B, H, Lq, D], k and v repeated to H
+    heads; ``d*`` their tangents or None): ``s = q k^T * scaling`` (+ mask, + log gate), then the
+    key-gate bias ``gate / (1 - p0)`` (p0 = softmax(s), not differentiated) and the plain bias,
+    ``p = softmax(s + biases)`` (:class:`_GatedSoftmax` where differentiated), ``out = p v``; the
+    tangent ``dout = dp v + p dv`` with ``dp = p * (ds - sum_k p ds)``,
+    ``ds = (dq k^T + q dk^T) * scaling``. Returns (out, dout or None, p detached)."""
+    acc = torch.promote_types(q.dtype, torch.float32)  # at least float32 (float64 stays float64)
+    scores = torch.matmul(q, k.transpose(2, 3)).to(acc) * scaling
+    ds = None
+    if dq is not None or dk is not None:
+        parts = [torch.matmul(a, b.transpose(2, 3)) for a, b in ((dq, k), (q, dk)) if a is not None and b is not None]
+        ds = (parts[0] if len(parts) == 1 else parts[0] + parts[1]).to(acc) * scaling
+    if softcap is not None:
+        t = torch.tanh(scores / softcap)
+        if ds is not None:
+            ds = ds * (1.0 - t * t)
+        scores = t * softcap
+    lq, lk = scores.shape[-2], scores.shape[-1]
+    if mask is None:
+        scores = scores.masked_fill(
+            ~torch.ones(lq, lk, dtype=torch.bool, device=scores.device).tril(diagonal=lk - lq), torch.finfo(acc).min
+        )
+    elif mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, torch.finfo(acc).min)
+    else:
+        scores = scores + mask.to(acc)
+    if log_gate is not None:
+        scores = scores + log_gate.to(acc)
+    if torch.is_grad_enabled():  # differentiated at zero biases (key_gate)
+        probs = _GatedSoftmax.apply(scores, gate, plain)
+    else:  # any bias value, applied (finite differences of the gate)
+        scale = 1.0 / (1.0 - torch.softmax(scores, dim=-1)).clamp_min(GATE_EPS)
+        biased = scores + gate.to(acc) * scale + (0.0 if plain is None else plain.to(acc))
+        probs = torch.softmax(biased, dim=-1)
+    p_v = probs.to(v.dtype)
+    out = torch.matmul(p_v, v)
+    dout = None
+    if ds is not None:
+        dp = probs * (ds - (probs * ds).sum(dim=-1, keepdim=True))
+        dout = torch.matmul(dp.to(v.dtype), v)
+    if dv is not None:
+        pdv = torch.matmul(p_v, dv)
+        dout = pdv if dout is None else dout + pdv
+    return out, dout, probs.detach()
 
 
 def bridge_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None, **kwargs):

@@ -22,6 +22,13 @@ place of the paper's ``A[j, i] a_j``: Delta_p(i | S_r) = sum_{j in S_r} B[j, i],
 gamma_j = a_j - sum_i B[j, i], Delta_r(j | S_p) = a_j - sum_{i not in S_p} B[j, i], the first-order
 estimate of a_j under the reduced prompt. ``chunks = 1`` costs one reverse pass per batch.
 
+The gated forward pass is the scoring pass too: at the kept state its a_j, losses and attention rows
+are those of the ``bridge`` scorer, so a, A and c come from it and no other pass runs (with ``ig``
+every pass is at a gated state, and one ``bridge`` pass gives them). What the reverse pass keeps is
+modelled by :func:`token_bytes` and :func:`pass_bytes`; on a GPU the scorer sizes its passes to the
+free memory with them, and recomputes each gated layer's L x L tensors in the reverse pass instead
+of keeping them where passes would be small otherwise (``AttributionScorer._plan``).
+
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
 exact effect of one key is a path integral, ``beta_i = M(1) - M(1 - e_i) = int_0^1 dM/dg_i dg_i``
@@ -57,6 +64,10 @@ neither closes the gap to the exact effects (targets 0.70 / 0.90).
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -64,7 +75,7 @@ import torch.autograd.forward_ad as fwAD
 from ..format.records import Array, Example, Scores
 from .attention import Routing, key_gate, routing
 from .score_batch import ScoreBatch, make_batch
-from .scoring import BridgeScorer, ScoringContext
+from .scoring import BridgeScorer, ScoringContext, _cast_floats
 
 
 #: the default ``ig_depth`` of each ``ig_rule``: the better of those measured (module doc)
@@ -116,17 +127,41 @@ def spread(effects: np.ndarray, groups: np.ndarray, a: np.ndarray, A: np.ndarray
     return B
 
 
+@contextlib.contextmanager
+def _frozen(model: torch.nn.Module) -> Iterator[None]:
+    """The model's parameters without ``requires_grad`` meanwhile: the reverse pass differentiates
+    with respect to the key-gate biases only, so no op keeps its input for a weight gradient."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
 class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
     OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers")
-    #: default padded tokens per pass on a GPU (`bridge score --max-tokens`): the reverse pass keeps every
-    #: layer's attention probabilities, so passes are smaller than the bridge scorer's 32768
-    max_tokens_cuda = 4096
+    #: the most padded tokens a command's batch gets by default on a GPU (the bridge scorer's)
+    MAX_TOKENS = 32768
+    #: ``atp_recompute=auto`` recomputes the L x L tensors only where passes would be smaller than this
+    MIN_PASS = 4096
 
     def __init__(self, ctx: ScoringContext):
         super().__init__(ctx)
+        if "lm_head_rows" not in ctx.options:
+            # each LM-head chunk is recomputed in the reverse pass with its [rows, vocab] float32
+            # tensors; smaller chunks keep that transient small
+            self.row_chunk = 1024
+        #: recompute each gated layer's L x L tensors in the reverse pass: "auto" (on a GPU, where passes
+        #: without it would hold fewer than MIN_PASS tokens; see _plan), "always" or "never"
+        self.recompute = str(ctx.options.get("atp_recompute", "auto"))
+        if self.recompute not in ("auto", "always", "never"):
+            raise ValueError(f"atp_recompute must be auto, always or never, got {self.recompute!r}")
         opts = dict(ctx.options.get("scorer_options") or {})
         self.chunks = _int_option(opts, "chunks", 1)
         self.ig: int | None = None
@@ -148,12 +183,71 @@ class AttributionScorer(BridgeScorer):
         # hide keys in the final k blocks only (default: every block); the blocks before run their
         # fused attention and the reverse pass stops at the first gated block
         self.gate_layers = list(range(n_layers - k, n_layers))
+        self.shape = GatedShape.of(ctx.model, len(self.tail.indices), k, self.tail_dtype)
+
+    @property
+    def max_tokens_cuda(self) -> int:
+        """Default padded tokens of a command's batch on a GPU (``bridge score --max-tokens``): a
+        pass's worth of sequences of 512 tokens in the free memory now (:meth:`_plan`), at most
+        :attr:`MAX_TOKENS`. A batch that does not fit is split into passes (:meth:`score`)."""
+        free = _free_bytes(self.ctx.device)
+        if free is None:
+            return 4096
+        return max(1, min(self.MAX_TOKENS, self._plan(free, 512)[0]))
+
+    def _plan(self, free: int, seq_len: int) -> tuple[int, bool]:
+        """(padded tokens per pass, recompute) for sequences of ``seq_len`` in ``free`` bytes:
+        ``auto`` recomputes only where a pass without it would hold fewer than :attr:`MIN_PASS`
+        tokens (recomputing costs about a forward of every gated layer's attention)."""
+        plain = pass_tokens(self.shape, free, seq_len, self.row_chunk, recompute=False)
+        if self.recompute == "never" or (self.recompute == "auto" and plain >= self.MIN_PASS):
+            return plain, False
+        return pass_tokens(self.shape, free, seq_len, self.row_chunk, recompute=True), True
 
     def score(self, examples: list[Example]) -> list[Scores]:
-        base = super().score(examples)
+        out: list[Scores] = []
+        for part in self._passes(examples, _free_bytes(self.ctx.device)):
+            out.extend(self._score_pass(part))
+        return out
+
+    def _passes(self, examples: list[Example], free: int | None) -> list[list[Example]]:
+        """``examples`` in consecutive runs, each one pass that fits in ``free`` bytes (:meth:`_plan`;
+        at least one example a pass); all in one pass where ``free`` is None (off a GPU)."""
+        if free is None:
+            return [examples]
+        out: list[list[Example]] = []
+        cur: list[Example] = []
+        longest = 0
+        for ex in examples:
+            top = max(longest, len(ex.tokens.input_ids))
+            if cur and top * (len(cur) + 1) > self._plan(free, top)[0]:
+                out.append(cur)
+                cur, top = [], len(ex.tokens.input_ids)
+            cur.append(ex)
+            longest = top
+        if cur:
+            out.append(cur)
+        return out
+
+    def _recompute(self, batch: ScoreBatch) -> bool:
+        free = _free_bytes(self.ctx.device)
+        if free is None:
+            return self.recompute == "always"
+        return self._plan(free, int(batch.input_ids.shape[1]))[1]
+
+    def _score_pass(self, examples: list[Example]) -> list[Scores]:
         batch = make_batch(examples, self.pad_id, self.ctx.device)
         groups = [chunk_ids(len(r), self.chunks) for r in batch.resp]
-        effects = self.group_effects(batch, groups)  # per example [k, m]
+        if self.ig is None:
+            # a, loss, A and c from the gated pass itself (at the kept state it is the bridge pass)
+            removal, _, kept = self._gated(batch, groups, keep=True)
+            assert kept is not None
+            base = self._send(batch, *kept).result()
+            effects = self._per_example(batch, groups, removal)
+        else:
+            # every ig pass is at a gated state: a, A, c come from one plain pass
+            base = super().score(examples)
+            effects = self.group_effects(batch, groups)  # per example [k, m]
         out = []
         for sc, g, eff in zip(base, groups, effects):
             B = spread(eff, g, sc.a.numpy(), sc.A.numpy())
@@ -209,10 +303,25 @@ class AttributionScorer(BridgeScorer):
         """One forward (the JVP) and one reverse pass per group, at the gated state ``log_gate``
         (None: every key kept). Returns [B, k, L] arrays: dM_g/db of the removal bias b / (1 - p),
         and, with ``plain``, dM_g/db of a plain bias (= g dM_g/dg), each summed over layers."""
+        removal, plains, _ = self._gated(batch, groups, log_gate, plain)
+        return removal, plains
+
+    def _gated(
+        self,
+        batch: ScoreBatch,
+        groups: list[np.ndarray],
+        log_gate: torch.Tensor | None = None,
+        plain: bool = False,
+        keep: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None]:
+        """:meth:`gated_grads`, and with ``keep`` the pass's own per-token losses, a_j and routing
+        rows (summed over the capture layers, from its attention probabilities), as the ``bridge``
+        scorer's pass computes them."""
         B, L = batch.input_ids.shape
         dev = batch.input_ids.device
         dtype = self.tail_dtype
-        with torch.enable_grad():
+        recompute = self._recompute(batch)
+        with torch.enable_grad(), _frozen(self.ctx.model):
             biases = {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
             plains = (
                 {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
@@ -221,21 +330,25 @@ class AttributionScorer(BridgeScorer):
             )
             r = Routing(
                 math_layers=frozenset(self.gate_layers) | self.tail_set,
-                capture_layers=frozenset(),
+                capture_layers=self.capture_layers if keep else frozenset(),
                 query_start=batch.query_start,
                 right_padded=True,
             )
-            with key_gate(biases, plains, log_gate), routing(r):
+            with key_gate(biases, plains, log_gate, recompute=recompute), routing(r):
                 hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
                 if hidden.dtype != dtype:
-                    hidden = hidden.to(dtype)
+                    hidden, calls = hidden.to(dtype), _cast_floats(calls, dtype)
                 with fwAD.dual_level():
                     dual = {
                         i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
                         for i, ps in self.primals.items()
                     }
                     out = self._losses(dual, hidden, calls, batch.flat_rows())
-                    _, a = fwAD.unpack_dual(out)
+                    losses, a = fwAD.unpack_dual(out)
+            kept = None
+            if keep:
+                a_kept = a.detach() if a is not None else torch.zeros_like(losses)
+                kept = (losses.detach(), a_kept, r.rows.detach() if r.rows is not None else None)
             k_max = max((int(g.max()) + 1 for g in groups if len(g)), default=0)
             flat_groups = torch.as_tensor(
                 np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long, device=dev
@@ -261,4 +374,100 @@ class AttributionScorer(BridgeScorer):
         def stack(ts: list[torch.Tensor]) -> np.ndarray:
             return torch.stack(ts, 1).detach().cpu().numpy() if ts else np.zeros((B, 0, L))  # [B, k, L]
 
-        return stack(totals), (stack(totals_plain) if plain else None)
+        return stack(totals), (stack(totals_plain) if plain else None), kept
+
+
+# --------------------------------------------------------------------------- memory of a gated pass
+
+
+@dataclass(frozen=True)
+class GatedShape:
+    """What the memory of a gated pass depends on: the model's widths and vocabulary, the gated
+    blocks before the tail (``prefix``) and in it (``tail``), the bytes of one element."""
+
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    prefix: int
+    tail: int
+    dtype_bytes: int
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, tail: int, gated: int, dtype: torch.dtype) -> GatedShape:
+        cfg: Any = model.config
+        hidden = int(cfg.hidden_size)
+        heads = int(cfg.num_attention_heads)
+        return cls(
+            hidden=hidden,
+            intermediate=int(getattr(cfg, "intermediate_size", None) or 4 * hidden),
+            heads=heads,
+            kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(cfg, "head_dim", None) or hidden // heads),
+            vocab=int(cfg.vocab_size),
+            prefix=max(0, gated - tail),
+            tail=min(gated, tail),
+            dtype_bytes=torch.empty(0, dtype=dtype).element_size(),
+        )
+
+    @property
+    def acc_bytes(self) -> int:
+        """Bytes of an element of the attention arithmetic (at least float32)."""
+        return max(4, self.dtype_bytes)
+
+
+#: bytes a gated block keeps for the reverse pass per padded token, per unit of (hidden, intermediate)
+#: width and element byte, and per (head x key) element of its L x L tensors in units of
+#: ``acc_bytes``: fit with margin to the saved-tensor measurement (``bench/score/bench_atp.py
+#: --saved-bytes``, bf16, Llama shapes of 135M and 1B; tests/test_attribution_cost.py checks it)
+PREFIX_WIDTH = (7.0, 3.5)
+TAIL_WIDTH = (18.0, 11.0)
+OTHER_WIDTH = 10.0  # embeddings, final norm, the LM head's inputs
+PREFIX_LXL, TAIL_LXL = 1.5, 4.5
+#: one layer's L x L tensors alive at once while it runs forward, or is recomputed and differentiated
+TRANSIENT_LXL = 12.0
+#: bytes per (row x vocabulary) element of one LM-head chunk while it is recomputed and differentiated
+HEAD_TRANSIENT = 32.0
+#: the share of free memory a pass may plan for, and a reserve for everything else
+MEMORY_SHARE, RESERVE = 0.85, 2**30
+
+
+def token_bytes(shape: GatedShape, seq_len: int, recompute: bool) -> float:
+    """Bytes a gated pass keeps for its reverse pass per padded token of sequences of ``seq_len``
+    tokens: every gated block's activations (and tangents in the tail), and without ``recompute``
+    their attention's L x L tensors."""
+    w = max(shape.hidden, shape.heads * shape.head_dim)
+    db = shape.dtype_bytes
+    lxl = 0.0 if recompute else shape.heads * seq_len * shape.acc_bytes
+    prefix = db * (PREFIX_WIDTH[0] * w + PREFIX_WIDTH[1] * shape.intermediate) + PREFIX_LXL * lxl
+    tail = db * (TAIL_WIDTH[0] * w + TAIL_WIDTH[1] * shape.intermediate) + TAIL_LXL * lxl
+    return shape.prefix * prefix + shape.tail * tail + db * OTHER_WIDTH * w
+
+
+def pass_bytes(shape: GatedShape, tokens: int, seq_len: int, row_chunk: int, recompute: bool) -> float:
+    """Predicted peak bytes of one gated pass (forward and reverse) over ``tokens`` padded tokens of
+    sequences of ``seq_len``, beyond the model's own weights."""
+    transient = tokens * shape.heads * seq_len * shape.acc_bytes * TRANSIENT_LXL
+    head = min(tokens, row_chunk) * shape.vocab * HEAD_TRANSIENT
+    return tokens * token_bytes(shape, seq_len, recompute) + transient + head
+
+
+def pass_tokens(shape: GatedShape, free_bytes: float, seq_len: int, row_chunk: int, recompute: bool) -> int:
+    """The most padded tokens of sequences of ``seq_len`` one gated pass may hold in ``free_bytes``
+    (0 when not even the fixed part fits): the inverse of :func:`pass_bytes` within
+    ``MEMORY_SHARE * free_bytes - RESERVE``."""
+    usable = MEMORY_SHARE * free_bytes - RESERVE - row_chunk * shape.vocab * HEAD_TRANSIENT
+    per_token = token_bytes(shape, seq_len, recompute) + shape.heads * seq_len * shape.acc_bytes * TRANSIENT_LXL
+    return max(0, int(usable // per_token))
+
+
+def _free_bytes(device: str | torch.device) -> int | None:
+    """Bytes a pass may still allocate on a CUDA device (free, plus what the caching allocator holds
+    unused); None off a GPU."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))

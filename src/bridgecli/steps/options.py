@@ -93,9 +93,12 @@ class ScoreOptions:
     batch_size: int = option(
         256, "At most this many examples per scoring pass (--max-tokens usually binds first).", range=count()
     )
-    #: padded tokens per pass (default: 32768 on CUDA, 4096 on CPU)
+    #: padded tokens per pass (default: 32768 on CUDA, atp's from free memory, 4096 on CPU)
     max_tokens: int | None = option(
-        None, "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU, 4096 on CPU.", range=count()
+        None,
+        "Padded tokens per scoring pass (length-bucketed); default 32768 on a GPU (--scorer atp: what its"
+        " reverse pass fits in the free GPU memory, at most 32768), 4096 on CPU.",
+        range=count(),
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
