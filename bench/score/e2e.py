@@ -209,23 +209,9 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     return res
 
 
-#: cumulative time of these functions (the first match of each pattern) splits a warm process
-PHASES = {
-    "whole process (cli main)": ("bridgecli/cli/app.py", "main"),
-    "model load (steps/score.py _load)": ("bridgecli/steps/score.py", "_load"),
-    "dynamo (convert_frame._compile)": ("torch/_dynamo/convert_frame.py", "_compile"),
-    "aot autograd (aot_module_simplified)": ("torch/_functorch/aot_autograd.py", "aot_module_simplified"),
-    "inductor (compile_fx)": ("torch/_inductor/compile_fx.py", "compile_fx"),
-    "inductor cache load (FxGraphCache.load)": ("torch/_inductor/codecache.py", "load"),
-    "triton load": ("triton/compiler/compiler.py", "compile"),
-    "tokenisation (tokenize_pair)": ("bridgecli/data/", "tokenize_pair"),
-    "score step (run_score)": ("bridgecli/steps/score.py", "run_score"),
-    "cuda synchronize": ("~", "<method 'synchronize'"),
-}
-
-
 def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
-    """A later run under cProfile; the cumulative time of a few functions and the top 60 by cumulative time."""
+    """A later run under cProfile (the main thread only; profiling slows Python-heavy work such as
+    dynamo's tracing about 1.5x): the top 60 functions by cumulative time, as text beside the report."""
     import pstats
 
     env = child_env(env0, args.src, caches, args.score_env)
@@ -238,20 +224,12 @@ def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
            str(run), "-o", str(out), *limits]
     wall, _, err = timed(cmd, env, log_dir / f"{shape}-cprofile.log", args.timeout)
     out.unlink(missing_ok=True)
-    st = pstats.Stats(str(pfile))
-    phases: dict = {}
-    for name, (file_part, func) in PHASES.items():
-        best = 0.0
-        for (fn, _line, fname), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
-            if file_part in fn and fname.startswith(func):
-                best = max(best, ct)
-        phases[name] = round(best, 2)
     import io
 
     buf = io.StringIO()
     pstats.Stats(str(pfile), stream=buf).sort_stats("cumulative").print_stats(60)
     (prof_dir / "score_later_cumulative.txt").write_text(buf.getvalue())
-    return {"process_s": round(wall, 2), **summary(err), "phases_s": phases}
+    return {"process_s": round(wall, 2), **summary(err), "timings": timings(err), "listing": str(prof_dir)}
 
 
 def table(rows: list[dict]) -> str:
