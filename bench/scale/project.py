@@ -33,6 +33,8 @@ INPUTS = {
     "kernel_h100": "bench/score/results/atp_cost_h100.json",
     "kernel_h200": "bench/score/results/score_h200.json",
     "process_h200": "bench/score/results/multi_gpu_2xh200.json",
+    "e2e_1b_h200": "bench/score/results/e2e_1b_kernels_h200.json",
+    "e2e_3b_h200": "bench/score/results/e2e_3b_kernels_h200.json",
     "host": "bench/score/results/cpu_side_2core.json",
     "stream": "bench/scale/results/stream_bytes_cpu.json",
     "steps_one_core": "bench/cpu_steps/results/after_one_core_quiet.json",
@@ -64,6 +66,13 @@ def rates(d: dict) -> dict:
         one_time = r["wall_s"] - p["tokens"] / r["steady_tokens_per_s"]
         return (label, "H100", r["steady_tokens_per_s"], "quoted.json: issue 15", one_time)
 
+    def e2e(key, run, label):
+        """bench/score/e2e.py's run: the loop's rate after the first window; one-time work = the
+        process's wall time less its tokens at that rate."""
+        r = d[key][0][run]
+        rate = r["after_first_tokens_per_s"]
+        return (label, "H200", rate, INPUTS[key], r["process_s"] - r["tokens"] / rate)
+
     return {
         "default (SmolLM2-135M)": [
             ("kernel", "H200", h200["smollm2-135m/metamath"], INPUTS["kernel_h200"], 0.0),
@@ -76,11 +85,15 @@ def rates(d: dict) -> dict:
             issue("llama-3.2-1b", "second_run", "process, later run"),
             # the first window only: this file has no token count to split the rest of the wall time
             ("process", "H200", mg["steady_tokens_per_s_1gpu"][0], INPUTS["process_h200"], mg["first_window_s_1gpu"][0]),
+            e2e("e2e_1b_h200", "score_first", "process, Triton tangents, first run"),
+            e2e("e2e_1b_h200", "score_second", "process, Triton tangents, later run"),
         ],
         "Llama-3.2-3B shape": [
             ("kernel", "H100", h100["llama-3.2-3b"], INPUTS["kernel_h100"], 0.0),
             issue("llama-3.2-3b", "first_run", "process, first run"),
             issue("llama-3.2-3b", "second_run", "process, later run"),
+            e2e("e2e_3b_h200", "score_first", "process, Triton tangents, first run"),
+            e2e("e2e_3b_h200", "score_second", "process, Triton tangents, later run"),
         ],
     }
 
