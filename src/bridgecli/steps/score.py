@@ -154,7 +154,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     except ValueError as exc:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
     mark("scorer ready")
-    # a scorer may ask for smaller passes (atp keeps every layer's attention for its reverse pass)
+    # a scorer may size its own passes (atp: what its reverse pass fits in the free GPU memory)
     default_max_tokens: int = getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096
     max_tokens = opts.max_tokens or default_max_tokens
 
