@@ -151,3 +151,13 @@ def test_timings_name_each_phase_in_order_and_only_when_asked(run, tmp_path, mon
     times = [float(ln.rsplit(" at ", 1)[1].removesuffix(" s")) for ln in marks]
     assert times == sorted(times)
     assert after_header((tmp_path / "a.bridge").read_bytes()) == after_header((tmp_path / "b.bridge").read_bytes())
+
+
+def test_a_named_gpu_becomes_the_current_device(run, tmp_path, monkeypatch):
+    """`--device cuda:1` in one process: the Triton kernels launch on the current device, so it is set."""
+    chosen = []
+    monkeypatch.setattr(score_step, "resolve_device", lambda device: "cuda:1")
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(torch.device(d)))
+    monkeypatch.setattr(score_step, "_score", lambda *args: 0)
+    run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
+    assert chosen == [torch.device("cuda:1")]

@@ -123,6 +123,9 @@ def run_score(opts: ScoreOptions) -> int:
             device = f"cuda:{dist.local_rank}"  # the GPU on this node; the shard goes by the global rank
             torch.cuda.set_device(dist.local_rank)
         ranks.init(dist)
+    elif device.startswith("cuda:"):
+        # the Triton kernels (attention tangent, dual_kernels) launch on the current device
+        torch.cuda.set_device(torch.device(device))
     try:
         if dist.world > 1:
             assert opts.out is not None  # stdout is refused above with several ranks
