@@ -302,6 +302,14 @@ def load_model(
     return model.to(device)  # type: ignore[arg-type]  # transformers' wrapper of Module.to hides its signature
 
 
+def claim_device(device: str) -> None:
+    """Make ``cuda:N`` the current CUDA device: the scorer's Triton kernels launch on the current one."""
+    if device.startswith("cuda:"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+
+
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; :class:`UsageError` for a device
     that is not one, or is not present here."""

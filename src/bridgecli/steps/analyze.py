@@ -59,12 +59,13 @@ class Loaded:
 def load(src: Source) -> Loaded:
     """The warmup checkpoint, its tokenizer and v, as ``bridge score`` loads them."""
     from ..io import check_input
-    from ..modeling.loading import resolve_device
+    from ..modeling.loading import claim_device, resolve_device
     from ..modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
     device = resolve_device(src.device)
+    claim_device(device)
     src.device = device
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)

@@ -37,7 +37,7 @@ from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
 from ..timings import mark
-from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
+from ..modeling.loading import cache_root, claim_device, fingerprint, resolve, resolve_device
 from ..modeling.scoring import DoneScores, ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
@@ -123,9 +123,8 @@ def run_score(opts: ScoreOptions) -> int:
             device = f"cuda:{dist.local_rank}"  # the GPU on this node; the shard goes by the global rank
             torch.cuda.set_device(dist.local_rank)
         ranks.init(dist)
-    elif device.startswith("cuda:"):
-        # the Triton kernels (attention tangent, dual_kernels) launch on the current device
-        torch.cuda.set_device(torch.device(device))
+    else:
+        claim_device(device)
     try:
         if dist.world > 1:
             assert opts.out is not None  # stdout is refused above with several ranks
