@@ -77,15 +77,11 @@ def sum_a(scorer, batch, bias, log_gate=None, math_layers=None) -> float:
     return float(a.sum())
 
 
-def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
-    """Group effects (the reverse pass through the JVP) against central differences of
-    M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
+def assert_effects_match_gate_differences(scorer, ex, which, math_layers=None) -> None:
+    """The reverse pass's group effect of each prompt key ``which(n_prompt)`` against central
+    differences of M = sum_j a_j in that key's gate bias (on the scorer's gated layers)."""
     from bridgecli.modeling.score_batch import make_batch
 
-    build, exs = setup
-    model, v = build(0.02)
-    scorer = atp(model, tokenizer, v, 1)
-    ex = exs[0]
     batch = make_batch([ex], scorer.pad_id)
     (effects,) = scorer.group_effects(batch, [chunk_ids(len(batch.resp[0]), 1)])
     prompt = ex.tokens.prompt_positions()
@@ -95,12 +91,21 @@ def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
         """sum_j a_j with key i's gate bias at eps."""
         bias = torch.zeros(1, L, dtype=torch.float64)
         bias[0, int(prompt[i])] = eps
-        return sum_a(scorer, batch, bias)
+        return sum_a(scorer, batch, bias, math_layers=math_layers)
 
-    for i in (0, len(prompt) // 2, len(prompt) - 1):
-        h = 1e-3  # HF's RMSNorm runs in float32 even in a float64 model: a smaller step is rounding noise
+    h = 1e-3  # HF's RMSNorm runs in float32 even in a float64 model: a smaller step is rounding noise
+    for i in which(len(prompt)):
         fd = (M(i, h) - M(i, -h)) / (2 * h)
         assert effects[0, i] == pytest.approx(fd, rel=1e-2, abs=1e-6)  # float32 norms: 1% is rounding, a missed term is more
+
+
+def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
+    """Group effects (the reverse pass through the JVP) against central differences of
+    M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
+    build, exs = setup
+    model, v = build(0.02)
+    scorer = atp(model, tokenizer, v, 1)
+    assert_effects_match_gate_differences(scorer, exs[0], lambda n: (0, n // 2, n - 1))
 
 
 @pytest.mark.parametrize("init", [0.002, 0.02])
@@ -350,29 +355,12 @@ def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokeniz
 def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenizer, k):
     """layers=k: the reverse pass gives dM/db for a key-gate bias on the final k blocks only (k = 2
     leaves two of the four tail blocks ungated; k = 5 reaches into the prefix)."""
-
-    from bridgecli.modeling.score_batch import make_batch
-
     build, exs = setup
     model, v = build(0.02)
     scorer = atp_opts(model, tokenizer, v, layers=k)
     n_layers = len(scorer.tail.blocks)
     assert scorer.gate_layers == list(range(n_layers - k, n_layers))
-    ex = exs[1]
-    batch = make_batch([ex], scorer.pad_id)
-    (effects,) = scorer.group_effects(batch, [chunk_ids(len(batch.resp[0]), 1)])
-    prompt = ex.tokens.prompt_positions()
-    L = len(ex.tokens.input_ids)
-
-    def M(i: int, eps: float) -> float:
-        bias = torch.zeros(1, L, dtype=torch.float64)
-        bias[0, int(prompt[i])] = eps
-        return sum_a(scorer, batch, bias, math_layers=frozenset(range(n_layers)))
-
-    h = 1e-3
-    for i in (0, len(prompt) - 1):
-        fd = (M(i, h) - M(i, -h)) / (2 * h)
-        assert effects[0, i] == pytest.approx(fd, rel=1e-2, abs=1e-6)
+    assert_effects_match_gate_differences(scorer, exs[1], lambda n: (0, n - 1), math_layers=frozenset(range(n_layers)))
 
 
 def test_layers_option_is_checked_and_all_layers_is_the_default(setup, tokenizer):
