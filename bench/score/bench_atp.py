@@ -50,8 +50,35 @@ from bridgecli.modeling.score_batch import make_batch  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
 
 
+def profile_tables(fn, path: Path, rows: int = 45) -> dict:
+    """Run ``fn`` once under torch.profiler; write its op table (by CUDA time) to ``path``; return the
+    GPU kernel time by kernel family (gemm, softmax, Triton, elementwise, reduce, copy, other) in ms."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    avg = prof.key_averages()
+    path.write_text(avg.table(sort_by="cuda_time_total", row_limit=rows) + "\n")
+    families = (("gemm", ("gemm", "xmma", "cutlass", "nvjet", "cublas")), ("softmax", ("softmax",)),
+                ("triton", ("triton",)), ("flash/sdpa", ("flash", "fmha", "attention")),
+                ("reduce", ("reduce",)), ("copy", ("copy", "cat", "index")),
+                ("elementwise", ("elementwise", "vectorized")))
+    out: dict[str, float] = defaultdict(float)
+    for e in avg:
+        if e.device_type != DeviceType.CUDA:
+            continue
+        key = e.key.lower()
+        fam = next((f for f, names in families if any(n in key for n in names)), "other")
+        out[fam] += e.self_device_time_total / 1000.0
+    out["total"] = sum(out.values())
+    return {k: round(v, 2) for k, v in out.items()}
+
+
 def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repeats: int, chunks: int,
-             recompute: str = "auto") -> dict:
+             recompute: str = "auto", profile_dir: Path | None = None) -> dict:
     shape, p_len, r_len = CASES[name]
     model = make_model(shape)
     exs = make_examples(n, p_len, r_len, model.config.vocab_size)
@@ -86,6 +113,13 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
            "peak_mem_bridge_gb": mem_bridge / 2**30, "peak_mem_atp_gb": mem_atp / 2**30,
            "atp_peak_over_weights_gb": (mem_atp - base) / 2**30, "atp_predicted_pass_gb": predicted / 2**30,
            "repeats": repeats}
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        stem = name.replace("/", "_")
+        out["profile_ms_bridge"] = profile_tables(lambda: [bridge.score(b) for b in b_batches],
+                                                  profile_dir / f"{stem}_bridge.txt")
+        out["profile_ms_atp"] = profile_tables(lambda: [atp.score(b) for b in a_batches],
+                                               profile_dir / f"{stem}_atp.txt")
     print(json.dumps(out), flush=True)
     torch.cuda.empty_cache()
     return out
@@ -194,6 +228,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--saved-bytes", action="store_true", help="measure saved bytes per token on the CPU")
     ap.add_argument("--layers", type=int, default=6, help="--saved-bytes: blocks of the cut-down model")
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="after timing, profile one run of each scorer; op tables to DIR")
     ap.add_argument("--out", default="bench/score/results/atp_cost.json")
     args = ap.parse_args(argv)
     if args.saved_bytes:
@@ -201,7 +237,7 @@ def main(argv=None):
         report = {"device": "cpu", "torch": torch.__version__, "saved_bytes": rows}
     else:
         rows = [run_case(c, args.examples, args.bridge_max_tokens, args.atp_max_tokens, args.repeats, args.chunks,
-                         args.recompute) for c in args.cases.split(",")]
+                         args.recompute, Path(args.profile) if args.profile else None) for c in args.cases.split(",")]
         report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": rows}
         for r in rows:
             print(f"| {r['case']} | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "

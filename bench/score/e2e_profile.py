@@ -58,6 +58,61 @@ def gpu_activity(trace_file: str) -> dict:
     }
 
 
+def gap_owners(trace_file: str, min_gap_ms: float = 2.0, top: int = 15) -> dict:
+    """What the host was doing while the GPU sat idle: for every GPU gap over ``min_gap_ms``, the time
+    each host-side event overlaps it, summed by name, for the loop's own labels (``host:*``, from
+    :func:`label_host_work`) and for CUDA runtime calls (e.g. a synchronising copy). Nested labels
+    each count their overlap."""
+    events = json.loads(Path(trace_file).read_text()).get("traceEvents", [])
+    gpu = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events
+                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    gaps, end = [], gpu[0][1] if gpu else 0.0
+    for s, e in gpu[1:]:
+        if s - end > min_gap_ms * 1e3:
+            gaps.append((end, s))
+        end = max(end, e)
+    out: dict = {"gaps": len(gaps), "gap_ms": round(sum(b - a for a, b in gaps) / 1e3, 1)}
+    for cat, key in (("user_annotation", "labels_ms"), ("cuda_runtime", "cuda_runtime_ms")):
+        owned: dict[str, float] = {}
+        for e in events:
+            if e.get("ph") != "X" or e.get("cat") != cat:
+                continue
+            s, t = e["ts"], e["ts"] + e.get("dur", 0)
+            for a, b in gaps:
+                if s < b and t > a:
+                    owned[e["name"]] = owned.get(e["name"], 0.0) + (min(t, b) - max(s, a))
+        out[key] = {k: round(v / 1e3, 1) for k, v in sorted(owned.items(), key=lambda kv: -kv[1])[:top]}
+    return out
+
+
+def label_host_work(step) -> None:
+    """Wrap the loop's host-side parts in profiler labels (``host:*``), here, without touching the package."""
+    from torch.profiler import record_function
+
+    from bridgecli.modeling import scoring
+
+    def wrap(owner, name: str, label: str) -> None:
+        fn = getattr(owner, name)
+
+        def inner(*a, **kw):
+            with record_function(label):
+                return fn(*a, **kw)
+
+        setattr(owner, name, inner)
+
+    wrap(step._Ahead, "fill", "host:read+tokenise")
+    wrap(step._WriterThread, "put", "host:writer.put (waits when 2 windows queue)")
+    wrap(step, "bucket", "host:bucket")
+    wrap(scoring.PendingScores, "result", "host:result (wait + records)")
+    wrap(scoring.PendingScores, "__init__", "host:queue copies to host")
+    wrap(scoring, "make_batch", "host:make_batch")
+    wrap(scoring.BridgeScorer, "launch", "host:launch (whole)")
+    wrap(scoring.BridgeScorer, "_prefix", "host:launch prefix blocks")
+    wrap(scoring.BridgeScorer, "_fast_tail", "host:launch tail")
+    wrap(scoring, "_rows_on_device", "host:rows_on_device")
+    wrap(scoring, "_cut", "host:cut rows per example")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from", dest="run", required=True)
@@ -108,6 +163,7 @@ def main(argv=None):
         return original_take(self, n)
 
     step._Ahead.take = take
+    label_host_work(step)
     opts = step.ScoreOptions(data=args.data, out=os.path.join(tempfile.gettempdir(), "e2e_profile.bridge"),
                              run=args.run, window=args.window, batch_size=args.batch_size, max_tokens=args.max_tokens)
     state["t0"] = time.perf_counter()  # the loop starts soon after loading; the first take marks it
@@ -136,6 +192,7 @@ def main(argv=None):
         trace = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(trace)
         info.update(gpu_activity(trace))
+        info["gap_owners"] = gap_owners(trace)
     if info.get("gpu_busy_ms"):
         info["gpu_idle_fraction_of_wall"] = round(1 - info["gpu_busy_ms"] / 1e3 / info["profiled_wall_s"], 4)
     info["windows_profiled"] = args.windows

@@ -25,6 +25,7 @@ from ..format.records import Array, Example, Scores
 from . import ce_kernel, dual_llama, jvp_attention
 from .attention import Routing, routing, use_bridge_attention
 from .score_batch import ScoreBatch, make_batch
+from .sdpa_backends import batch_backends
 from ..errors import ModelError
 from .params import blocks_of, tail_layer_indices
 from .tail import Tail
@@ -314,6 +315,10 @@ class BridgeScorer:
     @torch.no_grad()
     def _launch(self, examples: list[Example]) -> PendingScores:
         batch = make_batch(examples, self.pad_id, self.ctx.device)
+        with batch_backends(int(batch.input_ids.shape[1])):
+            return self._launch_batch(batch)
+
+    def _launch_batch(self, batch: ScoreBatch) -> PendingScores:
         hidden, calls, prefix_rows = self._prefix(batch)
         if self.fast is not None:
             losses, a, tail_rows = self._fast_tail(batch, hidden, calls)
