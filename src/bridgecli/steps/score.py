@@ -281,13 +281,21 @@ class _Ahead:
 
 
 class _WriterThread:
-    """Encodes, compresses, writes and commits finished windows in order on a thread of its own
-    (zstd releases the GIL), so the loop goes on queueing GPU work. At most ``depth`` windows wait."""
+    """Encodes, compresses, writes and commits scored examples in input order on a thread of its own
+    (zstd releases the GIL), so the loop goes on queueing GPU work. The loop hands over each run of a
+    window's examples as soon as every example before it is scored (:meth:`put`) and the window's end
+    once it is complete (:meth:`commit`): a window's frame is compressed while its later batches are
+    still computed, so little is left to write when the last batch is done (zstd's output does not
+    depend on how its input is cut, so the bytes are those of writing the window at once). At most
+    ``depth`` windows' worth of examples wait."""
 
-    def __init__(self, writer: StreamWriter, commit, depth: int = 2):
+    def __init__(self, writer: StreamWriter, commit, window: int, depth: int = 2):
         self.writer = writer
-        self.commit = commit
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.commit_fn = commit
+        self.most = max(1, depth * window)  # examples queued before put() waits
+        self.queue: queue.Queue = queue.Queue()
+        self.queued = 0
+        self.room = threading.Condition()
         self.error: BaseException | None = None
         self.first: float | None = None  # when the first window was committed
         self.thread = threading.Thread(target=self._run, name="bridge-score-writer", daemon=True)
@@ -298,41 +306,70 @@ class _WriterThread:
             item = self.queue.get()
             if item is None:
                 return
-            if self.error is not None:
-                continue  # drain: the main thread stops at its next put
-            examples, position = item
+            kind, value = item
             try:
-                for ex in examples:
-                    self.writer.write(ex)
-                self.commit(self.writer, position)
-                if self.first is None:
-                    self.first = time.perf_counter()
+                if self.error is None:
+                    if kind == "examples":
+                        for ex in value:
+                            self.writer.write(ex)
+                    else:
+                        self.commit_fn(self.writer, value)
+                        if self.first is None:
+                            self.first = time.perf_counter()
             except BaseException as exc:  # re-raised on the main thread
                 self.error = exc
+            finally:  # drained either way: the main thread stops at its next call
+                if kind == "examples":
+                    with self.room:
+                        self.queued -= len(value)
+                        self.room.notify_all()
 
     def _check(self) -> None:
         if self.error is not None:
             raise self.error
 
-    def put(self, examples: list[Example], position: int) -> None:
-        while True:
+    def put(self, examples: list[Example]) -> None:
+        """Write ``examples`` next (the stream's next records, in order)."""
+        with self.room:
+            while self.queued > 0 and self.queued + len(examples) > self.most:
+                self._check()
+                self.room.wait(timeout=0.1)
             self._check()
-            try:
-                self.queue.put((examples, position), timeout=0.1)
-                return
-            except queue.Full:
-                continue
+            self.queued += len(examples)
+        self.queue.put(("examples", examples))
+
+    def commit(self, position: int) -> None:
+        """End the window written so far (a committed, resumable frame after ``position`` inputs)."""
+        self._check()
+        self.queue.put(("commit", position))
 
     def close(self) -> None:
-        """Wait until every queued window is written; raise what the thread raised."""
-        while self.thread.is_alive():
-            try:
-                self.queue.put(None, timeout=0.1)
-                break
-            except queue.Full:
-                self._check()
+        """Wait until everything queued is written; raise what the thread raised."""
+        self.queue.put(None)
         self.thread.join()
         self._check()
+
+
+class _Window:
+    """A window in the loop: its examples, their scored copies so far, how many of them (in input
+    order) went to the writer, and the input position after it."""
+
+    def __init__(self, examples: list[Example], end: int):
+        self.examples = examples
+        self.scored: dict[int, Example] = {}
+        self.sent = 0
+        self.end = end
+
+    def ready(self) -> list[Example]:
+        """The scored examples that follow those already sent, in input order, up to the first gap."""
+        start = self.sent
+        while self.sent < len(self.examples) and self.sent in self.scored:
+            self.sent += 1
+        return [self.scored[i] for i in range(start, self.sent)]
+
+    @property
+    def complete(self) -> bool:
+        return self.sent == len(self.examples)
 
 
 def _run_windows(
@@ -354,10 +391,10 @@ def _run_windows(
     first_tokens: int | None = None  # tokens in the first scored window
     launch = getattr(scorer, "launch", None) or (lambda batch: DoneScores(scorer.score(batch)))
     ahead = _Ahead(examples, most=opts.window)
-    out = _WriterThread(writer, commit)
+    out = _WriterThread(writer, commit, opts.window)
     t0 = time.perf_counter()
     mark("scoring loop starts")
-    # the batch whose device work is queued: (window, its scores so far, its end position, indices, handle)
+    # the batch whose device work is queued: (its window, its indices in the window, handle)
     pending: tuple | None = None
 
     first_batch_done = False
@@ -365,21 +402,23 @@ def _run_windows(
     def collect(bar, task) -> None:
         nonlocal tokens, first_tokens, first_batch_done
         assert pending is not None
-        window, scored, end, group, handle = pending
+        win, group, handle = pending
         results = handle.result()
         if not first_batch_done:
             first_batch_done = True
             mark("first batch done")
         for i, sc in zip(group, results):
-            scored[i] = msgspec.structs.replace(window[i], scores=sc)
+            win.scored[i] = msgspec.structs.replace(win.examples[i], scores=sc)
         bar.update(task, advance=len(group))
-        if len(scored) == len(window):  # the window is complete: write it in input order
-            done = [scored[i] for i in range(len(window))]
-            tokens += sum(len(ex.tokens.input_ids) for ex in done)
+        ready = win.ready()  # written as soon as every example before them is scored
+        if ready:
+            out.put(ready)
+            tokens += sum(len(ex.tokens.input_ids) for ex in ready)
+        if win.complete:
             if first_tokens is None:
                 first_tokens = tokens
                 mark("first window scored")
-            out.put(done, end)
+            out.commit(win.end)
 
     try:
         with progress_bar() as bar:
@@ -392,7 +431,7 @@ def _run_windows(
                 position += len(window)
                 if pending is None and not first_batch_done:
                     mark("first window read and tokenised")
-                scored: dict[int, Example] = {}
+                win = _Window(window, position)
                 groups = bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, opts.batch_size)
                 step = -(-opts.window // len(groups))  # read the next window over this window's batches
                 for group in groups:
@@ -401,7 +440,7 @@ def _run_windows(
                         mark("first batch queued")
                     if pending is not None:
                         collect(bar, task)
-                    pending = (window, scored, position, group, handle)
+                    pending = (win, group, handle)
                     ahead.fill(step)
             if pending is not None:
                 collect(bar, task)
