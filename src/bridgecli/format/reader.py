@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import zlib
@@ -17,6 +18,8 @@ from .spec import MAJOR, MAGIC, MAX_RECORD_BYTES, PREAMBLE, RECORD_PREFIX
 from .validate import Validator
 
 _decoder = msgspec.msgpack.Decoder(Record)
+#: what a zstd stream reader asks its source for at a time (zstandard's default ``read_size``)
+_READ_SIZE = zstandard.DECOMPRESSION_RECOMMENDED_INPUT_SIZE
 
 
 class _HeaderTag(msgspec.Struct, tag="header"):
@@ -50,12 +53,113 @@ def _looks_like_text(head: bytes) -> str | None:
     return None
 
 
-class _Available:
-    """Hand zstandard whatever bytes are available (``read1``) instead of letting a buffered pipe
-    block until a whole ``read_size`` chunk (128 KiB) arrives: records stream as frames are flushed."""
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+class _Tape:
+    """A stream's bytes as its zstd reader reads them: ``read`` returns whatever the input has available
+    (its ``read1``: a buffered pipe would otherwise block until a whole ``read_size`` chunk of 128 KiB
+    arrives; records stream as frames are flushed). Until :meth:`release`, the tape keeps what it read,
+    in the chunks the input gave, so that a new zstd reader can start at an earlier frame boundary
+    (:meth:`seek`) and read the very chunks the first one would have; :meth:`take_frame` hands out a
+    whole zstd frame, found by walking its block headers without decompressing it."""
 
     def __init__(self, fh: BinaryIO):
-        self.read = getattr(fh, "read1", fh.read)
+        self._fh = fh
+        self._read1 = getattr(fh, "read1", fh.read)
+        self._starts: list[int] = []  # the input offset of each chunk kept
+        self._chunks: list[bytes] = []
+        self._end = 0  # the input offset after the chunks read so far
+        self._pos = 0  # the input offset of the next byte handed out
+        self._keep = True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int) -> None:
+        assert (self._starts[0] if self._starts else self._end) <= pos <= self._end, "the tape no longer holds it"
+        self._pos = pos
+
+    def release(self, upto: int | None = None) -> None:
+        """Drop the chunks that end by offset ``upto``; without it, by the current offset, now and from now on
+        (a reader that goes on to the end)."""
+        if upto is None:
+            upto, self._keep = self._pos, False
+        done = 0
+        while done < len(self._chunks) and self._starts[done] + len(self._chunks[done]) <= upto:
+            done += 1
+        del self._starts[:done], self._chunks[:done]
+
+    def _more(self, n: int) -> bool:
+        chunk = self._fh.read(n) if self._end == 0 else self._read1(n)
+        if not chunk:
+            return False
+        self._starts.append(self._end)
+        self._chunks.append(chunk)
+        self._end += len(chunk)
+        return True
+
+    def read(self, n: int = _READ_SIZE) -> bytes:
+        """Up to ``n`` bytes from the chunk at the current offset (the first read, the preamble's, blocks
+        until it has ``n``, as a buffered file's ``read``)."""
+        if self._pos == self._end and not self._keep:
+            chunk = self._read1(n)  # nothing held: straight from the input
+            self._pos = self._end = self._pos + len(chunk)
+            return chunk
+        if self._pos == self._end and not self._more(n):
+            return b""
+        i = bisect.bisect_right(self._starts, self._pos) - 1
+        chunk, at = self._chunks[i], self._pos - self._starts[i]
+        out = chunk if at == 0 and n >= len(chunk) else chunk[at : at + n]
+        self._pos += len(out)
+        if not self._keep:
+            self.release()
+        return out
+
+    def _bytes(self, start: int, end: int) -> bytes | None:
+        """The input's bytes from offset ``start`` to ``end``; None when it ends first."""
+        while self._end < end:
+            if not self._more(_READ_SIZE):
+                return None
+        i = bisect.bisect_right(self._starts, start) - 1
+        parts = []
+        while start < end:
+            s, chunk = self._starts[i], self._chunks[i]
+            parts.append(memoryview(chunk)[start - s : end - s])
+            start = s + len(chunk)
+            i += 1
+        return b"".join(parts)
+
+    def take_frame(self, most: int) -> bytes | None:
+        """The zstd frame at the current offset, whole and undecompressed; None (nothing taken) at the
+        input's end, or where the bytes there are not a complete plain zstd frame of at most ``most`` bytes
+        (no zstd magic, as in a skippable frame or trailing bytes; a dictionary; a reserved bit or block
+        type; a frame cut short). A frame: magic, descriptor, header fields, blocks (3-byte headers: last
+        block bit, type, size; an RLE block holds one byte), then a 4-byte checksum if the descriptor says
+        so."""
+        at = self._pos
+        head = self._bytes(at, at + 5)
+        if head is None or head[:4] != _ZSTD_MAGIC or head[4] & 0x0B:  # a reserved bit, a dictionary id
+            return None
+        fhd = head[4]
+        single = fhd >> 5 & 1
+        size = 5 + (1 - single) + (single, 2, 4, 8)[fhd >> 6]  # window descriptor, content size field
+        while True:
+            block = self._bytes(at + size, at + size + 3) if size + 3 <= most else None
+            if block is None:
+                return None
+            header = int.from_bytes(block, "little")
+            kind = header >> 1 & 3
+            if kind == 3:
+                return None
+            size += 3 + (1 if kind == 1 else header >> 3)
+            if header & 1:
+                break
+        size += 4 if fhd & 0x04 else 0
+        frame = self._bytes(at, at + size) if size <= most else None
+        if frame is not None:
+            self._pos = at + size
+        return frame
 
 
 class StreamReader:
@@ -64,7 +168,8 @@ class StreamReader:
 
     def __init__(self, fh: BinaryIO, name: str = "<stream>", *, validate: bool = True):
         self.name = name
-        head = fh.read(PREAMBLE.size)
+        self._tape = _Tape(fh)
+        head = self._tape.read(PREAMBLE.size)
         if len(head) < PREAMBLE.size:
             hint = _looks_like_text(head) if head else None
             raise FormatError(
@@ -88,9 +193,7 @@ class StreamReader:
                 hint="the file is damaged or was not written by bridgecli",
             )
         self.version = (major, minor)
-        self._z = zstandard.ZstdDecompressor().stream_reader(
-            cast(BinaryIO, _Available(fh)), read_across_frames=True, closefd=False
-        )
+        self._z = self._decompressor()
         self._index = 0
         first = self._next_record(expect="header")
         if not isinstance(first, Header):
@@ -99,6 +202,11 @@ class StreamReader:
         # every example's internal consistency (format/validate.py); off only to test the wire format
         self._validate = Validator(name, first) if validate else (lambda ex, position: None)
         self.count: int | None = None
+
+    def _decompressor(self):
+        return zstandard.ZstdDecompressor().stream_reader(
+            cast(BinaryIO, self._tape), read_size=_READ_SIZE, read_across_frames=True, closefd=False
+        )
 
     def _read_exact(self, n: int, what: str | int) -> bytes:
         chunks = []
@@ -171,6 +279,7 @@ class StreamReader:
         self.count = rec.count
 
     def __iter__(self) -> Iterator[Example]:
+        self._tape.release()
         while True:
             rec = self._next_record(expect="example")
             if isinstance(rec, End):
@@ -186,6 +295,7 @@ class StreamReader:
         """The Example records' payloads, undecoded and unvalidated (checksums, order and count checked as
         in iteration): for a process pool that decodes them with :func:`decode_example` and checks them
         with ``Validator.check``; the pool's parent checks ids with ``Validator.seen``."""
+        self._tape.release()
         while True:
             payload = self._next_payload(expect="example")
             try:
@@ -199,6 +309,85 @@ class StreamReader:
                 raise FormatError("a second header inside the stream", file=self.name, record=self._index)
             yield payload
             self._index += 1
+
+    def frames(self, most: int) -> Iterator[tuple[int, bytes]]:
+        """``(offset, bytes)`` of the zstd frames after the header's, undecompressed, for a process pool that
+        reads each with :func:`frame_payloads`: none when the header's frame holds more than the header,
+        and they stop (nothing taken) at the first that :meth:`_Tape.take_frame` refuses (at most ``most``
+        bytes each) or at the input's end. Once one is handed out, the reader reads on only after
+        :meth:`restart`; until then it keeps the bytes from each frame's offset on, up to :meth:`release`.
+        Call it before iterating or :meth:`payloads`."""
+        tape = self._tape
+        after_header = tape.tell()
+        tape.seek(PREAMBLE.size)
+        head = tape.take_frame(most)
+        taken = False
+        if head is not None and _one_record(head):
+            while True:
+                offset = tape.tell()
+                frame = tape.take_frame(most)
+                if frame is None:
+                    break
+                taken = True
+                yield offset, frame
+        if not taken:  # the reader goes on as if nothing was read
+            tape.seek(after_header)
+
+    def release(self, upto: int) -> None:
+        """Drop the input's bytes before offset ``upto`` (no :meth:`restart` will go back there)."""
+        self._tape.release(upto)
+
+    def restart(self, offset: int, index: int) -> None:
+        """Read on from ``offset``, a frame's from :meth:`frames` (or where the last one ended), as if
+        ``index`` examples had been read (errors name the records as reading the whole stream does)."""
+        self._tape.seek(offset)
+        self._z = self._decompressor()
+        self._index = index
+
+
+def _one_record(frame: bytes) -> bool:
+    """Whether ``frame`` (the header's) holds one record and nothing more."""
+    try:
+        content = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+    except zstandard.ZstdError:
+        return False
+    if len(content) < RECORD_PREFIX.size:
+        return False
+    return len(content) == RECORD_PREFIX.size + RECORD_PREFIX.unpack_from(content)[0]
+
+
+def frame_payloads(frame: bytes) -> list[bytes] | None:
+    """The payloads of the Example records of ``frame`` (from :meth:`StreamReader.frames`), when it holds
+    whole Example records only, each with a plausible length, its checksum right and its kind readable;
+    None otherwise (reading it record by record then says what is wrong, and where)."""
+    try:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        content = d.decompress(frame)
+    except zstandard.ZstdError:
+        return None
+    if not d.eof or d.unused_data or not content:
+        return None
+    out = []
+    at, end = 0, len(content)
+    while at < end:
+        if end - at < RECORD_PREFIX.size:
+            return None
+        length, crc = RECORD_PREFIX.unpack_from(content, at)
+        at += RECORD_PREFIX.size
+        if length > MAX_RECORD_BYTES or at + length > end:
+            return None
+        payload = content[at : at + length]
+        at += length
+        if zlib.crc32(payload) != crc:
+            return None
+        try:
+            kind = _kind_decoder.decode(payload)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(kind, _ExampleTag):
+            return None
+        out.append(payload)
+    return out
 
 
 @contextlib.contextmanager
