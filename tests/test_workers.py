@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import msgspec
 import numpy as np
@@ -47,8 +48,8 @@ def scored(tmp_path_factory, tokenizer):
     return folder, exs, write_stream(folder / "scores.bridge", exs, "scores")
 
 
-def _run(args):
-    res = CliRunner().invoke(app, [str(a) for a in args])
+def _run(args, input=None):
+    res = CliRunner().invoke(app, [str(a) for a in args], input=input)
     return res.exit_code, res.output
 
 
@@ -245,15 +246,20 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("via", ["file", "stdin"])
 @pytest.mark.parametrize("case", CASES)
-def test_workers_read_any_framing_and_damage_as_one_process(streams, tmp_path, case):
+def test_workers_read_any_framing_and_damage_as_one_process(streams, tmp_path, case, via):
     """Whatever the input's frames hold, --workers gives one process's output bytes, or its error (same
-    message, exit code, and no output file)."""
+    message, exit code, and no output file); from a file (the workers read the frames themselves) and from
+    stdin (the parent hands them the bytes)."""
     src = streams[case]
     got = {}
     for w in (1, 2):
         out = tmp_path / f"s{w}.bridge"
-        code, text = _run(["select", "-T", "4", src, "-o", out, "--workers", w])
+        if via == "file":
+            code, text = _run(["select", "-T", "4", src, "-o", out, "--workers", w])
+        else:
+            code, text = _run(["select", "-T", "4", "-", "-o", out, "--workers", w], input=src.read_bytes())
         got[w] = (code, text, _tail(out) if out.exists() else None)
     assert got[1] == got[2]
     damaged = case[0] == "a" or case[:3] in ("two", "byt", "cut")
@@ -345,8 +351,11 @@ def _frames_of(data: bytes) -> list[int]:
     return sizes
 
 
-def test_take_frame_finds_where_zstd_frames_end():
-    """Raw, RLE and compressed blocks; with and without checksum and content size; empty frames."""
+@pytest.mark.parametrize("source", ["pipe", "file"])
+def test_frame_size_finds_where_zstd_frames_end(tmp_path, source):
+    """Raw, RLE and compressed blocks; with and without checksum and content size; empty frames. From a
+    pipe the tape hands out the bytes; from a regular file, where they lie (past any bytes before the
+    stream: stdin may start inside a file)."""
     import io
 
     from bridgecli.format.reader import _Tape
@@ -361,13 +370,53 @@ def test_take_frame_finds_where_zstd_frames_end():
                 frames.append(c.compress(data))
     blob = b"".join(frames)
     assert _frames_of(blob) == [len(f) for f in frames]
-    tape = _Tape(io.BytesIO(blob))
+
+    def tape_of(data):
+        if source == "pipe":
+            return _Tape(io.BytesIO(data))
+        path = tmp_path / "blob"
+        path.write_bytes(b"junk" + data)
+        fh = open(path, "rb")
+        fh.seek(4)
+        return _Tape(fh)
+
+    tape = tape_of(blob)
     got = []
-    while (f := tape.take_frame(1 << 30)) is not None:
-        got.append(f)
+    while (size := tape.frame_size(1 << 30)) is not None:
+        frame = tape.take(size)
+        got.append(frame if source == "pipe" else os.pread(tape.fd, size, frame))
     assert got == frames and tape.tell() == len(blob)
-    # nothing taken: a frame over the limit, one cut short, a skippable frame, bytes that are no frame
+    # nothing: a frame over the limit, one cut short, a skippable frame, bytes that are no frame
     for data, most in ((frames[6], len(frames[6]) - 1), (frames[6][:-1], 1 << 30),
                        (b"\x50\x2a\x4d\x18" + bytes(8), 1 << 30), (b"\0" * 10, 1 << 30)):
-        tape = _Tape(io.BytesIO(data))
-        assert tape.take_frame(most) is None and tape.tell() == 0
+        tape = tape_of(data)
+        assert tape.frame_size(most) is None and tape.tell() == 0
+
+
+def test_a_restarted_reader_reads_the_chunks_a_reader_from_the_start_reads(scored, tmp_path):
+    """After handing out frames of a regular file, a restarted zstd reader is given the input in the very
+    chunks a reader from the start is given (so zstd fails, if it does, while reading the same record)."""
+    from bridgecli.format.reader import StreamReader
+
+    _, _, src = scored
+    raw = src.read_bytes()
+
+    def chunks_of(reader, upto):
+        seen, at = [], reader._tape.tell()
+        while at < upto:
+            chunk = reader._tape.read()
+            seen.append((at, len(chunk)))
+            at += len(chunk)
+        return seen
+
+    whole = StreamReader(open(src, "rb"))
+    everything = chunks_of(whole, len(raw))
+    frames = StreamReader(open(src, "rb"))
+    handed = list(frames.frames(1 << 30))
+    assert len(handed) == 3 and frames.fd is not None  # 150 examples: frames of 64, 64, and 22 with the end
+    offset = handed[1][0]
+    frames.restart(offset, 64)
+    again = chunks_of(frames, len(raw))
+    first = max(i for i, (at, _) in enumerate(everything) if at <= offset)
+    start, size = everything[first]
+    assert again == [(offset, start + size - offset), *everything[first + 1:]]

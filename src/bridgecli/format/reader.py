@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
+import stat
 import zlib
 from typing import BinaryIO, Iterator, Union, cast
 
@@ -56,13 +57,28 @@ def _looks_like_text(head: bytes) -> str | None:
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
+def _regular_file(fh: BinaryIO) -> tuple[int, int] | None:
+    """(file descriptor, offset of the next byte) when ``fh`` reads a regular file, else None."""
+    try:
+        fd = fh.fileno()
+        return (fd, fh.tell()) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return None
+
+
 class _Tape:
     """A stream's bytes as its zstd reader reads them: ``read`` returns whatever the input has available
     (its ``read1``: a buffered pipe would otherwise block until a whole ``read_size`` chunk of 128 KiB
     arrives; records stream as frames are flushed). Until :meth:`release`, the tape keeps what it read,
     in the chunks the input gave, so that a new zstd reader can start at an earlier frame boundary
-    (:meth:`seek`) and read the very chunks the first one would have; :meth:`take_frame` hands out a
-    whole zstd frame, found by walking its block headers without decompressing it."""
+    (:meth:`seek`) and read the very chunks the first one would have.
+
+    :meth:`frame_size` finds where the zstd frame at the current offset ends by walking its block headers,
+    without decompressing it; :meth:`take` hands the frame out. When the input is a regular file, the tape
+    reads those headers alone, where they lie (``os.pread``), and a frame is handed out as its position in
+    the file (:attr:`fd`), for a process that reads it itself: the frames' bytes never pass through here.
+    A reader that restarts beyond what the tape holds then reads the file from the chunk that a reader from
+    the start would have read there (after the chunks held, the input gives ``_READ_SIZE`` bytes at a time)."""
 
     def __init__(self, fh: BinaryIO):
         self._fh = fh
@@ -72,12 +88,18 @@ class _Tape:
         self._end = 0  # the input offset after the chunks read so far
         self._pos = 0  # the input offset of the next byte handed out
         self._keep = True
+        file = _regular_file(fh)
+        #: the input's file descriptor, when it is a regular file (else None)
+        self.fd: int | None = file[0] if file is not None else None
+        self._base = file[1] if file is not None else 0  # the file offset of the stream's first byte
+        self._grid: int | None = None  # file: the offset of the first chunk after the ones read before any walk
 
     def tell(self) -> int:
         return self._pos
 
     def seek(self, pos: int) -> None:
-        assert (self._starts[0] if self._starts else self._end) <= pos <= self._end, "the tape no longer holds it"
+        first = self._starts[0] if self._starts else self._end
+        assert self.fd is not None or first <= pos <= self._end, "the tape no longer holds it"
         self._pos = pos
 
     def release(self, upto: int | None = None) -> None:
@@ -99,15 +121,25 @@ class _Tape:
         self._end += len(chunk)
         return True
 
+    def _reposition(self) -> None:
+        """A regular file, the current offset beyond the chunks held: read on from the chunk holding it."""
+        assert self.fd is not None and self._grid is not None and self._pos >= self._grid
+        start = self._grid + (self._pos - self._grid) // _READ_SIZE * _READ_SIZE
+        self._fh.seek(self._base + start)
+        self._starts, self._chunks, self._end = [], [], start
+
     def read(self, n: int = _READ_SIZE) -> bytes:
         """Up to ``n`` bytes from the chunk at the current offset (the first read, the preamble's, blocks
         until it has ``n``, as a buffered file's ``read``)."""
+        if self._pos > self._end:
+            self._reposition()
         if self._pos == self._end and not self._keep:
             chunk = self._read1(n)  # nothing held: straight from the input
             self._pos = self._end = self._pos + len(chunk)
             return chunk
-        if self._pos == self._end and not self._more(n):
-            return b""
+        while self._pos >= self._end:
+            if not self._more(n):
+                return b""
         i = bisect.bisect_right(self._starts, self._pos) - 1
         chunk, at = self._chunks[i], self._pos - self._starts[i]
         out = chunk if at == 0 and n >= len(chunk) else chunk[at : at + n]
@@ -118,6 +150,11 @@ class _Tape:
 
     def _bytes(self, start: int, end: int) -> bytes | None:
         """The input's bytes from offset ``start`` to ``end``; None when it ends first."""
+        if self.fd is not None:  # where they lie; the chunks read go on as they would have
+            if self._grid is None:
+                self._grid = self._end
+            data = os.pread(self.fd, end - start, self._base + start)
+            return data if len(data) == end - start else None
         while self._end < end:
             if not self._more(_READ_SIZE):
                 return None
@@ -130,13 +167,12 @@ class _Tape:
             i += 1
         return b"".join(parts)
 
-    def take_frame(self, most: int) -> bytes | None:
-        """The zstd frame at the current offset, whole and undecompressed; None (nothing taken) at the
-        input's end, or where the bytes there are not a complete plain zstd frame of at most ``most`` bytes
-        (no zstd magic, as in a skippable frame or trailing bytes; a dictionary; a reserved bit or block
-        type; a frame cut short). A frame: magic, descriptor, header fields, blocks (3-byte headers: last
-        block bit, type, size; an RLE block holds one byte), then a 4-byte checksum if the descriptor says
-        so."""
+    def frame_size(self, most: int) -> int | None:
+        """The size of the zstd frame at the current offset; None at the input's end, or where the bytes
+        there are not a complete plain zstd frame of at most ``most`` bytes (no zstd magic, as in a skippable
+        frame or trailing bytes; a dictionary; a reserved bit or block type; a frame cut short). A frame:
+        magic, descriptor, header fields, blocks (3-byte headers: last block bit, type, size; an RLE block
+        holds one byte), then a 4-byte checksum if the descriptor says so."""
         at = self._pos
         head = self._bytes(at, at + 5)
         if head is None or head[:4] != _ZSTD_MAGIC or head[4] & 0x0B:  # a reserved bit, a dictionary id
@@ -156,10 +192,19 @@ class _Tape:
             if header & 1:
                 break
         size += 4 if fhd & 0x04 else 0
-        frame = self._bytes(at, at + size) if size <= most else None
-        if frame is not None:
-            self._pos = at + size
-        return frame
+        if size > most or self._bytes(at + size - 1, at + size) is None:
+            return None
+        return size
+
+    def take(self, size: int) -> bytes | int:
+        """Hand out the ``size`` bytes at the current offset (a frame from :meth:`frame_size`): the bytes, or
+        from a regular file their position in it, for ``os.pread(fd, size, position)``."""
+        at, self._pos = self._pos, self._pos + size
+        if self.fd is not None:
+            return self._base + at
+        data = self._bytes(at, at + size)
+        assert data is not None, "take() follows frame_size()"
+        return data
 
 
 class StreamReader:
@@ -310,28 +355,36 @@ class StreamReader:
             yield payload
             self._index += 1
 
-    def frames(self, most: int) -> Iterator[tuple[int, bytes]]:
-        """``(offset, bytes)`` of the zstd frames after the header's, undecompressed, for a process pool that
-        reads each with :func:`frame_payloads`: none when the header's frame holds more than the header,
-        and they stop (nothing taken) at the first that :meth:`_Tape.take_frame` refuses (at most ``most``
-        bytes each) or at the input's end. Once one is handed out, the reader reads on only after
-        :meth:`restart`; until then it keeps the bytes from each frame's offset on, up to :meth:`release`.
-        Call it before iterating or :meth:`payloads`."""
+    def frames(self, most: int) -> Iterator[tuple[int, int, bytes | int]]:
+        """``(offset, size, frame)`` of each zstd frame after the header's, undecompressed, for a process pool
+        that reads its records with :func:`frame_payloads`: ``frame`` is the frame's bytes or, from a regular
+        file, their position in :attr:`fd` (to read with ``os.pread``: the bytes never pass through here).
+        None when the header's frame holds more than the header, and they stop (nothing taken) at the first
+        that :meth:`_Tape.frame_size` refuses (at most ``most`` bytes each) or at the input's end. Once one is
+        handed out, the reader reads on only after :meth:`restart`; until then it keeps the bytes from each
+        frame's offset on, up to :meth:`release`. Call it before iterating or :meth:`payloads`."""
         tape = self._tape
         after_header = tape.tell()
         tape.seek(PREAMBLE.size)
-        head = tape.take_frame(most)
+        size = tape.frame_size(most)
+        head = tape._bytes(PREAMBLE.size, PREAMBLE.size + size) if size is not None else None
         taken = False
         if head is not None and _one_record(head):
+            tape.seek(PREAMBLE.size + len(head))
             while True:
                 offset = tape.tell()
-                frame = tape.take_frame(most)
-                if frame is None:
+                size = tape.frame_size(most)
+                if size is None:
                     break
                 taken = True
-                yield offset, frame
+                yield offset, size, tape.take(size)
         if not taken:  # the reader goes on as if nothing was read
             tape.seek(after_header)
+
+    @property
+    def fd(self) -> int | None:
+        """The input's file descriptor when it is a regular file (see :meth:`frames`), else None."""
+        return self._tape.fd
 
     def release(self, upto: int) -> None:
         """Drop the input's bytes before offset ``upto`` (no :meth:`restart` will go back there)."""

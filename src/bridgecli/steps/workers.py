@@ -2,7 +2,8 @@
 byte-identical to one process.
 
 The parent hands out the input's zstd frames whole, still compressed: it only walks each frame's block
-headers to find where it ends. Each worker decompresses a frame, checks its records (length, checksum,
+headers to find where it ends, and from a regular file it hands out only where the frame lies (the worker
+reads it itself: the input's bytes never pass through the parent). Each worker decompresses a frame, checks its records (length, checksum,
 kind), decodes, validates and processes them, and sends back, per batch of
 :data:`~bridgecli.format.spec.RECORDS_PER_FRAME`: for a stream-to-stream step, the batch's records already
 compressed into the zstd frame the writer would have made (so compression runs in the workers too); for
@@ -85,7 +86,7 @@ def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pac
     if "fork" not in multiprocessing.get_all_start_methods():
         raise UsageError("--workers needs processes started by fork (Linux, macOS); use --workers 1 here")
     _JOB.clear()
-    _JOB.update(name=reader.name, validator=validator, work=work, pack=pack)
+    _JOB.update(name=reader.name, validator=validator, work=work, pack=pack, fd=reader.fd)
     return _Pool(workers, initializer=_worker_signals, context=multiprocessing.get_context("fork"))
 
 
@@ -108,13 +109,14 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _work_frame(frame: bytes) -> list[tuple[int, Any, list[tuple[str, int]]]] | None:
-    """Decompress one zstd frame of the input, then decode, check and process its records in batches of
-    :data:`RECORDS_PER_FRAME`: ``[(examples, packed results, [(id, record)])]`` per batch. None when the
-    frame holds anything but whole, sound Example records, or a record fails: the parent then reads the
-    frame itself, and reports what is wrong as one process does."""
+def _work_frame(size: int, frame: bytes | int) -> list[tuple[int, Any, list[tuple[str, int]]]] | None:
+    """Decompress one zstd frame of the input (its bytes, or where they lie in the input file), then decode,
+    check and process its records in batches of :data:`RECORDS_PER_FRAME`: ``[(examples, packed results,
+    [(id, record)])]`` per batch. None when the frame holds anything but whole, sound Example records, or a
+    record fails: the parent then reads the frame itself, and reports what is wrong as one process does."""
     try:
-        payloads = frame_payloads(frame)
+        data = frame if isinstance(frame, bytes) else os.pread(_JOB["fd"], size, frame)
+        payloads = frame_payloads(data) if len(data) == size else None
         if payloads is None:
             return None
         out = []
@@ -171,8 +173,8 @@ def _frames_pooled(reader, validator: Validator, pool, most: int) -> Generator[t
             if got is None:
                 more = False
                 break
-            offset, frame = got
-            pending.append((offset, offset + len(frame), pool.apply_async(_work_frame, (frame,))))
+            offset, size, frame = got
+            pending.append((offset, offset + size, pool.apply_async(_work_frame, (size, frame))))
             resume = offset if resume is None else resume
         if not pending:
             break
