@@ -12,7 +12,8 @@ function called in-process with ``--workers N``. Around each call it reads ``get
 the parent (its threads included: the pool's pickling and result threads), RUSAGE_CHILDREN the workers
 (counted once the pool has reaped them, which it does before the step returns). Several ``--src`` run
 interleaved, ``--repeat`` times each, so a before/after pair on a busy machine is measured side by side;
-the outputs of every ``--src`` are compared byte for byte (streams after their header frame).
+the outputs of every ``--src`` are compared byte for byte (streams after their header frame). ``--pipe``
+feeds each step its input on stdin through a pipe (``cat``, not counted) instead of naming the file.
 """
 
 from __future__ import annotations
@@ -61,7 +62,23 @@ def _head(src: Path, dst: Path, n: int) -> None:
                 w.write(ex)
 
 
-def child(stream: Path, out: Path, workers: int) -> dict:
+class _Piped:
+    """``path`` on this process's stdin through a pipe (``cat``), for a step reading ``-``."""
+
+    def __init__(self, path: Path):
+        self.cat = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+        self.saved = os.dup(0)
+        assert self.cat.stdout is not None
+        os.dup2(self.cat.stdout.fileno(), 0)
+        self.cat.stdout.close()
+
+    def close(self) -> None:
+        os.dup2(self.saved, 0)
+        os.close(self.saved)
+        self.cat.wait()
+
+
+def child(stream: Path, out: Path, workers: int, pipe: bool = False) -> dict:
     """Run in a process whose ``bridgecli`` is the one measured: the three steps, each timed."""
     import resource
 
@@ -73,11 +90,15 @@ def child(stream: Path, out: Path, workers: int) -> dict:
     for step in STEPS:
         inp = {"select": "scores.bridge", "close": OUTPUTS["select"], "compact": OUTPUTS["close"]}[step]
         _run_step(step, warm / inp, warm / OUTPUTS[step], workers)
+        source = stream if step == "select" else out / inp
+        piped = _Piped(source) if pipe else None
         me0, ch0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        _run_step(step, stream if step == "select" else out / inp, out / OUTPUTS[step], workers)
+        _run_step(step, Path("-") if piped else source, out / OUTPUTS[step], workers)
         wall = time.perf_counter() - t0
         me1, ch1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        if piped:
+            piped.close()  # cat is reaped after the measurement: its CPU time is not counted
         parent = (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)
         workers_cpu = (ch1.ru_utime - ch0.ru_utime) + (ch1.ru_stime - ch0.ru_stime)
         res[step] = {"wall_s": round(wall, 3), "parent_cpu_s": round(parent, 3), "workers_cpu_s": round(workers_cpu, 3)}
@@ -111,11 +132,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--src", action="append", type=Path, help="a folder holding bridgecli (repeatable)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--pipe", action="store_true", help="each step reads its input from stdin, a pipe")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--child", nargs=2, metavar=("STREAM", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(child(Path(a.child[0]), Path(a.child[1]), a.workers)))
+        print(json.dumps(child(Path(a.child[0]), Path(a.child[1]), a.workers, a.pipe)))
         return 0
     with tempfile.TemporaryDirectory(prefix="parent_share.") as tmp:
         stream = a.stream
@@ -135,7 +157,8 @@ def main(argv=None) -> int:
                 out = Path(tmp) / f"src{i}"
                 env = dict(os.environ, PYTHONPATH=str(src))
                 proc = subprocess.run(
-                    [sys.executable, __file__, "--child", str(stream), str(out), "--workers", str(a.workers)],
+                    [sys.executable, __file__, "--child", str(stream), str(out), "--workers", str(a.workers)]
+                    + ["--pipe"] * a.pipe,
                     env=env,
                     capture_output=True,
                     text=True,
@@ -152,7 +175,7 @@ def main(argv=None) -> int:
                     ),
                     flush=True,
                 )
-        summary: dict = {"examples": n, "workers": a.workers, "load": os.getloadavg(), "src": {}}
+        summary: dict = {"examples": n, "workers": a.workers, "pipe": a.pipe, "load": os.getloadavg(), "src": {}}
         for src, rs in runs.items():
             entry = {}
             for step in STEPS:

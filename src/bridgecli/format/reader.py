@@ -35,7 +35,7 @@ class _ExampleTag(msgspec.Struct, tag="example"):
 _kind_decoder = msgspec.msgpack.Decoder(Union[_HeaderTag, _ExampleTag, End])
 
 
-def decode_example(payload: bytes, name: str, position: int) -> Record:
+def decode_example(payload: bytes | memoryview, name: str, position: int) -> Record:
     """Decode one record's payload as :meth:`StreamReader.__iter__` does (same error)."""
     try:
         return _decoder.decode(payload)
@@ -409,7 +409,7 @@ def _one_record(frame: bytes) -> bool:
     return len(content) == RECORD_PREFIX.size + RECORD_PREFIX.unpack_from(content)[0]
 
 
-def frame_payloads(frame: bytes) -> list[bytes] | None:
+def frame_payloads(frame: bytes) -> list[memoryview] | None:
     """The payloads of the Example records of ``frame`` (from :meth:`StreamReader.frames`), when it holds
     whole Example records only, each with a plausible length, its checksum right and its kind readable;
     None otherwise (reading it record by record then says what is wrong, and where)."""
@@ -422,6 +422,7 @@ def frame_payloads(frame: bytes) -> list[bytes] | None:
         return None
     out = []
     at, end = 0, len(content)
+    view = memoryview(content)
     while at < end:
         if end - at < RECORD_PREFIX.size:
             return None
@@ -429,7 +430,7 @@ def frame_payloads(frame: bytes) -> list[bytes] | None:
         at += RECORD_PREFIX.size
         if length > MAX_RECORD_BYTES or at + length > end:
             return None
-        payload = content[at : at + length]
+        payload = view[at : at + length]
         at += length
         if zlib.crc32(payload) != crc:
             return None

@@ -23,7 +23,7 @@ import collections
 import multiprocessing
 import multiprocessing.pool
 import os
-from typing import Any, Callable, Generator, Iterator, cast
+from typing import Any, Callable, Generator, Iterator, Sequence, cast
 
 from ..errors import BridgeError
 from ..format.reader import decode_example, frame_payloads, open_reader
@@ -47,7 +47,9 @@ def _raise(spec: tuple) -> None:
     raise cls(message, file=file, record=record, field=field, hint=hint)
 
 
-def _work(start: int, payloads: list[bytes]) -> tuple[Any, list[tuple[str, int]], tuple | None, tuple[str, int] | None]:
+def _work(
+    start: int, payloads: Sequence[bytes | memoryview]
+) -> tuple[Any, list[tuple[str, int]], tuple | None, tuple[str, int] | None]:
     """Decode, check and process one batch. Returns (packed results, [(id, record)] of the examples that
     passed their checks, the error of the first one that failed or None, and whether that one's id still
     needs the duplicate check before its error is raised ('fn': it failed in the step itself))."""
