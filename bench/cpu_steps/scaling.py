@@ -20,6 +20,7 @@ which needs the project's dependencies; this script itself needs only the standa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -78,23 +79,29 @@ def run_step(python: str, step: str, inp: Path, out: Path, workers: int) -> dict
     }
 
 
-def comparable(path: Path) -> bytes:
-    """What must be identical across N: a stream's bytes after its header's frame, a JSONL file whole. The
-    header's frame is walked by its block headers (no zstd module needed)."""
-    raw = path.read_bytes()
-    if path.suffix != ".bridge":
-        return raw
-    at = PREAMBLE_SIZE
-    fhd = raw[at + 4]
-    single = fhd >> 5 & 1
-    size = 5 + (1 - single) + (single, 2, 4, 8)[fhd >> 6]
-    while True:
-        block = int.from_bytes(raw[at + size : at + size + 3], "little")
-        size += 3 + (1 if (block >> 1 & 3) == 1 else block >> 3)
-        if block & 1:
-            break
-    size += 4 if fhd & 0x04 else 0
-    return raw[at + size :]
+def comparable(path: Path) -> str:
+    """The sha256 of what must be identical across N: a stream's bytes after its header's frame, a JSONL
+    file whole. The header's frame is walked by its block headers (no zstd module needed); the file is
+    read in pieces (this process's peak memory is where a child's peak RSS starts from)."""
+    with open(path, "rb") as fh:
+        if path.suffix == ".bridge":
+            head = fh.read(PREAMBLE_SIZE + 18)
+            at = PREAMBLE_SIZE
+            fhd = head[at + 4]
+            single = fhd >> 5 & 1
+            size = 5 + (1 - single) + (single, 2, 4, 8)[fhd >> 6]
+            while True:
+                fh.seek(at + size)
+                block = int.from_bytes(fh.read(3), "little")
+                size += 3 + (1 if (block >> 1 & 3) == 1 else block >> 3)
+                if block & 1:
+                    break
+            size += 4 if fhd & 0x04 else 0
+            fh.seek(at + size)
+        digest = hashlib.sha256()
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def count_examples(python: str, stream: Path) -> int:
