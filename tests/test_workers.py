@@ -266,7 +266,7 @@ def test_workers_read_any_framing_and_damage_as_one_process(streams, tmp_path, c
     assert (got[1][0] != 0) == damaged, got[1][1]
 
 
-def _cli(args, stdin=None):
+def _cli(args, input=None, stdin=None):
     import os
     import subprocess
     import sys
@@ -274,8 +274,8 @@ def _cli(args, stdin=None):
 
     src = Path(__file__).resolve().parents[1] / "src"
     env = dict(os.environ, PYTHONPATH=str(src), BRIDGE_NO_PROGRESS="1")
-    return subprocess.run([sys.executable, "-m", "bridgecli", *map(str, args)], input=stdin, capture_output=True,
-                          env=env, timeout=120)
+    return subprocess.run([sys.executable, "-m", "bridgecli", *map(str, args)], input=input, stdin=stdin,
+                          capture_output=True, env=env, timeout=120)
 
 
 def _after_header_bytes(raw: bytes) -> bytes:
@@ -335,7 +335,7 @@ def test_workers_read_a_pipe(scored, tmp_path):
     _, _, src = scored
     ref = tmp_path / "ref.bridge"
     assert _run(["select", "-T", "4", src, "-o", ref])[0] == 0
-    got = _cli(["select", "-T", "4", "-", "-o", "-", "--workers", "2"], stdin=src.read_bytes())
+    got = _cli(["select", "-T", "4", "-", "-o", "-", "--workers", "2"], input=src.read_bytes())
     assert got.returncode == 0, got.stderr
     assert _after_header_bytes(got.stdout) == _tail(ref)
 
@@ -420,3 +420,39 @@ def test_a_restarted_reader_reads_the_chunks_a_reader_from_the_start_reads(score
     first = max(i for i, (at, _) in enumerate(everything) if at <= offset)
     start, size = everything[first]
     assert again == [(offset, start + size - offset), *everything[first + 1:]]
+
+
+def _big_result(_):
+    return bytes(4 << 20)
+
+
+def test_the_pool_does_not_spin_while_results_wait():
+    """multiprocessing.Pool's worker-handler thread also waits on the result pipe, and so spins while results
+    wait there (0.3 s of CPU for these 240 MB on the 2-core host); the pool here does not."""
+    import multiprocessing
+
+    from bridgecli.steps.workers import _Pool
+
+    def cpu_of(tid):
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    with _Pool(2, context=multiprocessing.get_context("fork")) as pool:
+        for r in [pool.apply_async(_big_result, (k,)) for k in range(60)]:
+            assert len(r.get()) == 4 << 20
+        assert cpu_of(pool._worker_handler.native_id) < 0.05
+
+
+def test_workers_read_stdin_redirected_from_a_file(scored, tmp_path):
+    """stdin may be a regular file, positioned anywhere: the workers read its frames where they lie."""
+    _, _, src = scored
+    ref = tmp_path / "ref.bridge"
+    assert _run(["select", "-T", "4", src, "-o", ref])[0] == 0
+    shifted = tmp_path / "shifted"
+    shifted.write_bytes(b"not the stream" + src.read_bytes())
+    with open(shifted, "rb") as fh:
+        fh.seek(len(b"not the stream"))
+        got = _cli(["select", "-T", "4", "-", "-o", "-", "--workers", "2"], stdin=fh)
+    assert got.returncode == 0, got.stderr
+    assert _after_header_bytes(got.stdout) == _tail(ref)
