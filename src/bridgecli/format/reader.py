@@ -359,7 +359,7 @@ class StreamReader:
         """``(offset, size, frame)`` of each zstd frame after the header's, undecompressed, for a process pool
         that reads its records with :func:`frame_payloads`: ``frame`` is the frame's bytes or, from a regular
         file, their position in :attr:`fd` (to read with ``os.pread``: the bytes never pass through here).
-        None when the header's frame holds more than the header, and they stop (nothing taken) at the first
+        Nothing when the header's frame holds more than the header; they stop (nothing taken) at the first
         that :meth:`_Tape.frame_size` refuses (at most ``most`` bytes each) or at the input's end. Once one is
         handed out, the reader reads on only after :meth:`restart`; until then it keeps the bytes from each
         frame's offset on, up to :meth:`release`. Call it before iterating or :meth:`payloads`."""
