@@ -104,6 +104,14 @@ def comparable(path: Path) -> str:
     return digest.hexdigest()
 
 
+def commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
 def count_examples(python: str, stream: Path) -> int:
     code = (
         "import sys; from bridgecli.format.reader import StreamReader\n"
@@ -140,6 +148,7 @@ def main(argv=None) -> int:
                 "platform": platform.platform(),
                 "python": a.python,
             },
+            "commit": commit(),
             "load_before": os.getloadavg(),
         }
         if a.make:
@@ -161,9 +170,20 @@ def main(argv=None) -> int:
         n = count_examples(a.python, stream)
         res.update(examples=n, workers=workers, steps={})
         ok = True
+
+        def input_of(step: str) -> Path:
+            """The step's input; a step it reads that is not measured runs once with N=1 to make it."""
+            reads = STEPS[step][0]
+            if reads is None:
+                return stream
+            made = folder / f"{reads}.1.{STEPS[reads][1]}"
+            if reads not in steps and not made.exists():
+                run_step(a.python, reads, input_of(reads), made, 1)
+            return made
+
         for step in steps:
-            reads, name, _ = STEPS[step]
-            inp = stream if reads is None else folder / f"{reads}.1.{STEPS[reads][1]}"
+            name = STEPS[step][1]
+            inp = input_of(step)
             entry: dict = {"command": " ".join(["python -m bridgecli", *STEPS[step][2], "IN -o OUT --workers N"])}
             reference = None
             for w in workers:
