@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
+import stat
 import zlib
 from typing import BinaryIO, Iterator, Union, cast
 
@@ -17,6 +19,8 @@ from .spec import MAJOR, MAGIC, MAX_RECORD_BYTES, PREAMBLE, RECORD_PREFIX
 from .validate import Validator
 
 _decoder = msgspec.msgpack.Decoder(Record)
+#: what a zstd stream reader asks its source for at a time (zstandard's default ``read_size``)
+_READ_SIZE = zstandard.DECOMPRESSION_RECOMMENDED_INPUT_SIZE
 
 
 class _HeaderTag(msgspec.Struct, tag="header"):
@@ -31,7 +35,7 @@ class _ExampleTag(msgspec.Struct, tag="example"):
 _kind_decoder = msgspec.msgpack.Decoder(Union[_HeaderTag, _ExampleTag, End])
 
 
-def decode_example(payload: bytes, name: str, position: int) -> Record:
+def decode_example(payload: bytes | memoryview, name: str, position: int) -> Record:
     """Decode one record's payload as :meth:`StreamReader.__iter__` does (same error)."""
     try:
         return _decoder.decode(payload)
@@ -50,12 +54,157 @@ def _looks_like_text(head: bytes) -> str | None:
     return None
 
 
-class _Available:
-    """Hand zstandard whatever bytes are available (``read1``) instead of letting a buffered pipe
-    block until a whole ``read_size`` chunk (128 KiB) arrives: records stream as frames are flushed."""
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _regular_file(fh: BinaryIO) -> tuple[int, int] | None:
+    """(file descriptor, offset of the next byte) when ``fh`` reads a regular file, else None."""
+    try:
+        fd = fh.fileno()
+        return (fd, fh.tell()) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return None
+
+
+class _Tape:
+    """A stream's bytes as its zstd reader reads them: ``read`` returns whatever the input has available
+    (its ``read1``: a buffered pipe would otherwise block until a whole ``read_size`` chunk of 128 KiB
+    arrives; records stream as frames are flushed). Until :meth:`release`, the tape keeps what it read,
+    in the chunks the input gave, so that a new zstd reader can start at an earlier frame boundary
+    (:meth:`seek`) and read the very chunks the first one would have.
+
+    :meth:`frame_size` finds where the zstd frame at the current offset ends by walking its block headers,
+    without decompressing it; :meth:`take` hands the frame out. When the input is a regular file, the tape
+    reads those headers alone, where they lie (``os.pread``), and a frame is handed out as its position in
+    the file (:attr:`fd`), for a process that reads it itself: the frames' bytes never pass through here.
+    A reader that restarts beyond what the tape holds then reads the file from the chunk that a reader from
+    the start would have read there (after the chunks held, the input gives ``_READ_SIZE`` bytes at a time)."""
 
     def __init__(self, fh: BinaryIO):
-        self.read = getattr(fh, "read1", fh.read)
+        self._fh = fh
+        self._read1 = getattr(fh, "read1", fh.read)
+        self._starts: list[int] = []  # the input offset of each chunk kept
+        self._chunks: list[bytes] = []
+        self._end = 0  # the input offset after the chunks read so far
+        self._pos = 0  # the input offset of the next byte handed out
+        self._keep = True
+        file = _regular_file(fh)
+        #: the input's file descriptor, when it is a regular file (else None)
+        self.fd: int | None = file[0] if file is not None else None
+        self._base = file[1] if file is not None else 0  # the file offset of the stream's first byte
+        self._grid: int | None = None  # file: the offset of the first chunk after the ones read before any walk
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int) -> None:
+        first = self._starts[0] if self._starts else self._end
+        assert self.fd is not None or first <= pos <= self._end, "the tape no longer holds it"
+        self._pos = pos
+
+    def release(self, upto: int | None = None) -> None:
+        """Drop the chunks that end by offset ``upto``; without it, by the current offset, now and from now on
+        (a reader that goes on to the end)."""
+        if upto is None:
+            upto, self._keep = self._pos, False
+        done = 0
+        while done < len(self._chunks) and self._starts[done] + len(self._chunks[done]) <= upto:
+            done += 1
+        del self._starts[:done], self._chunks[:done]
+
+    def _more(self, n: int) -> bool:
+        chunk = self._fh.read(n) if self._end == 0 else self._read1(n)
+        if not chunk:
+            return False
+        self._starts.append(self._end)
+        self._chunks.append(chunk)
+        self._end += len(chunk)
+        return True
+
+    def _reposition(self) -> None:
+        """A regular file, the current offset beyond the chunks held: read on from the chunk holding it."""
+        assert self.fd is not None and self._grid is not None and self._pos >= self._grid
+        start = self._grid + (self._pos - self._grid) // _READ_SIZE * _READ_SIZE
+        self._fh.seek(self._base + start)
+        self._starts, self._chunks, self._end = [], [], start
+
+    def read(self, n: int = _READ_SIZE) -> bytes:
+        """Up to ``n`` bytes from the chunk at the current offset (the first read, the preamble's, blocks
+        until it has ``n``, as a buffered file's ``read``)."""
+        if self._pos > self._end:
+            self._reposition()
+        if self._pos == self._end and not self._keep:
+            chunk = self._read1(n)  # nothing held: straight from the input
+            self._pos = self._end = self._pos + len(chunk)
+            return chunk
+        while self._pos >= self._end:
+            if not self._more(n):
+                return b""
+        i = bisect.bisect_right(self._starts, self._pos) - 1
+        chunk, at = self._chunks[i], self._pos - self._starts[i]
+        out = chunk if at == 0 and n >= len(chunk) else chunk[at : at + n]
+        self._pos += len(out)
+        if not self._keep:
+            self.release()
+        return out
+
+    def _bytes(self, start: int, end: int) -> bytes | None:
+        """The input's bytes from offset ``start`` to ``end``; None when it ends first."""
+        if self.fd is not None:  # where they lie; the chunks read go on as they would have
+            if self._grid is None:
+                self._grid = self._end
+            data = os.pread(self.fd, end - start, self._base + start)
+            return data if len(data) == end - start else None
+        while self._end < end:
+            if not self._more(_READ_SIZE):
+                return None
+        i = bisect.bisect_right(self._starts, start) - 1
+        parts = []
+        while start < end:
+            s, chunk = self._starts[i], self._chunks[i]
+            parts.append(memoryview(chunk)[start - s : end - s])
+            start = s + len(chunk)
+            i += 1
+        return b"".join(parts)
+
+    def frame_size(self, most: int) -> int | None:
+        """The size of the zstd frame at the current offset; None at the input's end, or where the bytes
+        there are not a complete plain zstd frame of at most ``most`` bytes (no zstd magic, as in a skippable
+        frame or trailing bytes; a dictionary; a reserved bit or block type; a frame cut short). A frame:
+        magic, descriptor, header fields, blocks (3-byte headers: last block bit, type, size; an RLE block
+        holds one byte), then a 4-byte checksum if the descriptor says so."""
+        at = self._pos
+        head = self._bytes(at, at + 5)
+        if head is None or head[:4] != _ZSTD_MAGIC or head[4] & 0x0B:  # a reserved bit, a dictionary id
+            return None
+        fhd = head[4]
+        single = fhd >> 5 & 1
+        size = 5 + (1 - single) + (single, 2, 4, 8)[fhd >> 6]  # window descriptor, content size field
+        while True:
+            block = self._bytes(at + size, at + size + 3) if size + 3 <= most else None
+            if block is None:
+                return None
+            header = int.from_bytes(block, "little")
+            kind = header >> 1 & 3
+            if kind == 3:
+                return None
+            size += 3 + (1 if kind == 1 else header >> 3)
+            if header & 1:
+                break
+        size += 4 if fhd & 0x04 else 0
+        if size > most or self._bytes(at + size - 1, at + size) is None:
+            return None
+        return size
+
+    def take(self, size: int) -> bytes | int:
+        """Hand out the ``size`` bytes at the current offset (a frame from :meth:`frame_size`): the bytes, or
+        from a regular file their position in it, for ``os.pread(fd, size, position)``."""
+        at, self._pos = self._pos, self._pos + size
+        if self.fd is not None:
+            return self._base + at
+        data = self._bytes(at, at + size)
+        assert data is not None, "take() follows frame_size()"
+        return data
 
 
 class StreamReader:
@@ -64,7 +213,8 @@ class StreamReader:
 
     def __init__(self, fh: BinaryIO, name: str = "<stream>", *, validate: bool = True):
         self.name = name
-        head = fh.read(PREAMBLE.size)
+        self._tape = _Tape(fh)
+        head = self._tape.read(PREAMBLE.size)
         if len(head) < PREAMBLE.size:
             hint = _looks_like_text(head) if head else None
             raise FormatError(
@@ -88,9 +238,7 @@ class StreamReader:
                 hint="the file is damaged or was not written by bridgecli",
             )
         self.version = (major, minor)
-        self._z = zstandard.ZstdDecompressor().stream_reader(
-            cast(BinaryIO, _Available(fh)), read_across_frames=True, closefd=False
-        )
+        self._z = self._decompressor()
         self._index = 0
         first = self._next_record(expect="header")
         if not isinstance(first, Header):
@@ -99,6 +247,11 @@ class StreamReader:
         # every example's internal consistency (format/validate.py); off only to test the wire format
         self._validate = Validator(name, first) if validate else (lambda ex, position: None)
         self.count: int | None = None
+
+    def _decompressor(self):
+        return zstandard.ZstdDecompressor().stream_reader(
+            cast(BinaryIO, self._tape), read_size=_READ_SIZE, read_across_frames=True, closefd=False
+        )
 
     def _read_exact(self, n: int, what: str | int) -> bytes:
         chunks = []
@@ -171,6 +324,7 @@ class StreamReader:
         self.count = rec.count
 
     def __iter__(self) -> Iterator[Example]:
+        self._tape.release()
         while True:
             rec = self._next_record(expect="example")
             if isinstance(rec, End):
@@ -186,6 +340,7 @@ class StreamReader:
         """The Example records' payloads, undecoded and unvalidated (checksums, order and count checked as
         in iteration): for a process pool that decodes them with :func:`decode_example` and checks them
         with ``Validator.check``; the pool's parent checks ids with ``Validator.seen``."""
+        self._tape.release()
         while True:
             payload = self._next_payload(expect="example")
             try:
@@ -199,6 +354,94 @@ class StreamReader:
                 raise FormatError("a second header inside the stream", file=self.name, record=self._index)
             yield payload
             self._index += 1
+
+    def frames(self, most: int) -> Iterator[tuple[int, int, bytes | int]]:
+        """``(offset, size, frame)`` of each zstd frame after the header's, undecompressed, for a process pool
+        that reads its records with :func:`frame_payloads`: ``frame`` is the frame's bytes or, from a regular
+        file, their position in :attr:`fd` (to read with ``os.pread``: the bytes never pass through here).
+        Nothing when the header's frame holds more than the header; they stop (nothing taken) at the first
+        that :meth:`_Tape.frame_size` refuses (at most ``most`` bytes each) or at the input's end. Once one is
+        handed out, the reader reads on only after :meth:`restart`; until then it keeps the bytes from each
+        frame's offset on, up to :meth:`release`. Call it before iterating or :meth:`payloads`."""
+        tape = self._tape
+        after_header = tape.tell()
+        tape.seek(PREAMBLE.size)
+        size = tape.frame_size(most)
+        head = tape._bytes(PREAMBLE.size, PREAMBLE.size + size) if size is not None else None
+        taken = False
+        if head is not None and _one_record(head):
+            tape.seek(PREAMBLE.size + len(head))
+            while True:
+                offset = tape.tell()
+                size = tape.frame_size(most)
+                if size is None:
+                    break
+                taken = True
+                yield offset, size, tape.take(size)
+        if not taken:  # the reader goes on as if nothing was read
+            tape.seek(after_header)
+
+    @property
+    def fd(self) -> int | None:
+        """The input's file descriptor when it is a regular file (see :meth:`frames`), else None."""
+        return self._tape.fd
+
+    def release(self, upto: int) -> None:
+        """Drop the input's bytes before offset ``upto`` (no :meth:`restart` will go back there)."""
+        self._tape.release(upto)
+
+    def restart(self, offset: int, index: int) -> None:
+        """Read on from ``offset``, a frame's from :meth:`frames` (or where the last one ended), as if
+        ``index`` examples had been read (errors name the records as reading the whole stream does)."""
+        self._tape.seek(offset)
+        self._z = self._decompressor()
+        self._index = index
+
+
+def _one_record(frame: bytes) -> bool:
+    """Whether ``frame`` (the header's) holds one record and nothing more."""
+    try:
+        content = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+    except zstandard.ZstdError:
+        return False
+    if len(content) < RECORD_PREFIX.size:
+        return False
+    return len(content) == RECORD_PREFIX.size + RECORD_PREFIX.unpack_from(content)[0]
+
+
+def frame_payloads(frame: bytes) -> list[memoryview] | None:
+    """The payloads of the Example records of ``frame`` (from :meth:`StreamReader.frames`), when it holds
+    whole Example records only, each with a plausible length, its checksum right and its kind readable;
+    None otherwise (reading it record by record then says what is wrong, and where)."""
+    try:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        content = d.decompress(frame)
+    except zstandard.ZstdError:
+        return None
+    if not d.eof or d.unused_data or not content:
+        return None
+    out = []
+    at, end = 0, len(content)
+    view = memoryview(content)
+    while at < end:
+        if end - at < RECORD_PREFIX.size:
+            return None
+        length, crc = RECORD_PREFIX.unpack_from(content, at)
+        at += RECORD_PREFIX.size
+        if length > MAX_RECORD_BYTES or at + length > end:
+            return None
+        payload = view[at : at + length]
+        at += length
+        if zlib.crc32(payload) != crc:
+            return None
+        try:
+            kind = _kind_decoder.decode(payload)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(kind, _ExampleTag):
+            return None
+        out.append(payload)
+    return out
 
 
 @contextlib.contextmanager
