@@ -57,7 +57,8 @@ def default_python() -> str:
 
 
 def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    # this checkout's src first, then whatever the caller's PYTHONPATH holds (e.g. installed wheels)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
     env.pop("BRIDGE_NO_PROGRESS", None)  # as a user gets it (stderr is a pipe here: no bar)
     return env
 
