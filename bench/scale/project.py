@@ -15,8 +15,8 @@ Assumptions (printed with the tables):
 - GPU time = examples x tokens per example / rate. For the process rates, the wall time on G GPUs
   adds the one-time work of each rank (loading, tokenizer, the first window's compilation) as
   measured beside the rate: the run's wall time less its tokens at the loop's rate.
-- the CPU steps with --workers K: K x the per-CPU-second rate measured with 2 workers, capped by the
-  parent's own rate (examples per parent CPU-second), which no number of workers raises.
+- the CPU steps with --workers 16: the rate measured with 16 workers on a 16-core host
+  (bench/cpu_steps/scaling.py, wall clock, synthetic GSM8K-sized stream).
 - rank 0's merge: one thread, at the examples per CPU-second measured on the (busy, 2-core)
   development machine. Reading the shards in index order alone (measured too) is the floor that
   compressing the merged frames in parallel (not done) could not go below.
@@ -39,6 +39,8 @@ INPUTS = {
     "stream": "bench/scale/results/stream_bytes_cpu.json",
     "steps_one_core": "bench/cpu_steps/results/after_one_core_quiet.json",
     "steps_workers2": "bench/cpu_steps/results/after_workers2_quiet.json",
+    "steps_16core": "bench/cpu_steps/results/scaling_16core_h100host.json",
+    "e2e_h100": "bench/score/results/e2e_gsm8k_streamed_h100.json",
     "quoted": "bench/scale/quoted.json",
 }
 SCALES = {"MetaMathQA (395K)": 395_000, "100M": 100_000_000}
@@ -66,12 +68,12 @@ def rates(d: dict) -> dict:
         one_time = r["wall_s"] - p["tokens"] / r["steady_tokens_per_s"]
         return (label, "H100", r["steady_tokens_per_s"], "quoted.json: issue 15", one_time)
 
-    def e2e(key, run, label):
+    def e2e(key, run, label, card="H200", shape=None):
         """bench/score/e2e.py's run: the loop's rate after the first window; one-time work = the
         process's wall time less its tokens at that rate."""
-        r = d[key][0][run]
+        r = next(x for x in d[key] if shape is None or x["shape"] == shape)[run]
         rate = r["after_first_tokens_per_s"]
-        return (label, "H200", rate, INPUTS[key], r["process_s"] - r["tokens"] / rate)
+        return (label, card, rate, INPUTS[key], r["process_s"] - r["tokens"] / rate)
 
     return {
         "default (SmolLM2-135M)": [
@@ -87,6 +89,8 @@ def rates(d: dict) -> dict:
             ("process", "H200", mg["steady_tokens_per_s_1gpu"][0], INPUTS["process_h200"], mg["first_window_s_1gpu"][0]),
             e2e("e2e_1b_h200", "score_first", "process, Triton tangents, first run"),
             e2e("e2e_1b_h200", "score_second", "process, Triton tangents, later run"),
+            e2e("e2e_h100", "score_first", "process, now, first run", "H100", "llama-3.2-1b"),
+            e2e("e2e_h100", "score_second", "process, now, later run", "H100", "llama-3.2-1b"),
         ],
         "Llama-3.2-3B shape": [
             ("kernel", "H100", h100["llama-3.2-3b"], INPUTS["kernel_h100"], 0.0),
@@ -94,6 +98,8 @@ def rates(d: dict) -> dict:
             issue("llama-3.2-3b", "second_run", "process, later run"),
             e2e("e2e_3b_h200", "score_first", "process, Triton tangents, first run"),
             e2e("e2e_3b_h200", "score_second", "process, Triton tangents, later run"),
+            e2e("e2e_h100", "score_first", "process, now, first run", "H100", "llama-3.2-3b"),
+            e2e("e2e_h100", "score_second", "process, now, later run", "H100", "llama-3.2-3b"),
         ],
     }
 
@@ -101,14 +107,12 @@ def rates(d: dict) -> dict:
 def cpu_steps(d: dict, workers: int) -> dict:
     one = d["steps_one_core"]["steps"]
     two = d["steps_workers2"]
-    par = d["quoted"]["workers_parent_cpu"]
+    many = d["steps_16core"]
+    assert workers in many["workers"], f"{INPUTS['steps_16core']} has no run with --workers {workers}"
     out = {}
     for s in STEPS:
-        per_cpu_s = two["examples"] / two["steps"][s]["cpu_s"]  # examples per CPU-second, parent + workers
-        ceiling = par["examples"] / par[s]
         out[s] = {"one_core": one[s]["cli_examples_per_s"], "workers2_measured": two["steps"][s]["cli_examples_per_s"],
-                  "per_cpu_second": per_cpu_s, "parent_ceiling": ceiling,
-                  f"workers{workers}": min(workers * per_cpu_s, ceiling)}
+                  f"workers{workers}": many["steps"][s][str(workers)]["examples_per_s"]}
     return out
 
 
@@ -160,7 +164,7 @@ def project(d: dict) -> dict:
 
 
 #: the pipeline table's scoring rate: the 1B shape's later run on an H100 (a process, measured)
-PIPELINE_RATE = ("Llama-3.2-1B shape", "process, later run")
+PIPELINE_RATE = ("Llama-3.2-1B shape", "process, now, later run")
 
 
 def pipeline(sc: dict, r: dict, bytes_per_token: float) -> list[dict]:
@@ -192,10 +196,11 @@ def markdown(p: dict) -> str:
     for model, rs in p["rates"].items():
         for x in rs:
             lines.append(f"| {model}: scoring, {x['rate']} | {x['tokens_per_s']:,.0f} tokens/s per {x['card']} | {x['source']} |")
+    w = a["workers"]
     for s, v in p["cpu_steps"].items():
-        lines.append(f"| `{s}`: one core / 2 workers measured / parent ceiling | {v['one_core']:,} / "
-                     f"{v['workers2_measured']:,} / {v['parent_ceiling']:,.0f} examples/s | {INPUTS['steps_one_core']}, "
-                     f"{INPUTS['steps_workers2']}, quoted.json |")
+        lines.append(f"| `{s}`: one core (2-core host) / 2 workers (2-core host) / {w} workers ({w}-core host) | "
+                     f"{v['one_core']:,} / {v['workers2_measured']:,} / {v[f'workers{w}']:,} examples/s | "
+                     f"{INPUTS['steps_one_core']}, {INPUTS['steps_workers2']}, {INPUTS['steps_16core']} |")
     for name, sc in p["scales"].items():
         lines += ["", f"### {name}: {sc['examples']:,} examples, {sc['tokens'] / 1e9:.3g}B tokens, "
                       f"a {sc['stream_gb']:,.1f} GB scored stream", "",
