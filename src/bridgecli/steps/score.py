@@ -94,20 +94,6 @@ def _load(opts: ScoreOptions, device: str):
     return load_scoring_checkpoint(run, dtype, device), dtype
 
 
-def _prewarm(opts: ScoreOptions, device: str):
-    """Start compiling the scorer's GPU kernels in a process of its own (modeling/prewarm.py) while
-    this one loads the model: the ``bridge`` scorer on a GPU, a first run on a machine gains most."""
-    if opts.scorer != "bridge" or not device.startswith("cuda"):
-        return None
-    from ..modeling import prewarm
-
-    compile_caches()
-    run = WarmupRun.open(opts.run)
-    dtype = opts.dtype if opts.dtype != "auto" else "bfloat16"
-    layers = max(opts.attention_layers, run.meta().direction_layers or opts.attention_layers)
-    return prewarm.start(str(run.checkpoint), dtype, device, layers)
-
-
 def check_score_options(opts: ScoreOptions) -> None:
     """Every parameter in its range (see :mod:`.params`), before anything is read."""
     from . import params
@@ -154,16 +140,8 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     mark("start of scoring")
-    warm = _prewarm(opts, device)
-    try:
-        ck, dtype = _load(opts, device)
-        mark("model loaded")
-        if warm is not None:
-            warm.wait()
-            mark("prewarm process done")
-    finally:
-        if warm is not None:
-            warm.stop()
+    ck, dtype = _load(opts, device)
+    mark("model loaded")
     run, meta, tokenizer, model, direction = ck.run, ck.meta, ck.tokenizer, ck.model, ck.direction
     ctx = ScoringContext(
         model=model,
