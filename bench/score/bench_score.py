@@ -56,7 +56,12 @@ CASES = {
     "llama-3.2-1b/metamath": ("llama-3.2-1b", 80, 250),
     "llama-3.2-3b/metamath": ("llama-3.2-3b", 80, 250),
     "llama-3.2-3b/long": ("llama-3.2-3b", 512, 1536),
+    # GSM8K-sized (215 tokens with the default chat template on average: e2e.py's data), for the
+    # loop-rate comparison of docs/benchmarks.md; not in the default --cases
+    "llama-3.2-1b/gsm8k": ("llama-3.2-1b", 60, 145),
+    "llama-3.2-3b/gsm8k": ("llama-3.2-3b", 60, 145),
 }
+DEFAULT_CASES = ("smollm2-135m/metamath", "llama-3.2-1b/metamath", "llama-3.2-3b/metamath", "llama-3.2-3b/long")
 
 
 def make_model(shape: str, dtype=torch.bfloat16, device="cuda"):
@@ -299,7 +304,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
     ap.add_argument("--examples", type=int, default=256, help="examples per case (long case: a quarter)")
     ap.add_argument("--max-tokens", type=int, default=32768, help="padded tokens per batch")
     ap.add_argument("--repeats", type=int, default=3)
