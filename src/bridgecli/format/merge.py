@@ -1,20 +1,29 @@
-"""Merge streams written by shards of one run (e.g. ``torchrun`` ranks) into one ordered stream."""
+"""Merge streams written by shards of one run (e.g. ``torchrun`` ranks) into one ordered stream.
+
+With ``workers`` > 1 the zstd frames of the output are compressed on a pool of processes: this process
+reads the shards in index order, as with one, and hands out each frame's records whole; the frames come
+back compressed as the writer would have compressed them (:func:`~bridgecli.format.writer.compress_frame`)
+and are written in order. The output is byte-identical for any number of workers, and so is an error.
+"""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
+import multiprocessing
 import os
 import zlib
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import msgspec
 
-from ..errors import FormatError
+from ..errors import BridgeError, FormatError
+from ..optionspec import integer
 from .reader import open_reader
 from .records import Header
-from .spec import RECORD_PREFIX
-from .writer import open_writer
+from .spec import RECORD_PREFIX, RECORDS_PER_FRAME
+from .writer import StreamWriter, compress_frame, open_writer
 
 
 class _Indexed(msgspec.Struct, tag="example"):
@@ -22,17 +31,34 @@ class _Indexed(msgspec.Struct, tag="example"):
 
 
 _index_decoder = msgspec.msgpack.Decoder(_Indexed)
+_encoder = msgspec.msgpack.Encoder()  # as writer.encode_record's: the same payload bytes
 
 
-def _as_is(reader):
-    """(index, record bytes as written) for each example of ``reader``, not decoded beyond its index
-    (the reader still checks frames, CRCs and the count)."""
+def _payloads(reader):
+    """(index, payload) for each example of ``reader``, not decoded beyond its index (the reader still
+    checks frames, CRCs and the count)."""
     for payload in reader.payloads():
         try:
             index = _index_decoder.decode(payload).index
         except msgspec.DecodeError as exc:
             raise FormatError(f"cannot decode record ({exc})", file=reader.name) from None
-        yield index, RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+        yield index, payload
+
+
+def _framed(payload: bytes) -> bytes:
+    """A record's bytes as written: its payload after its length and CRC-32 (:func:`encode_record`'s)."""
+    return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _as_is(reader):
+    """(index, record bytes as written) for each example of ``reader`` (see :func:`_payloads`)."""
+    for index, payload in _payloads(reader):
+        yield index, _framed(payload)
+
+
+def _compress_payloads(payloads: list[bytes]) -> bytes:
+    """The zstd frame of these Example records' payloads, as the writer makes it (in a worker)."""
+    return compress_frame([_framed(p) for p in payloads])
 
 
 def _comparable(h: Header) -> tuple:
@@ -73,13 +99,16 @@ def merge_streams(
     *,
     frame: int | None = None,
     validate: bool = True,
+    workers: int = 1,
 ) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
     order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a
     zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
     windows do in one process (the merged file is then byte-identical to it after the header).
     ``validate=False`` copies each record's bytes as they are instead of decoding and validating it
-    again (for shards this run's own ranks just wrote)."""
+    again (for shards this run's own ranks just wrote). ``workers`` > 1: compress the output's frames on
+    as many processes (the same bytes; see :func:`_start_pool`)."""
+    integer("--workers", workers)
     if not paths:
         raise FormatError("nothing to merge")
     with contextlib.ExitStack() as stack:
@@ -96,11 +125,21 @@ def merge_streams(
         params = {k: v for k, v in last.params.items() if k != "shard"}
         params["shards"] = len(paths)
         header = msgspec.structs.replace(first, steps=[*first.steps[:-1], msgspec.structs.replace(last, params=params)])
-        if validate:
-            iters = [((ex.index, ex) for ex in r) for r in readers]
-        else:
-            iters = [_as_is(r) for r in readers]
-        records = _in_order(iters, readers)
+        iters = [((ex.index, ex) for ex in r) for r in readers]
+        if workers > 1:
+            # frames end where one process ends them: every ``frame`` examples and before the end
+            # record, or without ``frame`` every RECORDS_PER_FRAME, the last one holding the end record
+            with open_writer(out, header, records_per_frame=frame or RECORDS_PER_FRAME) as writer:
+                # payloads: the workers add each record's length and CRC-32 (the reader checked it)
+                if validate:
+                    payloads = (_encoder.encode(ex) for ex in _in_order(iters, readers))
+                else:
+                    payloads = _in_order([_payloads(r) for r in readers], readers)
+                _write_pooled(writer, payloads, frame or RECORDS_PER_FRAME, workers)
+                if frame:
+                    writer.flush()
+                return writer.count
+        records = _in_order(iters if validate else [_as_is(r) for r in readers], readers)
         framing = {"records_per_frame": None} if frame else {}
         with open_writer(out, header, **framing) as writer:
             put = writer.write if validate else writer.write_encoded
@@ -111,3 +150,56 @@ def merge_streams(
             if frame:
                 writer.flush()
             return writer.count
+
+
+def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, workers: int) -> None:
+    """Write the Example records of ``payloads`` through ``writer``: each whole frame of ``per`` compressed on
+    a pool of ``workers`` processes (at most ``2 * workers + 2`` frames at a time), a last shorter one by
+    ``writer``. An error in ``payloads`` is raised after the records before it were written, as one process
+    writes them."""
+    pool = None
+    pending: collections.deque = collections.deque()  # (records, compressed frame to come) in order
+
+    def write_one() -> None:
+        n, frame = pending.popleft()
+        written = writer.write_frame(frame.get(), n)
+        assert written, "a whole frame, where the writer ends one"
+
+    batch: list[bytes] = []
+    try:
+        for payload in payloads:
+            batch.append(payload)
+            if len(batch) == per:
+                pool = pool or _start_pool(workers)  # not for a merge of less than one frame
+                pending.append((per, pool.apply_async(_compress_payloads, (batch,))))
+                batch = []
+                if len(pending) >= 2 * workers + 2:
+                    write_one()
+        while pending:
+            write_one()
+    except BridgeError:  # a shard's (corrupt, out of order, duplicate): what came before it is written first
+        while pending:
+            write_one()
+        for payload in batch:
+            writer.write_encoded(_framed(payload))
+        raise
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    for payload in batch:
+        writer.write_encoded(_framed(payload))
+
+
+def _start_pool(workers: int) -> Any:
+    """``workers`` processes forked by a fork server, itself started without the threads this process may
+    hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports the writer once for them all.
+    As with spawned processes, each imports the main module of a Python program run from a file, so one
+    that merges with ``workers`` > 1 needs the ``if __name__ == "__main__":`` idiom."""
+    from ..steps.workers import _Pool, _worker_signals
+
+    context: Any = multiprocessing.get_context("spawn")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["bridgecli.format.writer"])
+    return _Pool(workers, initializer=_worker_signals, context=context)
