@@ -196,10 +196,21 @@ def _start_pool(workers: int) -> Any:
     hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports the writer once for them all.
     As with spawned processes, each imports the main module of a Python program run from a file, so one
     that merges with ``workers`` > 1 needs the ``if __name__ == "__main__":`` idiom."""
-    from ..steps.workers import _Pool, _worker_signals
+    from ..steps.workers import _Pool
 
     context: Any = multiprocessing.get_context("spawn")
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["bridgecli.format.writer"])
-    return _Pool(workers, initializer=_worker_signals, context=context)
+    return _Pool(workers, initializer=_worker_init, context=context)
+
+
+def _worker_init() -> None:
+    """A worker dies at once on the pool's SIGTERM (steps/workers.py says why) and leaves Ctrl-C to this
+    process, which stops the pool (a worker would print its own traceback)."""
+    import signal
+
+    from ..steps.workers import _worker_signals
+
+    _worker_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
