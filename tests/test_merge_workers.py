@@ -195,3 +195,32 @@ def test_the_merge_benchmark_runs_and_finds_identical_bytes(tmp_path, monkeypatc
         for w in ("1", "2"):
             run = res["modes"][mode][w]
             assert run["identical_to_1"] and run["examples_per_s"] > 0 and run["wall_s"] > 0
+
+
+def test_the_workers_read_the_shards_frames(tmp_path, monkeypatch):
+    """Copying records as written, the workers decompress the shards' frames: this process reads only each
+    shard's last frame itself (the one with the end record), and every frame of a damaged shard from the
+    damaged one on."""
+    from bridgecli.format import merge
+
+    read_here = []
+
+    def counted(reader):
+        for item in real(reader):
+            read_here.append((reader.name, item[0]))
+            yield item
+
+    paths = _shards(tmp_path, 200, 2, per_frame=8)  # frames of 8 records: 100 = 12 * 8 + 4
+    ref = _merged(paths, tmp_path / "r", frame=16, validate=False)
+    real = merge._payloads
+    monkeypatch.setattr(merge, "_payloads", counted)
+    assert _merged(paths, tmp_path / "m", frame=16, validate=False, workers=2) == ref
+    assert sorted(i for _, i in read_here) == [*range(192, 200)]  # each shard's last 4, read with its end record
+    late = _shard(tmp_path / "late", range(1, 200, 2), 1, 2, 8)
+    _corrupt(late, late.stat().st_size * 2 // 3)
+    monkeypatch.setattr(merge, "_payloads", real)
+    ref = _merged([paths[0], late], tmp_path / "x", validate=False)
+    read_here.clear()
+    monkeypatch.setattr(merge, "_payloads", counted)
+    assert _merged([paths[0], late], tmp_path / "x", validate=False, workers=2) == ref
+    assert "late" in ref[0][1] and read_here and min(i for _, i in read_here) > 100  # from the damaged frame on

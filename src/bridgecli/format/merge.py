@@ -20,7 +20,7 @@ import msgspec
 
 from ..errors import BridgeError, FormatError
 from ..optionspec import integer
-from .reader import open_reader
+from .reader import frame_payloads, open_reader
 from .records import Header
 from .spec import RECORD_PREFIX, RECORDS_PER_FRAME
 from .writer import StreamWriter, compress_frame, open_writer
@@ -127,15 +127,18 @@ def merge_streams(
         header = msgspec.structs.replace(first, steps=[*first.steps[:-1], msgspec.structs.replace(last, params=params)])
         iters = [((ex.index, ex) for ex in r) for r in readers]
         if workers > 1:
+            pool = _start_pool(workers)
+            stack.callback(pool.join)
+            stack.callback(pool.terminate)
             # frames end where one process ends them: every ``frame`` examples and before the end
             # record, or without ``frame`` every RECORDS_PER_FRAME, the last one holding the end record
             with open_writer(out, header, records_per_frame=frame or RECORDS_PER_FRAME) as writer:
                 # payloads: the workers add each record's length and CRC-32 (the reader checked it)
                 if validate:
                     payloads = (_encoder.encode(ex) for ex in _in_order(iters, readers))
-                else:
-                    payloads = _in_order([_payloads(r) for r in readers], readers)
-                _write_pooled(writer, payloads, frame or RECORDS_PER_FRAME, workers)
+                else:  # the shards' frames are decompressed by the workers too
+                    payloads = _in_order([_read_pooled(r, str(p), pool) for r, p in zip(readers, paths)], readers)
+                _write_pooled(writer, payloads, frame or RECORDS_PER_FRAME, workers, pool)
                 if frame:
                     writer.flush()
                 return writer.count
@@ -152,12 +155,11 @@ def merge_streams(
             return writer.count
 
 
-def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, workers: int) -> None:
+def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, workers: int, pool: Any) -> None:
     """Write the Example records of ``payloads`` through ``writer``: each whole frame of ``per`` compressed on
-    a pool of ``workers`` processes (at most ``2 * workers + 2`` frames at a time), a last shorter one by
+    ``pool`` (of ``workers`` processes; at most ``2 * workers + 2`` frames at a time), a last shorter one by
     ``writer``. An error in ``payloads`` is raised after the records before it were written, as one process
     writes them."""
-    pool = None
     pending: collections.deque = collections.deque()  # (records, compressed frame to come) in order
 
     def write_one() -> None:
@@ -170,7 +172,6 @@ def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, wor
         for payload in payloads:
             batch.append(payload)
             if len(batch) == per:
-                pool = pool or _start_pool(workers)  # not for a merge of less than one frame
                 pending.append((per, pool.apply_async(_compress_payloads, (batch,))))
                 batch = []
                 if len(pending) >= 2 * workers + 2:
@@ -183,12 +184,69 @@ def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, wor
         for payload in batch:
             writer.write_encoded(_framed(payload))
         raise
-    finally:
-        if pool is not None:
-            pool.terminate()
-            pool.join()
     for payload in batch:
         writer.write_encoded(_framed(payload))
+
+
+#: shard frames handed out ahead of the merge, per shard
+READ_AHEAD = 2
+#: the most bytes of one compressed shard frame that a worker reads (the merge reads a larger one itself)
+MAX_FRAME = 32 << 20
+#: the files a worker has open (by path), to read the shard frames it is given
+_FILES: dict[str, int] = {}
+
+
+def _read_frame(path: str, size: int, frame: bytes | int) -> list[tuple[int, bytes]] | None:
+    """In a worker: ``(index, payload)`` of each record of one zstd frame of a shard (its bytes, or where
+    they lie in ``path``). None when the frame holds anything but whole, sound Example records with an
+    index: the merge then reads it itself, and reports what is wrong as one process does."""
+    try:
+        if isinstance(frame, int):
+            if path not in _FILES:
+                _FILES[path] = os.open(path, os.O_RDONLY)
+            data = os.pread(_FILES[path], size, frame)
+        else:
+            data = frame
+        payloads = frame_payloads(data) if len(data) == size else None
+        if payloads is None:
+            return None
+        return [(_index_decoder.decode(p).index, bytes(p)) for p in payloads]
+    except Exception:  # anything else too: the merge's own reading raises it where one process would
+        return None
+
+
+def _read_pooled(reader, path: str, pool: Any) -> Iterator[tuple[int, bytes]]:
+    """:func:`_payloads` of ``reader`` (the shard at ``path``), its zstd frames decompressed and checked by
+    ``pool``'s workers while they hold whole, sound Example records (the end record's frame never does);
+    from the first that does not, this process reads on itself, as :func:`_payloads` does, so an error
+    comes out as with one process (steps/workers.py hands out a step's input frames the same way)."""
+    pending: collections.deque = collections.deque()  # (frame's offset, its end, its records to come)
+    frames = reader.frames(MAX_FRAME)
+    index = 0
+    resume = None  # the offset of the first frame whose records are not all yielded, once one was handed out
+    more = True
+    while True:
+        while more and len(pending) < READ_AHEAD:
+            got = next(frames, None)
+            if got is None:
+                more = False
+                break
+            offset, size, frame = got
+            pending.append((offset, offset + size, pool.apply_async(_read_frame, (path, size, frame))))
+            resume = offset if resume is None else resume
+        if not pending:
+            break
+        _, end, result = pending.popleft()
+        records = result.get()
+        if records is None:
+            break
+        yield from records
+        index += len(records)
+        resume = end
+        reader.release(end)
+    if resume is not None:  # the frames handed out after it are read again
+        reader.restart(resume, index)
+    yield from _payloads(reader)
 
 
 def _start_pool(workers: int) -> Any:
