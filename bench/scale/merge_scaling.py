@@ -10,10 +10,11 @@ the ranks of `bridge score` under torchrun write them), then merges them with ``
 frame=--window, workers=N)`` in this process for each N (default 1, 2, 4, ... up to the cores this process
 may use, and that count), two ways: copying the records as written (``as_written``: what rank 0 runs after
 `bridge score`) and decoding + validating them (``validated``: what `bridge merge` runs). Each merge's
-wall time, this process's CPU time (the reading, and for ``validated`` the decoding; the workers'
-compressing is not in it) and examples/s are recorded, and the merged file must be byte-identical to N=1's
-(the process exits 1 if one is not). ``read_only``: only reading the shards in index order, the floor that
-compressing in parallel cannot go below.
+wall time, this process's CPU time (the workers' is not in it: with N > 1 they compress, and as written
+they also decompress the shards' frames) and examples/s are recorded, and the merged file must be
+byte-identical to N=1's (the process exits 1 if one is not). 1 / this process's CPU time per example is
+the most that any N can give. ``read_only``: only reading the shards in index order in this process (what
+``validated`` still does here for any N, before decoding).
 
 Needs the project's dependencies in this interpreter; this checkout's src comes first on the path (then
 the caller's PYTHONPATH). Say which machine ran it, and how busy it was (load average in the JSON).
