@@ -1,9 +1,12 @@
 """Merge streams written by shards of one run (e.g. ``torchrun`` ranks) into one ordered stream.
 
 With ``workers`` > 1 the zstd frames of the output are compressed on a pool of processes: this process
-reads the shards in index order, as with one, and hands out each frame's records whole; the frames come
-back compressed as the writer would have compressed them (:func:`~bridgecli.format.writer.compress_frame`)
-and are written in order. The output is byte-identical for any number of workers, and so is an error.
+puts the shards' records in index order, as with one, and hands out each output frame's records whole;
+the frames come back compressed as the writer would have compressed them
+(:func:`~bridgecli.format.writer.compress_frame`) and are written in order. Copying records as written
+(``validate=False``), the workers also decompress and check the shards' frames, and this process reads a
+shard itself only from the first frame they cannot take whole (its end record's, a damaged one). The
+output is byte-identical for any number of workers, and so is an error (and what was written before it).
 """
 
 from __future__ import annotations
@@ -106,8 +109,9 @@ def merge_streams(
     zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
     windows do in one process (the merged file is then byte-identical to it after the header).
     ``validate=False`` copies each record's bytes as they are instead of decoding and validating it
-    again (for shards this run's own ranks just wrote). ``workers`` > 1: compress the output's frames on
-    as many processes (the same bytes; see :func:`_start_pool`)."""
+    again (for shards this run's own ranks just wrote). ``workers`` > 1: compress the output's frames (and,
+    with ``validate=False``, decompress the shards' frames) on as many processes; the same bytes (see
+    :func:`_start_pool`)."""
     integer("--workers", workers)
     if not paths:
         raise FormatError("nothing to merge")
@@ -251,7 +255,7 @@ def _read_pooled(reader, path: str, pool: Any) -> Iterator[tuple[int, bytes]]:
 
 def _start_pool(workers: int) -> Any:
     """``workers`` processes forked by a fork server, itself started without the threads this process may
-    hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports the writer once for them all.
+    hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports this module once for them all.
     As with spawned processes, each imports the main module of a Python program run from a file, so one
     that merges with ``workers`` > 1 needs the ``if __name__ == "__main__":`` idiom."""
     from ..steps.workers import _Pool
@@ -259,7 +263,7 @@ def _start_pool(workers: int) -> Any:
     context: Any = multiprocessing.get_context("spawn")
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["bridgecli.format.writer"])
+        context.set_forkserver_preload([__name__])
     return _Pool(workers, initializer=_worker_init, context=context)
 
 
