@@ -61,8 +61,10 @@ def tokens_of(question: str, answer: str):
     return text, ids, bytes(kinds), offsets
 
 
-def make_stream(path: Path, n: int, seed: int = 0, frame: int = 256) -> dict:
-    """Write ``n`` scored examples to ``path``; returns their average prompt and response token counts."""
+def make_stream(path: Path, n: int, seed: int = 0, frame: int = 256, shard: tuple[int, int] | None = None) -> dict:
+    """Write ``n`` scored examples to ``path``; returns their average prompt and response token counts.
+    ``shard=(rank, shards)``: only the examples whose index is ``rank`` modulo ``shards``, as that rank of a
+    ``bridge score`` under torchrun writes them (its own random scores; the header says which shard)."""
     sys.path.insert(0, str(ROOT / "src"))
     import numpy as np  # the venv's packages: imported here, so that --help needs none
 
@@ -72,25 +74,27 @@ def make_stream(path: Path, n: int, seed: int = 0, frame: int = 256) -> dict:
     from bridgecli.steps.common import now, step_record
 
     problems = _problems(min(n, 5000), seed)
-    rng = np.random.default_rng(seed)
+    rank, shards = shard or (0, 1)
+    rng = np.random.default_rng(seed if shard is None else [seed, rank])
     header = Header(
         stage="scores",
         producer=PRODUCER,
         created=now(),
         model=ModelInfo(source="synthetic", fingerprint="synthetic", tokenizer_fingerprint="synthetic"),
-        steps=[step_record("score", {"synthetic": True, "seed": seed})],
+        steps=[step_record("score", {"synthetic": True, "seed": seed, **({"shard": list(shard)} if shard else {})})],
         source="synthetic",
     )
-    m_sum = n_sum = 0
+    m_sum = n_sum = count = 0
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
         w = StreamWriter(fh, header, records_per_frame=None)
-        for i in range(n):
+        for i in range(rank, n, shards):
             p = problems[i % len(problems)]
             text, ids, kinds, offsets = tokens_of(p["question"], p["answer"])
             m, k = kinds.count(_PROMPT), kinds.count(_RESPONSE)
             m_sum += m
             n_sum += k
+            count += 1
             scores = Scores(
                 scorer="synthetic",
                 a=Array.of(rng.normal(0, 1e-3, k).astype(np.float32)),
@@ -103,7 +107,11 @@ def make_stream(path: Path, n: int, seed: int = 0, frame: int = 256) -> dict:
             if w.count % frame == 0:
                 w.flush()
         w.close()
-    return {"examples": n, "prompt_tokens": round(m_sum / max(n, 1), 1), "response_tokens": round(n_sum / max(n, 1), 1)}
+    return {
+        "examples": count,
+        "prompt_tokens": round(m_sum / max(count, 1), 1),
+        "response_tokens": round(n_sum / max(count, 1), 1),
+    }
 
 
 def main(argv=None) -> int:

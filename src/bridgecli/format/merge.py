@@ -1,20 +1,32 @@
-"""Merge streams written by shards of one run (e.g. ``torchrun`` ranks) into one ordered stream."""
+"""Merge streams written by shards of one run (e.g. ``torchrun`` ranks) into one ordered stream.
+
+With ``workers`` > 1 the zstd frames of the output are compressed on a pool of processes: this process
+puts the shards' records in index order, as with one, and hands out each output frame's records whole;
+the frames come back compressed as the writer would have compressed them
+(:func:`~bridgecli.format.writer.compress_frame`) and are written in order. Copying records as written
+(``validate=False``), the workers also decompress and check the shards' frames, and this process reads a
+shard itself only from the first frame they cannot take whole (its end record's, a damaged one). The
+output is byte-identical for any number of workers, and so is an error (and what was written before it).
+"""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
+import multiprocessing
 import os
 import zlib
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import msgspec
 
-from ..errors import FormatError
-from .reader import open_reader
+from ..errors import BridgeError, FormatError
+from ..optionspec import integer
+from .reader import frame_payloads, open_reader
 from .records import Header
-from .spec import RECORD_PREFIX
-from .writer import open_writer
+from .spec import RECORD_PREFIX, RECORDS_PER_FRAME
+from .writer import StreamWriter, compress_frame, open_writer
 
 
 class _Indexed(msgspec.Struct, tag="example"):
@@ -22,17 +34,34 @@ class _Indexed(msgspec.Struct, tag="example"):
 
 
 _index_decoder = msgspec.msgpack.Decoder(_Indexed)
+_encoder = msgspec.msgpack.Encoder()  # as writer.encode_record's: the same payload bytes
 
 
-def _as_is(reader):
-    """(index, record bytes as written) for each example of ``reader``, not decoded beyond its index
-    (the reader still checks frames, CRCs and the count)."""
+def _payloads(reader):
+    """(index, payload) for each example of ``reader``, not decoded beyond its index (the reader still
+    checks frames, CRCs and the count)."""
     for payload in reader.payloads():
         try:
             index = _index_decoder.decode(payload).index
         except msgspec.DecodeError as exc:
             raise FormatError(f"cannot decode record ({exc})", file=reader.name) from None
-        yield index, RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+        yield index, payload
+
+
+def _framed(payload: bytes) -> bytes:
+    """A record's bytes as written: its payload after its length and CRC-32 (:func:`encode_record`'s)."""
+    return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _as_is(reader):
+    """(index, record bytes as written) for each example of ``reader`` (see :func:`_payloads`)."""
+    for index, payload in _payloads(reader):
+        yield index, _framed(payload)
+
+
+def _compress_payloads(payloads: list[bytes]) -> bytes:
+    """The zstd frame of these Example records' payloads, as the writer makes it (in a worker)."""
+    return compress_frame([_framed(p) for p in payloads])
 
 
 def _comparable(h: Header) -> tuple:
@@ -73,13 +102,17 @@ def merge_streams(
     *,
     frame: int | None = None,
     validate: bool = True,
+    workers: int = 1,
 ) -> int:
     """Interleave the examples of ``paths`` by their data index (each shard is already in index
     order) into ``out``. Refuses shards of different runs and duplicate examples. ``frame``: end a
     zstd frame after every ``frame`` examples and before the end record, as ``bridge score``'s
     windows do in one process (the merged file is then byte-identical to it after the header).
     ``validate=False`` copies each record's bytes as they are instead of decoding and validating it
-    again (for shards this run's own ranks just wrote)."""
+    again (for shards this run's own ranks just wrote). ``workers`` > 1: compress the output's frames (and,
+    with ``validate=False``, decompress the shards' frames) on as many processes; the same bytes (see
+    :func:`_start_pool`)."""
+    integer("--workers", workers)
     if not paths:
         raise FormatError("nothing to merge")
     with contextlib.ExitStack() as stack:
@@ -96,11 +129,24 @@ def merge_streams(
         params = {k: v for k, v in last.params.items() if k != "shard"}
         params["shards"] = len(paths)
         header = msgspec.structs.replace(first, steps=[*first.steps[:-1], msgspec.structs.replace(last, params=params)])
-        if validate:
-            iters = [((ex.index, ex) for ex in r) for r in readers]
-        else:
-            iters = [_as_is(r) for r in readers]
-        records = _in_order(iters, readers)
+        iters = [((ex.index, ex) for ex in r) for r in readers]
+        if workers > 1:
+            pool = _start_pool(workers)
+            stack.callback(pool.join)
+            stack.callback(pool.terminate)
+            # frames end where one process ends them: every ``frame`` examples and before the end
+            # record, or without ``frame`` every RECORDS_PER_FRAME, the last one holding the end record
+            with open_writer(out, header, records_per_frame=frame or RECORDS_PER_FRAME) as writer:
+                # payloads: the workers add each record's length and CRC-32 (the reader checked it)
+                if validate:
+                    payloads = (_encoder.encode(ex) for ex in _in_order(iters, readers))
+                else:  # the shards' frames are decompressed by the workers too
+                    payloads = _in_order([_read_pooled(r, str(p), pool) for r, p in zip(readers, paths)], readers)
+                _write_pooled(writer, payloads, frame or RECORDS_PER_FRAME, workers, pool)
+                if frame:
+                    writer.flush()
+                return writer.count
+        records = _in_order(iters if validate else [_as_is(r) for r in readers], readers)
         framing = {"records_per_frame": None} if frame else {}
         with open_writer(out, header, **framing) as writer:
             put = writer.write if validate else writer.write_encoded
@@ -111,3 +157,122 @@ def merge_streams(
             if frame:
                 writer.flush()
             return writer.count
+
+
+def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, workers: int, pool: Any) -> None:
+    """Write the Example records of ``payloads`` through ``writer``: each whole frame of ``per`` compressed on
+    ``pool`` (of ``workers`` processes; at most ``2 * workers + 2`` frames at a time), a last shorter one by
+    ``writer``. An error in ``payloads`` is raised after the records before it were written, as one process
+    writes them."""
+    pending: collections.deque = collections.deque()  # (records, compressed frame to come) in order
+
+    def write_one() -> None:
+        n, frame = pending.popleft()
+        written = writer.write_frame(frame.get(), n)
+        assert written, "a whole frame, where the writer ends one"
+
+    batch: list[bytes] = []
+    try:
+        for payload in payloads:
+            batch.append(payload)
+            if len(batch) == per:
+                pending.append((per, pool.apply_async(_compress_payloads, (batch,))))
+                batch = []
+                if len(pending) >= 2 * workers + 2:
+                    write_one()
+        while pending:
+            write_one()
+    except BridgeError:  # a shard's (corrupt, out of order, duplicate): what came before it is written first
+        while pending:
+            write_one()
+        for payload in batch:
+            writer.write_encoded(_framed(payload))
+        raise
+    for payload in batch:
+        writer.write_encoded(_framed(payload))
+
+
+#: shard frames handed out ahead of the merge, per shard
+READ_AHEAD = 2
+#: the most bytes of one compressed shard frame that a worker reads (the merge reads a larger one itself)
+MAX_FRAME = 32 << 20
+#: the files a worker has open (by path), to read the shard frames it is given
+_FILES: dict[str, int] = {}
+
+
+def _read_frame(path: str, size: int, frame: bytes | int) -> list[tuple[int, bytes]] | None:
+    """In a worker: ``(index, payload)`` of each record of one zstd frame of a shard (its bytes, or where
+    they lie in ``path``). None when the frame holds anything but whole, sound Example records with an
+    index: the merge then reads it itself, and reports what is wrong as one process does."""
+    try:
+        if isinstance(frame, int):
+            if path not in _FILES:
+                _FILES[path] = os.open(path, os.O_RDONLY)
+            data = os.pread(_FILES[path], size, frame)
+        else:
+            data = frame
+        payloads = frame_payloads(data) if len(data) == size else None
+        if payloads is None:
+            return None
+        return [(_index_decoder.decode(p).index, bytes(p)) for p in payloads]
+    except Exception:  # anything else too: the merge's own reading raises it where one process would
+        return None
+
+
+def _read_pooled(reader, path: str, pool: Any) -> Iterator[tuple[int, bytes]]:
+    """:func:`_payloads` of ``reader`` (the shard at ``path``), its zstd frames decompressed and checked by
+    ``pool``'s workers while they hold whole, sound Example records (the end record's frame never does);
+    from the first that does not, this process reads on itself, as :func:`_payloads` does, so an error
+    comes out as with one process (steps/workers.py hands out a step's input frames the same way)."""
+    pending: collections.deque = collections.deque()  # (frame's offset, its end, its records to come)
+    frames = reader.frames(MAX_FRAME)
+    index = 0
+    resume = None  # the offset of the first frame whose records are not all yielded, once one was handed out
+    more = True
+    while True:
+        while more and len(pending) < READ_AHEAD:
+            got = next(frames, None)
+            if got is None:
+                more = False
+                break
+            offset, size, frame = got
+            pending.append((offset, offset + size, pool.apply_async(_read_frame, (path, size, frame))))
+            resume = offset if resume is None else resume
+        if not pending:
+            break
+        _, end, result = pending.popleft()
+        records = result.get()
+        if records is None:
+            break
+        yield from records
+        index += len(records)
+        resume = end
+        reader.release(end)
+    if resume is not None:  # the frames handed out after it are read again
+        reader.restart(resume, index)
+    yield from _payloads(reader)
+
+
+def _start_pool(workers: int) -> Any:
+    """``workers`` processes forked by a fork server, itself started without the threads this process may
+    hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports this module once for them all.
+    As with spawned processes, each imports the main module of a Python program run from a file, so one
+    that merges with ``workers`` > 1 needs the ``if __name__ == "__main__":`` idiom."""
+    from ..steps.workers import _Pool
+
+    context: Any = multiprocessing.get_context("spawn")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+    return _Pool(workers, initializer=_worker_init, context=context)
+
+
+def _worker_init() -> None:
+    """A worker dies at once on the pool's SIGTERM (steps/workers.py says why) and leaves Ctrl-C to this
+    process, which stops the pool (a worker would print its own traceback)."""
+    import signal
+
+    from ..steps.workers import _worker_signals
+
+    _worker_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

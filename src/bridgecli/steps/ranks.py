@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 TIMEOUT = timedelta(days=7)
 #: how long rank 0 looks for another rank's probe file (a network file system may show it late)
 PROBE_WAIT_S = 2.0
+#: the most processes compressing rank 0's merge (its one reading process feeds a few; more only take memory)
+MERGE_WORKERS_MAX = 16
 
 
 class RankError(BridgeError):
@@ -193,18 +195,22 @@ def merge_reports(reports: list[Report]) -> Report:
     return total
 
 
-def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None) -> int | None:
+def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None, workers: int | None = None) -> int | None:
     """Once every rank has written its shard: rank 0 merges them into ``out`` (frames of ``frame``
     examples, as one process writes them) and removes them; every rank learns whether that worked.
-    Returns the merged count on rank 0, None on the others."""
+    The merged frames are compressed on ``workers`` processes (default: one per core rank 0 may use, at
+    most :data:`MERGE_WORKERS_MAX`: the ranks only wait for it). Returns the merged count on rank 0, None
+    on the others."""
     from ..format.merge import merge_streams
+    from .workers import default_workers
 
     outcome: tuple[str, int | str] | None = None
     if dist.rank == 0:
         shards = [Dist(r, dist.world).shard_path(out) for r in range(dist.world)]
         try:
             # the shards are this run's own: copy their records as written (CRCs still checked)
-            outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False))
+            n = workers if workers is not None else min(default_workers(), MERGE_WORKERS_MAX)
+            outcome = ("ok", merge_streams(shards, out, frame=frame, validate=False, workers=n))
         except Exception as exc:  # the other ranks learn of it, then rank 0 reports it as it is
             outcome = ("error", str(exc) or type(exc).__name__)
             from_rank0(outcome)
