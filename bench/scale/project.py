@@ -17,9 +17,9 @@ Assumptions (printed with the tables):
   measured beside the rate: the run's wall time less its tokens at the loop's rate.
 - the CPU steps with --workers 16: the rate measured with 16 workers on a 16-core host
   (bench/cpu_steps/scaling.py, wall clock, synthetic GSM8K-sized stream).
-- rank 0's merge: one thread, at the examples per CPU-second measured on the (busy, 2-core)
-  development machine. Reading the shards in index order alone (measured too) is the floor that
-  compressing the merged frames in parallel (not done) could not go below.
+- rank 0's merge: with 16 workers compressing its frames, as measured on a 16-core host
+  (bench/scale/merge_scaling.py, records as written); its floor, reading the shards in index order
+  alone in one process, was measured there too.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ INPUTS = {
     "steps_16core": "bench/cpu_steps/results/scaling_16core_h100host.json",
     "e2e_h100": "bench/score/results/e2e_gsm8k_streamed_h100.json",
     "quoted": "bench/scale/quoted.json",
+    "merge_16core": "bench/scale/results/merge_scaling_16core.json",
 }
 SCALES = {"MetaMathQA (395K)": 395_000, "100M": 100_000_000}
 GPUS = (1, 8, 64)
@@ -130,8 +131,9 @@ def project(d: dict) -> dict:
     st = d["stream"]
     tpe = st["tokens_per_example"]
     bpe = st["bytes_per_example"]
-    merge = st["merge_examples_per_cpu_s"]["as_written"]  # one core of its own (measured on a busy machine)
-    serial = st["merge_examples_per_cpu_s"]["read_only"]  # the part threads do not share
+    m16 = d["merge_16core"]
+    merge = m16["modes"]["as_written"][str(WORKERS)]["examples_per_s"]  # rank 0 with 16 workers
+    serial = m16["read_only"]["examples_per_s"]  # reading the shards in order, one process
     host = d["host"]
     # a rank's own host work, serial with its GPU work today: reading + tokenising, encoding + compressing
     host_rate = 1 / (1 / host["tokenise_tokens_per_s"] + 1 / host["write_tokens_per_s"])
@@ -189,9 +191,10 @@ def markdown(p: dict) -> str:
     lines = ["### Inputs", "", "| input | value | from |", "|---|---|---|",
              f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
              f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
-             f"| rank 0's merge, one thread | {a['merge_examples_per_s']:,} examples per CPU-second | {INPUTS['stream']} |",
-             f"| rank 0's merge: reading the shards in order alone | {a['merge_read_examples_per_s']:,} examples "
-             f"per CPU-second | {INPUTS['stream']} |",
+             f"| rank 0's merge, {a['workers']} workers ({a['workers']}-core host) | {a['merge_examples_per_s']:,} "
+             f"examples/s | {INPUTS['merge_16core']} |",
+             f"| rank 0's merge: reading the shards in order alone, one process | {a['merge_read_examples_per_s']:,} "
+             f"examples/s | {INPUTS['merge_16core']} |",
              f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |"]
     for model, rs in p["rates"].items():
         for x in rs:
@@ -210,7 +213,7 @@ def markdown(p: dict) -> str:
                 lines.append(f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
                              + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS) + " |")
         lines += ["", "| serial CPU work | one core | " + f"--workers {a['workers']} |", "|---|---|---|",
-                  f"| rank 0's merge (several GPUs only; it has no workers) | {hours(sc['merge_s'])} | |",
+                  f"| rank 0's merge (several GPUs only; its own workers) | | {hours(sc['merge_s'])} |",
                   f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |"]
         for s in STEPS:
             lines.append(f"| `{s}` | {hours(sc['steps_one_core_s'][s])} | {hours(sc['steps_workers_s'][s])} |")
