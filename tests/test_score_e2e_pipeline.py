@@ -161,3 +161,34 @@ def test_a_named_gpu_becomes_the_current_device(run, tmp_path, monkeypatch):
     monkeypatch.setattr(score_step, "_score", lambda *args: 0)
     run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
     assert chosen == [torch.device("cuda:1")]
+
+
+def test_tokenising_in_a_child_process_writes_the_same_bytes(run, tmp_path, monkeypatch):
+    outs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", flag)
+        outs[flag] = tmp_path / f"out{flag}.bridge"
+        n = run_score(ScoreOptions(data=str(SAMPLE), out=str(outs[flag]), run=str(run), window=5, max_tokens=300,
+                                   batch_size=2, device="cpu", data_opts=DataOptions(limit=40, max_length=180)))
+        assert 0 < n < 40  # some were too long
+    assert after_header(outs["0"].read_bytes()) == after_header(outs["1"].read_bytes())
+
+
+def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
+    out = tmp_path / "o.bridge"
+    real_commit = score_step.ResumableOutput.commit
+
+    def failing_commit(self, writer, position):
+        if position > 8:
+            raise OSError("disk full")
+        real_commit(self, writer, position)
+
+    monkeypatch.setattr(score_step.ResumableOutput, "commit", failing_commit)
+    with pytest.raises(OSError, match="disk full"):
+        run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300, batch_size=2,
+                               device="cpu"))
+    monkeypatch.setattr(score_step.ResumableOutput, "commit", real_commit)
+    assert run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
+                                  batch_size=2, device="cpu", resume=True)) == 48
+    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2))

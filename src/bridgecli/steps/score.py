@@ -31,6 +31,7 @@ from .. import PRODUCER
 from ..artifacts.warmup_run import WarmupRun
 from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
+from ..data import prefetch
 from ..data.sources import read_records, require_records
 from ..errors import EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
@@ -136,6 +137,21 @@ def run_score(opts: ScoreOptions) -> int:
 
 
 def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
+    # the tokenising process (see data/prefetch.py) starts first: its interpreter and tokenizer
+    # load while the model does; stdin data is read here, in this process
+    tokproc = None
+    if prefetch.wanted(device) and not is_stdio(opts.data):
+        tokproc = prefetch.TokenizeProcess(str(WarmupRun.open(opts.run).checkpoint))
+    try:
+        return _score_with(opts, dist, device, started, tokproc)
+    finally:
+        if tokproc is not None:
+            tokproc.close()
+
+
+def _score_with(
+    opts: ScoreOptions, dist: Dist, device: str, started: str, tokproc: prefetch.TokenizeProcess | None
+) -> int:
     scorer_entry = get("scorer", opts.scorer)
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
@@ -207,7 +223,10 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
     if dist.world > 1:  # each rank reads and tokenises only its own records (index % world == rank)
         data_opts = dataclasses.replace(data_opts, shard=(dist.rank, dist.world))
-    examples = iter_examples(opts.data, tokenizer, data_opts, report)
+    if tokproc is not None:  # read and tokenise in the child process
+        examples = tokproc.examples(opts.data, data_opts, report)
+    else:
+        examples = iter_examples(opts.data, tokenizer, data_opts, report)
 
     out = opts.out
     if out is None or is_stdio(out):

@@ -1,0 +1,222 @@
+"""Read and tokenise a data file in a child process, off the scoring loop's main thread.
+
+Tokenising (chat template, fast tokenizer, offsets) holds the GIL for most of its ~0.85 ms an
+example, so a thread would take that time from the loop that feeds the GPU; a child process does
+not. :func:`prefetch_examples` starts one (a fresh interpreter, ``python -m
+bridgecli.data.prefetch``: the parent may hold a CUDA context, which a forked child must not
+inherit, and multiprocessing's ``spawn`` would re-run the caller's main script), which loads the
+tokenizer itself from the same source, runs :func:`~bridgecli.data.examples.iter_examples` and
+writes the examples back in order, in msgpack chunks on its stdout; a thread of the parent reads
+them into a bounded queue (memory stays flat). At the end the child sends the :class:`Report`,
+which the parent copies into its own, so the run's report lines are the same; an error in the child
+(a bad record, a tokenizer that does not load) is raised in the parent with its type and message,
+after the examples read before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import queue as queue_mod
+import struct
+import subprocess
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+import msgspec
+
+from ..format.records import Example
+from .examples import DataOptions, Report, iter_examples
+
+#: examples a chunk, and chunks the parent holds before its reader waits
+CHUNK = 32
+DEPTH = 16
+ENV = "BRIDGE_TOKENIZE_PROCESS"
+_FRAME = struct.Struct("<cI")  # kind (b"E" examples, b"R" report, b"X" error), payload length
+
+
+def wanted(device: str) -> bool:
+    """Whether ``bridge score`` tokenises in a child process: ``BRIDGE_TOKENIZE_PROCESS=0`` never,
+    ``1`` always, else (``auto``) on CUDA, where the main thread's time is what the GPU waits for.
+    On CPU the model's own arithmetic takes every core and dwarfs tokenising, so the child's start
+    (a second interpreter, the tokenizer loaded again) would not pay for itself."""
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    return device.startswith("cuda")
+
+
+def _send(fh: BinaryIO, kind: bytes, payload: bytes) -> None:
+    fh.write(_FRAME.pack(kind, len(payload)))
+    fh.write(payload)
+
+
+def _child_main() -> None:
+    """The child: read the tokenizer source pickled on stdin and load it, then ``(path, opts)``;
+    write frames on stdout."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything printed by a library goes to stderr, not into the frames
+    tokenizer_source = pickle.load(sys.stdin.buffer)
+    encoder = msgspec.msgpack.Encoder()
+    chunk: list[Example] = []
+    report = Report()
+    try:
+        from ..modeling.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_source)
+        try:
+            path, opts = pickle.load(sys.stdin.buffer)
+        except EOFError:
+            return  # closed before any data was asked for
+        for ex in iter_examples(path, tokenizer, opts, report):
+            chunk.append(ex)
+            if len(chunk) >= CHUNK:
+                _send(out, b"E", encoder.encode(chunk))
+                chunk = []
+                out.flush()
+        if chunk:
+            _send(out, b"E", encoder.encode(chunk))
+        _send(out, b"R", pickle.dumps(dataclasses.asdict(report)))
+    except BrokenPipeError:
+        return  # the parent stopped reading
+    except Exception as exc:  # every error goes to the parent, after the examples before it
+        if chunk:
+            _send(out, b"E", encoder.encode(chunk))
+        _send(out, b"X", _portable(exc))
+    out.flush()
+
+
+def _portable(exc: BaseException) -> bytes:
+    """``exc`` pickled as (class, args, attributes), or a RuntimeError's when those do not pickle."""
+    try:
+        data = pickle.dumps((type(exc), exc.args, dict(vars(exc))))
+        pickle.loads(data)
+        return data
+    except Exception:
+        return pickle.dumps((RuntimeError, (f"{type(exc).__name__}: {exc}",), {}))
+
+
+def _rebuild(data: bytes) -> BaseException:
+    cls, args, attrs = pickle.loads(data)
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(attrs)
+    return exc
+
+
+class TokenizeProcess:
+    """A child process that loads the tokenizer from ``tokenizer_source`` as soon as it starts
+    (so that overlaps the caller's own loading), then tokenises one data file for
+    :meth:`examples`. :meth:`close` (or garbage collection) stops it."""
+
+    def __init__(self, tokenizer_source: str):
+        package_root = str(Path(__file__).resolve().parents[2])  # the child imports this bridgecli
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridgecli.data.prefetch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(pickle.dumps(tokenizer_source))
+        self.proc.stdin.flush()
+        self._finalizer = weakref.finalize(self, _stop, self.proc)
+        self.used = False
+
+    def examples(self, path: str | Path, opts: DataOptions, report: Report | None = None) -> Iterator[Example]:
+        """The examples :func:`iter_examples` yields for ``path``, in the same order; ``report`` is
+        filled in when the stream ends, as ``iter_examples`` would have filled it. Once only."""
+        assert not self.used, "a TokenizeProcess reads one data file"
+        self.used = True
+        proc = self.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(BrokenPipeError):  # the child failed already: its error frame follows
+            proc.stdin.write(pickle.dumps((str(path), opts)))
+            proc.stdin.close()
+        frames: queue_mod.Queue = queue_mod.Queue(maxsize=DEPTH)
+        stop = threading.Event()
+        reader = threading.Thread(
+            target=_read, args=(proc.stdout, frames, stop), name="bridge-tokenise-reader", daemon=True
+        )
+        reader.start()
+        return self._consume(frames, stop, reader, report)
+
+    def _consume(self, frames: queue_mod.Queue, stop: threading.Event, reader: threading.Thread, report):
+        decoder = msgspec.msgpack.Decoder(list[Example])
+        try:
+            while True:
+                item = frames.get()
+                if item is None:
+                    code = self.proc.wait()
+                    raise RuntimeError(f"the tokenising process ended without finishing (exit code {code})")
+                kind, payload = item
+                if kind == b"E":
+                    yield from decoder.decode(payload)
+                elif kind == b"R":
+                    if report is not None:
+                        for key, value in pickle.loads(payload).items():
+                            setattr(report, key, value)
+                    return
+                else:
+                    raise _rebuild(payload)
+        finally:
+            stop.set()
+            self.close()
+            reader.join(timeout=5)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()  # stopped early (or an error): the child's work is not wanted
+    proc.wait()
+    for fh in (proc.stdin, proc.stdout):
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                fh.close()
+
+
+def prefetch_examples(
+    path: str | Path, tokenizer_source: str, opts: DataOptions, report: Report | None = None
+) -> Iterator[Example]:
+    """:func:`iter_examples` for ``path`` with the tokenizer loaded from ``tokenizer_source``, read
+    and tokenised in a child process started now (see :class:`TokenizeProcess`)."""
+    return TokenizeProcess(tokenizer_source).examples(path, opts, report)
+
+
+def _read(fh: BinaryIO, frames: queue_mod.Queue, stop: threading.Event) -> None:
+    """Move the child's frames into ``frames`` (blocking when it is full); ``None`` at the end."""
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                frames.put(item, timeout=0.2)
+                return True
+            except queue_mod.Full:
+                continue
+        return False
+
+    while True:
+        head = fh.read(_FRAME.size)
+        if len(head) < _FRAME.size:
+            put(None)
+            return
+        kind, size = _FRAME.unpack(head)
+        payload = fh.read(size)
+        if len(payload) < size:
+            put(None)
+            return
+        if not put((kind, payload)):
+            return
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -1,0 +1,75 @@
+"""Reading and tokenising in a child process (data/prefetch.py) gives the examples, the report and
+the errors of doing it in process, and `bridge score` writes the same bytes either way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from bridgecli.data.examples import DataOptions, Report, iter_examples
+from bridgecli.data.prefetch import TokenizeProcess, prefetch_examples, wanted
+from bridgecli.errors import BridgeError
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
+
+
+def encoded(examples) -> list[bytes]:
+    return [msgspec.msgpack.encode(ex) for ex in examples]
+
+
+def test_the_child_yields_the_in_process_examples_and_report(tokenizer, tiny_model_dir):
+    opts = DataOptions(limit=40, max_length=180, shard=(1, 2), exclude_ids=frozenset({"3"}))
+    mine, theirs = Report(), Report()
+    got = list(prefetch_examples(str(SAMPLE), str(tiny_model_dir), opts, mine))
+    want = list(iter_examples(str(SAMPLE), tokenizer, opts, theirs))
+    assert got and encoded(got) == encoded(want)
+    assert mine == theirs and mine.lines() == theirs.lines()
+
+
+def test_an_error_in_the_child_comes_after_the_examples_before_it(tokenizer, tiny_model_dir, tmp_path):
+    lines = SAMPLE.read_text().splitlines()
+    lines[40] = '{"question": 3}'  # no response: a one-line InputError naming the file and line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+
+    def run(examples):
+        ids = []
+        with pytest.raises(BridgeError) as info:
+            for ex in examples:
+                ids.append(ex.id)
+        return ids, type(info.value), str(info.value)
+
+    got = run(prefetch_examples(str(bad), str(tiny_model_dir), DataOptions()))
+    want = run(iter_examples(str(bad), tokenizer, DataOptions()))
+    assert got == want and len(got[0]) == 40 and "line 41" in got[2]
+
+
+def test_a_tokenizer_that_does_not_load_is_the_in_process_error(tmp_path):
+    from bridgecli.errors import ModelError
+    from bridgecli.modeling.loading import load_tokenizer
+
+    missing = str(tmp_path / "nothing")
+    with pytest.raises(ModelError) as want:
+        load_tokenizer(missing)
+    with pytest.raises(ModelError) as got:
+        list(prefetch_examples(str(SAMPLE), missing, DataOptions()))
+    assert str(got.value) == str(want.value)
+
+
+def test_stopping_early_ends_the_child(tiny_model_dir):
+    proc = TokenizeProcess(str(tiny_model_dir))
+    examples = proc.examples(str(SAMPLE), DataOptions())
+    next(examples)
+    examples.close()
+    assert proc.proc.poll() is not None
+
+
+def test_wanted_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("BRIDGE_TOKENIZE_PROCESS", raising=False)
+    assert wanted("cuda:0") and not wanted("cpu")
+    monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "0")
+    assert not wanted("cuda")
+    monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
+    assert wanted("cpu")
