@@ -68,6 +68,8 @@ def test_stopping_early_ends_the_child(tiny_model_dir):
 
 def test_wanted_follows_the_environment(monkeypatch):
     monkeypatch.delenv("BRIDGE_TOKENIZE_PROCESS", raising=False)
+    assert not wanted("cuda:0") and not wanted("cpu")  # off unless asked for
+    monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "auto")
     assert wanted("cuda:0") and not wanted("cpu")
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "0")
     assert not wanted("cuda")

@@ -41,16 +41,17 @@ _FRAME = struct.Struct("<cI")  # kind (b"E" examples, b"R" report, b"X" error), 
 
 
 def wanted(device: str) -> bool:
-    """Whether ``bridge score`` tokenises in a child process: ``BRIDGE_TOKENIZE_PROCESS=0`` never,
-    ``1`` always, else (``auto``) on CUDA, where the main thread's time is what the GPU waits for.
-    On CPU the model's own arithmetic takes every core and dwarfs tokenising, so the child's start
-    (a second interpreter, the tokenizer loaded again) would not pay for itself."""
-    value = os.environ.get(ENV, "auto").strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return False
+    """Whether ``bridge score`` tokenises in a child process: ``BRIDGE_TOKENIZE_PROCESS=1`` always,
+    ``auto`` on CUDA (where the main thread's time is what the GPU waits for), unset or ``0`` never.
+    Off by default: it was measured behind a simulated device on a CPU machine only, and a second
+    interpreter that imports transformers can take longer to start on a GPU host than the model
+    takes to load (docs/benchmarks.md). On CPU the model's arithmetic dwarfs tokenising."""
+    value = os.environ.get(ENV, "0").strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True
-    return device.startswith("cuda")
+    if value == "auto":
+        return device.startswith("cuda")
+    return False
 
 
 def _send(fh: BinaryIO, kind: bytes, payload: bytes) -> None:
