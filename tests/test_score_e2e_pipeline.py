@@ -192,3 +192,21 @@ def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_pat
     assert run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
                                   batch_size=2, device="cpu", resume=True)) == 48
     assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2))
+
+
+def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
+    """`bridge score - ...`: the data is copied to a temporary file first (it is read twice), so the
+    records are those of scoring the file itself."""
+    import io
+    import sys
+
+    from bridgecli.format.reader import read_all
+
+    from_file, from_stdin = tmp_path / "file.bridge", tmp_path / "stdin.bridge"
+    run_score(ScoreOptions(data=str(SAMPLE), out=str(from_file), run=str(run), window=5, max_tokens=300,
+                           batch_size=2, device="cpu"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SAMPLE.read_bytes())))
+    run_score(ScoreOptions(data="-", out=str(from_stdin), run=str(run), window=5, max_tokens=300,
+                           batch_size=2, device="cpu"))
+    assert after_header(from_stdin.read_bytes()) == after_header(from_file.read_bytes())
+    assert len(read_all(from_stdin)[1]) == len(read_all(from_file)[1]) > 0

@@ -96,6 +96,23 @@ def _load(opts: ScoreOptions, device: str):
     return load_scoring_checkpoint(run, dtype, device), dtype
 
 
+def _score_stdin(opts: ScoreOptions) -> int:
+    """Data on stdin (``bridge score - ...``): it is read twice (counted for the progress bar, digested
+    to recognise the data later) and then scored, so it is first copied to a temporary JSONL file
+    named ``stdin.jsonl``, which errors then name."""
+    import shutil
+    import sys
+    import tempfile
+
+    if Dist.from_env().world > 1:
+        raise UsageError("several ranks need the data in a file: pass its path instead of -")
+    with tempfile.TemporaryDirectory(prefix="bridge-score-") as tmp:
+        path = Path(tmp) / "stdin.jsonl"
+        with open(path, "wb") as fh:
+            shutil.copyfileobj(sys.stdin.buffer, fh)
+        return run_score(dataclasses.replace(opts, data=str(path)))
+
+
 def check_score_options(opts: ScoreOptions) -> None:
     """Every parameter in its range (see :mod:`.params`), before anything is read."""
     from . import params
@@ -106,6 +123,8 @@ def check_score_options(opts: ScoreOptions) -> None:
 
 
 def run_score(opts: ScoreOptions) -> int:
+    if is_stdio(opts.data):
+        return _score_stdin(opts)
     check_score_options(opts)
     check_output_file(opts.out)
     refuse_terminal(opts.out)
