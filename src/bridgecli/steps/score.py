@@ -3,8 +3,8 @@
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
 order, one zstd frame per window. The loop keeps the GPU busy: it queues a batch's device work
-before it collects the batch before, reads and tokenises the next window between batches (on CUDA
-in a child process, :mod:`..data.prefetch`, since tokenising holds the GIL), and hands
+before it collects the batch before, reads and tokenises the next window between batches (or, with
+``BRIDGE_TOKENIZE_PROCESS``, in a child process, :mod:`..data.prefetch`: tokenising holds the GIL), and hands
 finished windows to a writer thread (same bytes as scoring and writing one batch after another).
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
@@ -157,8 +157,8 @@ def run_score(opts: ScoreOptions) -> int:
 
 
 def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
-    # the tokenising process (see data/prefetch.py) starts first: its interpreter and tokenizer
-    # load while the model does; stdin data is read here, in this process
+    # the tokenising process (opt-in, see data/prefetch.py) starts first: its interpreter and
+    # tokenizer load while the model does
     tokproc = None
     if prefetch.wanted(device) and not is_stdio(opts.data):
         tokproc = prefetch.TokenizeProcess(str(WarmupRun.open(opts.run).checkpoint))
