@@ -30,7 +30,6 @@ import json
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,8 +49,9 @@ def default_workers() -> list[int]:
     return out if out[-1] == n else [*out, n]
 
 
-def _synthetic():
-    spec = importlib.util.spec_from_file_location("synthetic", ROOT / "bench" / "cpu_steps" / "synthetic.py")
+def _cpu_steps(name: str):
+    """bench/cpu_steps/NAME.py as a module (synthetic.py's streams, scaling.py's helpers)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "cpu_steps" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -60,7 +60,7 @@ def _synthetic():
 
 def _make_shard(job: tuple) -> dict:
     path, n, rank, shards, window = job
-    return _synthetic().make_stream(Path(path), n, seed=0, frame=window, shard=(rank, shards))
+    return _cpu_steps("synthetic").make_stream(Path(path), n, seed=0, frame=window, shard=(rank, shards))
 
 
 def make_shards(folder: Path, n: int, shards: int, window: int) -> list[Path]:
@@ -78,14 +78,6 @@ def digest(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def main(argv=None) -> int:
@@ -110,7 +102,7 @@ def main(argv=None) -> int:
     res: dict = {
         "machine": {"cores": cores(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "cpu": platform.processor() or platform.machine(), "python": sys.executable},
-        "commit": commit(),
+        "commit": _cpu_steps("scaling").commit(),
         "load_before": os.getloadavg(),
         "examples": a.make, "shards": a.shards, "window": a.window, "workers": workers, "modes": {},
     }

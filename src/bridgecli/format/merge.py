@@ -224,25 +224,13 @@ def _read_pooled(reader, path: str, pool: Any) -> Iterator[tuple[int, bytes]]:
     ``pool``'s workers while they hold whole, sound Example records (the end record's frame never does);
     from the first that does not, this process reads on itself, as :func:`_payloads` does, so an error
     comes out as with one process (steps/workers.py hands out a step's input frames the same way)."""
-    pending: collections.deque = collections.deque()  # (frame's offset, its end, its records to come)
-    frames = reader.frames(MAX_FRAME)
+    from ..steps.workers import frames_on_pool
+
     index = 0
     resume = None  # the offset of the first frame whose records are not all yielded, once one was handed out
-    more = True
-    while True:
-        while more and len(pending) < READ_AHEAD:
-            got = next(frames, None)
-            if got is None:
-                more = False
-                break
-            offset, size, frame = got
-            pending.append((offset, offset + size, pool.apply_async(_read_frame, (path, size, frame))))
-            resume = offset if resume is None else resume
-        if not pending:
-            break
-        _, end, result = pending.popleft()
-        records = result.get()
+    for offset, end, records in frames_on_pool(reader, pool, _read_frame, (path,), READ_AHEAD):
         if records is None:
+            resume = offset
             break
         yield from records
         index += len(records)

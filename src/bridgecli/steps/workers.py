@@ -160,14 +160,13 @@ def run_pool(
         yield from _payloads_pooled(reader, validator, pool, 3 * workers, start)
 
 
-def _frames_pooled(reader, validator: Validator, pool, most: int) -> Generator[tuple[int, Any], None, int]:
-    """The batches of the frames that the workers read whole (at most ``most`` frames handed out at a time).
-    Returns the number of examples in them, with the reader restarted after them (left where it was when
-    there were none)."""
+def frames_on_pool(reader, pool, task: Callable, args: tuple, most: int) -> Iterator[tuple[int, int, Any]]:
+    """Hand ``reader``'s zstd frames (``reader.frames``) to ``pool`` as ``task(*args, size, frame)``, at
+    most ``most`` at a time, and yield ``(offset, end, result)`` per frame in input order. The caller stops
+    where a result says the frame cannot be taken whole, and then calls ``reader.restart`` from that
+    frame's offset (the frames handed out after it are read again)."""
     pending: collections.deque = collections.deque()  # (frame's offset, its end, its result) in order
     frames = reader.frames(MAX_FRAME)
-    index = 0
-    resume = None  # the offset of the first frame whose results are not in, once one was handed out
     more = True
     while True:
         while more and len(pending) < most:
@@ -176,13 +175,22 @@ def _frames_pooled(reader, validator: Validator, pool, most: int) -> Generator[t
                 more = False
                 break
             offset, size, frame = got
-            pending.append((offset, offset + size, pool.apply_async(_work_frame, (size, frame))))
-            resume = offset if resume is None else resume
+            pending.append((offset, offset + size, pool.apply_async(task, (*args, size, frame))))
         if not pending:
-            break
-        _, end, result = pending.popleft()
-        batches = result.get()
+            return
+        offset, end, result = pending.popleft()
+        yield offset, end, result.get()
+
+
+def _frames_pooled(reader, validator: Validator, pool, most: int) -> Generator[tuple[int, Any], None, int]:
+    """The batches of the frames that the workers read whole (at most ``most`` frames handed out at a time).
+    Returns the number of examples in them, with the reader restarted after them (left where it was when
+    there were none)."""
+    index = 0
+    resume = None  # the offset of the first frame whose results are not taken, once one was handed out
+    for offset, end, batches in frames_on_pool(reader, pool, _work_frame, (), most):
         if batches is None:
+            resume = offset
             break
         for n, packed, ids in batches:
             for id_, record in ids:
