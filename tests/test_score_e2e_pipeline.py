@@ -210,3 +210,15 @@ def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
                            batch_size=2, device="cpu"))
     assert after_header(from_stdin.read_bytes()) == after_header(from_file.read_bytes())
     assert len(read_all(from_stdin)[1]) == len(read_all(from_file)[1]) > 0
+
+
+def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    from bridgecli.errors import BridgeError
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"not json\n")))
+    with pytest.raises(BridgeError, match=r"^<stdin>, line 1: invalid JSON"):
+        run_score(ScoreOptions(data="-", out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
+    assert not (tmp_path / "o.bridge").exists()

@@ -34,7 +34,7 @@ from ..core.buckets import bucket
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data import prefetch
 from ..data.sources import read_records, require_records
-from ..errors import EmptyResultError, UsageError
+from ..errors import BridgeError, EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
@@ -99,7 +99,7 @@ def _load(opts: ScoreOptions, device: str):
 def _score_stdin(opts: ScoreOptions) -> int:
     """Data on stdin (``bridge score - ...``): it is read twice (counted for the progress bar, digested
     to recognise the data later) and then scored, so it is first copied to a temporary JSONL file
-    named ``stdin.jsonl``, which errors then name."""
+    (errors name it ``<stdin>``)."""
     import shutil
     import sys
     import tempfile
@@ -110,7 +110,13 @@ def _score_stdin(opts: ScoreOptions) -> int:
         path = Path(tmp) / "stdin.jsonl"
         with open(path, "wb") as fh:
             shutil.copyfileobj(sys.stdin.buffer, fh)
-        return run_score(dataclasses.replace(opts, data=str(path)))
+        try:
+            return run_score(dataclasses.replace(opts, data=str(path)))
+        except BridgeError as err:  # a bad record: name the data as the user gave it
+            if err.file == str(path):
+                err.file = "<stdin>"
+                err.args = (err.render(),)
+            raise
 
 
 def check_score_options(opts: ScoreOptions) -> None:
