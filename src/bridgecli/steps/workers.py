@@ -101,6 +101,16 @@ class _Pool(multiprocessing.pool.Pool):
     def _get_sentinels(self):
         return [self._change_notifier._reader]
 
+    def terminate(self) -> None:
+        """Stop the pool once its workers have finished the tasks they were handed (a bounded few). Killed
+        at once, a worker caught sending a result (a frame's worth: it takes a while) would leave the result
+        queue's lock taken, and the pool's task thread would wait for it forever: a hang seen on an
+        error's path in the tests, where the pool ends while results are still on their way."""
+        if getattr(self, "_state", None) == multiprocessing.pool.RUN:
+            self.close()
+        self.join()
+        super().terminate()
+
 
 def _worker_signals() -> None:
     """A worker dies at once on the SIGTERM of ``Pool.terminate`` (the pool's end, an error): the handler it
