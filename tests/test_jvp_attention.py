@@ -88,3 +88,26 @@ def test_scorer_with_fused_attention_matches_math(tokenizer, monkeypatch):
         np.testing.assert_allclose(f.a.numpy(), r.a.numpy(), rtol=1e-3, atol=1e-5)
         np.testing.assert_allclose(f.A.numpy(), r.A.numpy(), atol=1e-3)
         np.testing.assert_allclose(f.c.numpy(), r.c.numpy(), atol=1e-5)
+
+
+def test_pinned_configs_are_candidates_and_looked_up_by_bucket(monkeypatch):
+    """The pinned table: every entry is a candidate of the autotuner, a key is found at its own
+    bucket or the next listed one above (the largest for longer contexts), and there is no pin off
+    a GPU, on an unlisted architecture or head dim, or with BRIDGE_ATTN_AUTOTUNE=1."""
+    for by_dim in ja.PINNED.values():
+        for dim, by_bucket in by_dim.items():
+            assert set(by_bucket.values()) <= set(ja.candidate_configs(dim))
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.delenv("BRIDGE_ATTN_AUTOTUNE", raising=False)
+    table = ja.PINNED[9][128]
+    assert ja.pinned_config(cuda, 128, 256) == table[256]
+    assert ja.pinned_config(cuda, 128, 32) == table[min(table)]
+    assert ja.pinned_config(cuda, 128, 1 << 15) == table[max(table)]
+    assert ja.pinned_config(cuda, 96, 256) is None
+    assert ja.pinned_config(torch.device("cpu"), 128, 256) is None
+    monkeypatch.setenv("BRIDGE_ATTN_AUTOTUNE", "1")
+    assert ja.pinned_config(cuda, 128, 256) is None
+    monkeypatch.delenv("BRIDGE_ATTN_AUTOTUNE")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert ja.pinned_config(cuda, 128, 256) is None

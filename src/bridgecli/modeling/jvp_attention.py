@@ -38,10 +38,49 @@ except Exception:  # pragma: no cover - depends on the environment
     HAVE_TRITON = False
 
 
+#: the tangent kernel's block configurations, (BLOCK_M, BLOCK_N, num_warps, num_stages), among which
+#: the autotuner chooses
+CANDIDATES = ((64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 2), (128, 32, 8, 3), (32, 32, 4, 2))
+
+
+def candidate_configs(head_dim: int) -> list[tuple[int, int, int, int]]:
+    """The candidates that fit a head dimension (a 128-row query block does not above 128)."""
+    fits = [c for c in CANDIDATES if head_dim <= 128 or c[0] <= 64]
+    return fits or [CANDIDATES[0]]
+
+
+#: the candidate measured fastest, per GPU architecture (compute capability major), head dimension and
+#: context bucket (the next power of two of the padded length): ``bench/score/kernel_compile.py
+#: --sweep`` on an H100 (``bench/score/results/kernel_compile_h100.json``; head dim 64 from the 1B
+#: shape's 4 kv groups, which the 135M shape's 3 agree with to 2% or better, 128 from the 3B shape's 3).
+#: Where a key is listed the kernel runs that configuration without autotuning: autotuning compiles
+#: all five candidates and times them on the first batch of a new machine, 4-6 s of its first
+#: window. Elsewhere (other GPUs, other head dims) it autotunes; ``BRIDGE_ATTN_AUTOTUNE=1`` forces that.
+PINNED: dict[int, dict[int, dict[int, tuple[int, int, int, int]]]] = {
+    9: {
+        64: {64: (64, 32, 4, 3), 128: (64, 32, 4, 3), 256: (64, 32, 4, 3), 512: (64, 32, 4, 3),
+             1024: (64, 32, 4, 3), 2048: (128, 32, 8, 3), 4096: (128, 32, 8, 3)},
+        128: {64: (32, 32, 4, 2), 128: (32, 32, 4, 2), 256: (128, 32, 8, 3), 512: (128, 64, 8, 2),
+              1024: (128, 64, 8, 2), 2048: (128, 64, 8, 2), 4096: (128, 64, 8, 2)},
+    },
+}  # fmt: skip
+
+
+def pinned_config(device: torch.device, head_dim: int, bucket: int) -> tuple[int, int, int, int] | None:
+    """The measured configuration for this GPU's architecture, head dim and context bucket (the
+    largest listed bucket above it), or None to autotune."""
+    if os.environ.get("BRIDGE_ATTN_AUTOTUNE", "0") == "1" or device.type != "cuda":
+        return None
+    by_bucket = PINNED.get(torch.cuda.get_device_capability(device)[0], {}).get(head_dim)
+    if not by_bucket:
+        return None
+    fits = [b for b in sorted(by_bucket) if b >= bucket]
+    return by_bucket[fits[0] if fits else max(by_bucket)]
+
+
 if HAVE_TRITON:
     _CONFIGS = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-        for bm, bn, w, st in [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 2), (128, 32, 8, 3), (32, 32, 4, 2)]
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st) for bm, bn, w, st in CANDIDATES
     ]
 
     def _prune(configs, named_args, **kwargs):
@@ -190,10 +229,12 @@ def attention_tangent(
     causal: bool = True,
     block_m: int | None = None,
     block_n: int | None = None,
+    num_warps: int = 4,
+    num_stages: int | None = None,
 ) -> torch.Tensor:
     """dO for O = softmax(scale q k^T [+ causal]) v, given O and its row LSE (natural log).
     Shapes: q, dq, o [B, H, L, D]; k, v, dk, dv [B, H_kv, L, D]; lse [B, H, L] float32.
-    Block sizes are autotuned on a GPU unless given."""
+    Block sizes are autotuned on a GPU unless given (``num_warps``/``num_stages`` go with them)."""
     if not HAVE_TRITON:
         raise RuntimeError("the fused attention JVP needs Triton")
     B, H, L, D = q.shape
@@ -228,13 +269,20 @@ def attention_tangent(
         "tf32" if (q.dtype != torch.float32 or (q.is_cuda and torch.backends.cuda.matmul.allow_tf32)) else "ieee"
     )
     if block_m is None and q.is_cuda:
+        pinned = pinned_config(q.device, D, triton.next_power_of_2(L))
+        if pinned is not None:
+            block_m, block_n, num_warps, num_stages = pinned
+    if block_m is None and q.is_cuda:
         tuned_grid = lambda meta: (triton.cdiv(L, meta["BLOCK_M"]), B * H)  # noqa: E731
         _attn_jvp_tuned[tuned_grid](*args, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision)
         return do
     block_m = block_m or 64
     block_n = block_n or 64
     grid = (triton.cdiv(L, block_m), B * H)
-    _attn_jvp_kernel[grid](*args, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision)
+    launch = {"num_warps": num_warps} | ({} if num_stages is None else {"num_stages": num_stages})
+    _attn_jvp_kernel[grid](
+        *args, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision, **launch
+    )
     return do
 
 
