@@ -88,7 +88,9 @@ if HAVE_TRITON:
         fits = [c for c in configs if d <= 128 or c.kwargs["BLOCK_M"] <= 64]
         return fits or configs[:1]
 
-    @triton.jit
+    # the context length and the LSE's strides (multiples of it) vary batch by batch: not specialised
+    # on (Triton would compile a second variant for lengths that are multiples of 16)
+    @triton.jit(do_not_specialize=["N_CTX", "slb", "slh"])
     def _attn_jvp_kernel(
         Q,
         K,

@@ -39,6 +39,7 @@ from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
 from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
 from ..timings import mark
+from ..modeling import kernel_warmup
 from ..modeling.loading import cache_root, claim_device, fingerprint, resolve, resolve_device
 from ..modeling.scoring import DoneScores, ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
@@ -94,6 +95,17 @@ def _load(opts: ScoreOptions, device: str):
         torch.backends.cuda.matmul.allow_tf32 = opts.tf32
         torch.backends.cudnn.allow_tf32 = opts.tf32
     return load_scoring_checkpoint(run, dtype, device), dtype
+
+
+def _start_kernel_warmup(opts: ScoreOptions, device: str) -> kernel_warmup.Warmup | None:
+    """Compile the bridge scorer's GPU kernels in a thread while the model loads (kernel_warmup.py)."""
+    if opts.scorer != "bridge" or opts.dtype not in ("auto", "bfloat16", "float16"):
+        return None
+    config = kernel_warmup.read_config(WarmupRun.open(opts.run).checkpoint)
+    if config is None or not kernel_warmup.wanted(device, config):
+        return None
+    dtype = torch.float16 if opts.dtype == "float16" else torch.bfloat16
+    return kernel_warmup.start(config, device, dtype)
 
 
 def _score_stdin(opts: ScoreOptions) -> int:
@@ -182,6 +194,7 @@ def _score_with(
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     mark("start of scoring")
+    warmup = _start_kernel_warmup(opts, device)
     ck, dtype = _load(opts, device)
     mark("model loaded")
     run, meta, tokenizer, model, direction = ck.run, ck.meta, ck.tokenizer, ck.model, ck.direction
@@ -197,6 +210,9 @@ def _score_with(
         scorer = scorer_entry.obj(ctx)
     except ValueError as exc:
         raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
+    if warmup is not None:
+        warmup.join()  # the kernels it compiles are then in Triton's cache; none compiles twice at once
+        mark(f"kernel warm-up joined (took {warmup.seconds:.2f} s)")
     mark("scorer ready")
     # a scorer may size its own passes (atp: what its reverse pass fits in the free GPU memory)
     default_max_tokens: int = getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Side by side on one GPU machine for one shape (bench/score/e2e.py): the forward process, a first
+# run (empty caches) and a later run of `bridge score` as it is; a first run with the kernel
+# warm-up thread off; later runs with the tokenising process on, then as it is again (bracketing).
+#   bash bench/score/first_run_ab.sh DATA TOKENIZER SHAPE OUTDIR
+set -euo pipefail
+DATA=$1 TOK=$2 SHAPE=$3 OUT=$4
+mkdir -p "$OUT"
+E=(python3 bench/score/e2e.py --data "$DATA" --tokenizer "$TOK" --shapes "$SHAPE")
+"${E[@]}" --out "$OUT/base.json" > "$OUT/base.txt" 2>&1
+"${E[@]}" --runs score_first --score-env BRIDGE_KERNEL_WARMUP=0 --out "$OUT/nowarm.json" > "$OUT/nowarm.txt" 2>&1
+"${E[@]}" --runs score_second --score-env BRIDGE_TOKENIZE_PROCESS=1 --out "$OUT/tokproc.json" > "$OUT/tokproc.txt" 2>&1
+"${E[@]}" --runs score_second --out "$OUT/second2.json" > "$OUT/second2.txt" 2>&1
+python3 - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+for name in ("base", "nowarm", "tokproc", "second2"):
+    for row in json.loads((out / f"{name}.json").read_text()):
+        for k in ("forward", "score_first", "score_second"):
+            if k in row:
+                d = row[k]
+                t = d.get("timings", {})
+                gap = (t["first batch queued"] - t["first window read and tokenised"]) if "first batch queued" in t else None
+                print(f"{row['shape']} {name:8s} {k:12s} process {d.get('process_s')} s ratio {d.get('ratio_to_forward')} "
+                      f"first window {d.get('first_window_s')} after {d.get('after_first_tokens_per_s')} "
+                      f"loaded {t.get('model loaded')} queue gap {gap and round(gap, 2)}")
+PY
