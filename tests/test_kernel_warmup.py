@@ -51,3 +51,33 @@ def test_warmup_thread_never_raises(fails):
     w.join()
     assert ran == [1] and w.seconds is not None and w.seconds >= 0
     assert (w.error is not None) == fails
+
+
+def test_marker_changes_with_what_the_kernels_depend_on(tmp_path, monkeypatch):
+    """Once per machine: the marker names the GPU, versions, kernels' source, widths and dtype, so a
+    change to any of them warms again; start() writes it only after a warm-up that went through."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "GPU A")
+    m = kernel_warmup.marker(tmp_path, LLAMA, "cuda:0", torch.bfloat16)
+    assert m.parent == tmp_path / "kernel-warmup"
+    assert m == kernel_warmup.marker(tmp_path, dict(LLAMA), "cuda:0", torch.bfloat16)
+    assert m != kernel_warmup.marker(tmp_path, {**LLAMA, "hidden_size": 128}, "cuda:0", torch.bfloat16)
+    assert m != kernel_warmup.marker(tmp_path, LLAMA, "cuda:0", torch.float16)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "GPU B")
+    assert m != kernel_warmup.marker(tmp_path, LLAMA, "cuda:0", torch.bfloat16)
+
+    calls = []
+    monkeypatch.setattr(kernel_warmup, "warm", lambda *a: calls.append(a))
+    w = kernel_warmup.start(LLAMA, "cuda:0", torch.bfloat16, m)
+    w.join()
+    assert calls and w.error is None and m.exists()
+
+    def broken(*a):
+        raise RuntimeError("out of resources")
+
+    other = tmp_path / "other.done"
+    monkeypatch.setattr(kernel_warmup, "warm", broken)
+    w = kernel_warmup.start(LLAMA, "cuda:0", torch.bfloat16, other)
+    w.join()
+    assert isinstance(w.error, RuntimeError) and not other.exists()

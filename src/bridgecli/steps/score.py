@@ -105,7 +105,10 @@ def _start_kernel_warmup(opts: ScoreOptions, device: str) -> kernel_warmup.Warmu
     if config is None or not kernel_warmup.wanted(device, config):
         return None
     dtype = torch.float16 if opts.dtype == "float16" else torch.bfloat16
-    return kernel_warmup.start(config, device, dtype)
+    done = kernel_warmup.marker(cache_root(), config, device, dtype)
+    if done.exists() and os.environ.get("BRIDGE_KERNEL_WARMUP") != "always":
+        return None  # warmed on an earlier run of this machine
+    return kernel_warmup.start(config, device, dtype, done)
 
 
 def _score_stdin(opts: ScoreOptions) -> int:
