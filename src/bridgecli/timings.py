@@ -13,8 +13,11 @@ import time
 
 #: when bridgecli was first imported (the interpreter's own start comes a few tens of ms before)
 START = time.perf_counter()
+#: the same moment on the wall clock; a child process of the command (the tokenising process) is
+#: given it in ``BRIDGE_TIMINGS_ORIGIN`` so that its marks read on the parent's time axis
+ORIGIN = float(os.environ.get("BRIDGE_TIMINGS_ORIGIN") or time.time())
 
 
 def mark(label: str) -> None:
     if os.environ.get("BRIDGE_TIMINGS"):
-        print(f"bridge: timing: {label} at {time.perf_counter() - START:.2f} s", file=sys.stderr, flush=True)
+        print(f"bridge: timing: {label} at {time.time() - ORIGIN:.2f} s", file=sys.stderr, flush=True)

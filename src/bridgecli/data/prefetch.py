@@ -30,6 +30,7 @@ from typing import BinaryIO, Iterator
 
 import msgspec
 
+from .. import timings
 from ..format.records import Example
 from .examples import DataOptions, Report, iter_examples
 
@@ -70,18 +71,26 @@ def _child_main() -> None:
     report = Report()
     try:
         from ..modeling.loading import load_tokenizer
+        from ..timings import mark
 
+        mark("tokenising process: imports done")
         tokenizer = load_tokenizer(tokenizer_source)
+        mark("tokenising process: tokenizer loaded")
         try:
             path, opts = pickle.load(sys.stdin.buffer)
         except EOFError:
             return  # closed before any data was asked for
+        mark("tokenising process: data file received")
+        sent = 0
         for ex in iter_examples(path, tokenizer, opts, report):
             chunk.append(ex)
             if len(chunk) >= CHUNK:
                 _send(out, b"E", encoder.encode(chunk))
                 chunk = []
                 out.flush()
+                sent += 1
+                if sent in (1, 8):
+                    mark(f"tokenising process: {sent * CHUNK} examples sent")
         if chunk:
             _send(out, b"E", encoder.encode(chunk))
         _send(out, b"R", pickle.dumps(dataclasses.asdict(report)))
@@ -121,6 +130,7 @@ class TokenizeProcess:
         package_root = str(Path(__file__).resolve().parents[2])  # the child imports this bridgecli
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env["BRIDGE_TIMINGS_ORIGIN"] = repr(timings.ORIGIN)  # its BRIDGE_TIMINGS marks on our time axis
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bridgecli.data.prefetch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )

@@ -183,6 +183,7 @@ def _score(opts: ScoreOptions, dist: Dist, device: str, started: str) -> int:
     tokproc = None
     if prefetch.wanted(device) and not is_stdio(opts.data):
         tokproc = prefetch.TokenizeProcess(str(WarmupRun.open(opts.run).checkpoint))
+        mark("tokenising process started")
     try:
         return _score_with(opts, dist, device, started, tokproc)
     finally:
