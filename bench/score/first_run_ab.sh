@@ -2,11 +2,11 @@
 # Side by side on one GPU machine for one shape (bench/score/e2e.py): the forward process, a first
 # run (empty caches) and a later run of `bridge score` as it is; a first and a later run with the
 # kernel warm-up thread off; with TOKPROC=1 also a later run with the tokenising process on.
-#   [TOKPROC=1] bash bench/score/first_run_ab.sh DATA TOKENIZER SHAPE OUTDIR
+#   [TOKPROC=1] [N=512] bash bench/score/first_run_ab.sh DATA TOKENIZER SHAPE OUTDIR
 set -euo pipefail
 DATA=$1 TOK=$2 SHAPE=$3 OUT=$4
 mkdir -p "$OUT"
-E=(python3 bench/score/e2e.py --data "$DATA" --tokenizer "$TOK" --shapes "$SHAPE")
+E=(python3 bench/score/e2e.py --data "$DATA" --tokenizer "$TOK" --shapes "$SHAPE" --n "${N:-2048}")
 "${E[@]}" --out "$OUT/base.json" > "$OUT/base.txt" 2>&1
 "${E[@]}" --runs score_first,score_second --score-env BRIDGE_KERNEL_WARMUP=0 --out "$OUT/nowarm.json" > "$OUT/nowarm.txt" 2>&1
 NAMES="base nowarm"
