@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from bridgecli.data.examples import DataOptions, Report, iter_examples
-from bridgecli.data.prefetch import TokenizeProcess, prefetch_examples, wanted
+from bridgecli.data.prefetch import TokenizeProcess, handover, prefetch_examples, wanted
 from bridgecli.errors import BridgeError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
@@ -26,6 +26,22 @@ def test_the_child_yields_the_in_process_examples_and_report(tokenizer, tiny_mod
     want = list(iter_examples(str(SAMPLE), tokenizer, opts, theirs))
     assert got and encoded(got) == encoded(want)
     assert mine == theirs and mine.lines() == theirs.lines()
+
+
+@pytest.mark.parametrize("first", [0, 7, 500])
+def test_handover_yields_the_in_process_examples_and_report(tokenizer, tiny_model_dir, first):
+    """The first records tokenised here and the rest in the child: the same examples in the same
+    order and the same report as one in-process pass (a handover inside the limit, at 0, past the end)."""
+    opts = DataOptions(limit=60, max_length=180, shard=(1, 2), exclude_ids=frozenset({"train-0002", "train-0008"}))
+    mine, theirs = Report(), Report()
+    proc = TokenizeProcess(str(tiny_model_dir))
+    try:
+        got = list(handover(str(SAMPLE), tokenizer, opts, mine, proc, first=first))
+    finally:
+        proc.close()
+    want = list(iter_examples(str(SAMPLE), tokenizer, opts, theirs))
+    assert got and encoded(got) == encoded(want)
+    assert mine == theirs and mine.lines() == theirs.lines() and theirs.too_long and theirs.excluded
 
 
 def test_an_error_in_the_child_comes_after_the_examples_before_it(tokenizer, tiny_model_dir, tmp_path):

@@ -32,6 +32,8 @@ class DataOptions:
     exclude_ids: frozenset[str] = frozenset()
     #: (rank, world): keep only records whose index is congruent to rank (before tokenising)
     shard: tuple[int, int] | None = None
+    #: records before this index are read past, not used (the tokenising process's handover)
+    start: int = 0
 
 
 @dataclass
@@ -79,6 +81,8 @@ def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, 
     for index, (where, rec) in enumerate(read_records(path, opts.split)):
         if opts.limit is not None and index >= opts.limit:
             return
+        if index < opts.start:
+            continue
         if opts.shard is not None and index % opts.shard[1] != opts.shard[0]:
             continue
         yield (

@@ -195,6 +195,25 @@ def _stop(proc: subprocess.Popen) -> None:
                 fh.close()
 
 
+def handover(
+    path: str | Path, tokenizer, opts: DataOptions, report: Report, proc: TokenizeProcess, first: int
+) -> Iterator[Example]:
+    """:func:`iter_examples` for ``path``: the records before index ``first`` tokenised here (the
+    first window need not wait for the child's start), the rest by ``proc``, which is asked for them
+    at once so that it works while the caller scores the first ones. ``report`` ends up as one
+    ``iter_examples`` call would have left it."""
+    head_opts = dataclasses.replace(opts, limit=first if opts.limit is None else min(first, opts.limit))
+    tail_report = Report()
+    tail = proc.examples(path, dataclasses.replace(opts, start=max(opts.start, first)), tail_report)
+    yield from iter_examples(path, tokenizer, head_opts, report)
+    yield from tail
+    report.read += tail_report.read
+    report.excluded += tail_report.excluded
+    report.too_long.extend(tail_report.too_long)
+    if tail_report.max_length is not None:
+        report.max_length = tail_report.max_length
+
+
 def prefetch_examples(
     path: str | Path, tokenizer_source: str, opts: DataOptions, report: Report | None = None
 ) -> Iterator[Example]:
