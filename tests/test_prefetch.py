@@ -28,15 +28,23 @@ def test_the_child_yields_the_in_process_examples_and_report(tokenizer, tiny_mod
     assert mine == theirs and mine.lines() == theirs.lines()
 
 
-@pytest.mark.parametrize("first", [0, 7, 500])
-def test_handover_yields_the_in_process_examples_and_report(tokenizer, tiny_model_dir, first):
-    """The first records tokenised here and the rest in the child: the same examples in the same
-    order and the same report as one in-process pass (a handover inside the limit, at 0, past the end)."""
+@pytest.mark.parametrize("first", [0, 7, 500, None])
+def test_handover_yields_the_in_process_examples_and_report(tokenizer, tiny_model_dir, tmp_path, first):
+    """Records tokenised here until the child is ready (and at least those before ``first``), the rest
+    in the child: the same examples in the same order and the same report as one in-process pass,
+    wherever the handover falls (at 0, inside the limit, past the end; None: a child whose tokenizer
+    does not load is never ready, and everything is tokenised here)."""
     opts = DataOptions(limit=60, max_length=180, shard=(1, 2), exclude_ids=frozenset({"train-0002", "train-0008"}))
     mine, theirs = Report(), Report()
-    proc = TokenizeProcess(str(tiny_model_dir))
+    proc = TokenizeProcess(str(tiny_model_dir) if first is not None else str(tmp_path / "missing"))
     try:
-        got = list(handover(str(SAMPLE), tokenizer, opts, mine, proc, first=first))
+        if first is not None:
+            assert proc.ready.wait(timeout=120)
+        else:
+            proc.proc.wait(timeout=120)  # it failed to load its tokenizer and ended
+            assert not proc.ready.is_set()
+        got = list(handover(str(SAMPLE), tokenizer, opts, mine, proc, first=first or 0))
+        assert proc.used == (first in (0, 7))  # the child took over (not past the end, not when never ready)
     finally:
         proc.close()
     want = list(iter_examples(str(SAMPLE), tokenizer, opts, theirs))

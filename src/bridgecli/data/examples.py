@@ -95,16 +95,25 @@ def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, 
 def iter_examples(path: str | Path, tokenizer, opts: DataOptions, report: Report | None = None) -> Iterator[Example]:
     report = report if report is not None else Report()
     for index, where, pair in iter_pairs(path, opts):
-        report.read += 1
-        if pair.id in opts.exclude_ids:
-            report.excluded += 1
-            continue
-        tok = tokenize_pair(tokenizer, pair, chat_template=opts.chat_template, file=str(path), where=where)
-        if opts.max_length is not None and len(tok.tokens.input_ids) > opts.max_length:
-            report.too_long.append(pair.id)
-            report.max_length = opts.max_length
-            continue
-        yield Example(id=pair.id, index=index, text=tok.text, tokens=tok.tokens)
+        ex = example_of(path, index, where, pair, tokenizer, opts, report)
+        if ex is not None:
+            yield ex
+
+
+def example_of(
+    path: str | Path, index: int, where: str, pair: Pair, tokenizer, opts: DataOptions, report: Report
+) -> Example | None:
+    """One record of :func:`iter_pairs` tokenised, or None when it is left out (counted in ``report``)."""
+    report.read += 1
+    if pair.id in opts.exclude_ids:
+        report.excluded += 1
+        return None
+    tok = tokenize_pair(tokenizer, pair, chat_template=opts.chat_template, file=str(path), where=where)
+    if opts.max_length is not None and len(tok.tokens.input_ids) > opts.max_length:
+        report.too_long.append(pair.id)
+        report.max_length = opts.max_length
+        return None
+    return Example(id=pair.id, index=index, text=tok.text, tokens=tok.tokens)
 
 
 def file_digest(path: str | Path) -> str:

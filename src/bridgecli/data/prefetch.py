@@ -32,13 +32,14 @@ import msgspec
 
 from .. import timings
 from ..format.records import Example
-from .examples import DataOptions, Report, iter_examples
+from ..timings import mark
+from .examples import DataOptions, Report, example_of, iter_examples, iter_pairs
 
 #: examples a chunk, and chunks the parent holds before its reader waits
 CHUNK = 32
 DEPTH = 16
 ENV = "BRIDGE_TOKENIZE_PROCESS"
-_FRAME = struct.Struct("<cI")  # kind (b"E" examples, b"R" report, b"X" error), payload length
+_FRAME = struct.Struct("<cI")  # kind (b"T" tokenizer loaded, b"E" examples, b"R" report, b"X" error), length
 
 
 def wanted(device: str) -> bool:
@@ -76,6 +77,8 @@ def _child_main() -> None:
         mark("tokenising process: imports done")
         tokenizer = load_tokenizer(tokenizer_source)
         mark("tokenising process: tokenizer loaded")
+        _send(out, b"T", b"")  # ready: the parent may hand over to it now
+        out.flush()
         try:
             path, opts = pickle.load(sys.stdin.buffer)
         except EOFError:
@@ -137,7 +140,19 @@ class TokenizeProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.write(pickle.dumps(tokenizer_source))
         self.proc.stdin.flush()
-        self._finalizer = weakref.finalize(self, _stop, self.proc)
+        #: set once the child has loaded its tokenizer (see :func:`handover`)
+        self.ready = threading.Event()
+        self._frames: queue_mod.Queue = queue_mod.Queue(maxsize=DEPTH)
+        self._stop = threading.Event()
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(
+            target=_read,
+            args=(self.proc.stdout, self._frames, self._stop, self.ready),
+            name="bridge-tokenise-reader",
+            daemon=True,
+        )
+        self._reader.start()
+        self._finalizer = weakref.finalize(self, _stop, self.proc, self._stop)
         self.used = False
 
     def examples(self, path: str | Path, opts: DataOptions, report: Report | None = None) -> Iterator[Example]:
@@ -150,19 +165,13 @@ class TokenizeProcess:
         with contextlib.suppress(BrokenPipeError):  # the child failed already: its error frame follows
             proc.stdin.write(pickle.dumps((str(path), opts)))
             proc.stdin.close()
-        frames: queue_mod.Queue = queue_mod.Queue(maxsize=DEPTH)
-        stop = threading.Event()
-        reader = threading.Thread(
-            target=_read, args=(proc.stdout, frames, stop), name="bridge-tokenise-reader", daemon=True
-        )
-        reader.start()
-        return self._consume(frames, stop, reader, report)
+        return self._consume(report)
 
-    def _consume(self, frames: queue_mod.Queue, stop: threading.Event, reader: threading.Thread, report):
+    def _consume(self, report):
         decoder = msgspec.msgpack.Decoder(list[Example])
         try:
             while True:
-                item = frames.get()
+                item = self._frames.get()
                 if item is None:
                     code = self.proc.wait()
                     raise RuntimeError(f"the tokenising process ended without finishing (exit code {code})")
@@ -177,15 +186,15 @@ class TokenizeProcess:
                 else:
                     raise _rebuild(payload)
         finally:
-            stop.set()
             self.close()
-            reader.join(timeout=5)
+            self._reader.join(timeout=5)
 
     def close(self) -> None:
         self._finalizer()
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, reading: threading.Event) -> None:
+    reading.set()
     if proc.poll() is None:
         proc.kill()  # stopped early (or an error): the child's work is not wanted
     proc.wait()
@@ -196,22 +205,27 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def handover(
-    path: str | Path, tokenizer, opts: DataOptions, report: Report, proc: TokenizeProcess, first: int
+    path: str | Path, tokenizer, opts: DataOptions, report: Report, proc: TokenizeProcess, first: int = 0
 ) -> Iterator[Example]:
-    """:func:`iter_examples` for ``path``: the records before index ``first`` tokenised here (the
-    first window need not wait for the child's start), the rest by ``proc``, which is asked for them
-    at once so that it works while the caller scores the first ones. ``report`` ends up as one
-    ``iter_examples`` call would have left it."""
-    head_opts = dataclasses.replace(opts, limit=first if opts.limit is None else min(first, opts.limit))
-    tail_report = Report()
-    tail = proc.examples(path, dataclasses.replace(opts, start=max(opts.start, first)), tail_report)
-    yield from iter_examples(path, tokenizer, head_opts, report)
-    yield from tail
-    report.read += tail_report.read
-    report.excluded += tail_report.excluded
-    report.too_long.extend(tail_report.too_long)
-    if tail_report.max_length is not None:
-        report.max_length = tail_report.max_length
+    """:func:`iter_examples` for ``path``, tokenised here until ``proc`` has loaded its tokenizer
+    (and at least the records before index ``first``), then by ``proc`` from the next record on. The
+    loop never waits for the child's start (which can take longer than the model's load on a busy
+    GPU host), and once the child runs, tokenising leaves the loop's thread. ``report`` ends up as
+    one ``iter_examples`` call would have left it; a child that never gets ready is never used."""
+    for index, where, pair in iter_pairs(path, opts):
+        if index >= first and proc.ready.is_set():
+            mark(f"tokenising handed over at record {index}")
+            tail_report = Report()
+            yield from proc.examples(path, dataclasses.replace(opts, start=index), tail_report)
+            report.read += tail_report.read
+            report.excluded += tail_report.excluded
+            report.too_long.extend(tail_report.too_long)
+            if tail_report.max_length is not None:
+                report.max_length = tail_report.max_length
+            return
+        ex = example_of(path, index, where, pair, tokenizer, opts, report)
+        if ex is not None:
+            yield ex
 
 
 def prefetch_examples(
@@ -222,8 +236,9 @@ def prefetch_examples(
     return TokenizeProcess(tokenizer_source).examples(path, opts, report)
 
 
-def _read(fh: BinaryIO, frames: queue_mod.Queue, stop: threading.Event) -> None:
-    """Move the child's frames into ``frames`` (blocking when it is full); ``None`` at the end."""
+def _read(fh: BinaryIO, frames: queue_mod.Queue, stop: threading.Event, ready: threading.Event) -> None:
+    """Move the child's frames into ``frames`` (blocking when it is full); ``None`` at the end. The
+    ready frame sets ``ready`` instead."""
 
     def put(item) -> bool:
         while not stop.is_set():
@@ -244,7 +259,9 @@ def _read(fh: BinaryIO, frames: queue_mod.Queue, stop: threading.Event) -> None:
         if len(payload) < size:
             put(None)
             return
-        if not put((kind, payload)):
+        if kind == b"T":
+            ready.set()
+        elif not put((kind, payload)):
             return
 
 

@@ -269,8 +269,8 @@ def _score_with(
     total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
     if dist.world > 1:  # each rank reads and tokenises only its own records (index % world == rank)
         data_opts = dataclasses.replace(data_opts, shard=(dist.rank, dist.world))
-    if tokproc is not None:  # the first window tokenised here, the rest in the child process
-        examples = prefetch.handover(opts.data, tokenizer, data_opts, report, tokproc, first=opts.window)
+    if tokproc is not None:  # tokenised here until the child process is ready, then by the child
+        examples = prefetch.handover(opts.data, tokenizer, data_opts, report, tokproc)
     else:
         examples = iter_examples(opts.data, tokenizer, data_opts, report)
 
