@@ -92,7 +92,7 @@ def test_stopping_early_ends_the_child(tiny_model_dir):
 
 def test_wanted_follows_the_environment(monkeypatch):
     monkeypatch.delenv("BRIDGE_TOKENIZE_PROCESS", raising=False)
-    assert not wanted("cuda:0") and not wanted("cpu")  # off unless asked for
+    assert wanted("cuda:0") and not wanted("cpu")  # auto: on a GPU only
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "auto")
     assert wanted("cuda:0") and not wanted("cpu")
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "0")

@@ -3,8 +3,9 @@
 Examples are scored in windows of ``window`` examples: inside a window they are bucketed by length
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
 order, one zstd frame per window. The loop keeps the GPU busy: it queues a batch's device work
-before it collects the batch before, reads and tokenises the next window between batches (or, with
-``BRIDGE_TOKENIZE_PROCESS``, in a child process, :mod:`..data.prefetch`: tokenising holds the GIL), and hands
+before it collects the batch before, reads and tokenises the next window between batches (on a GPU,
+once a child process has loaded the tokenizer, that child does it: :mod:`..data.prefetch`; tokenising
+holds the GIL), and hands
 finished windows to a writer thread (same bytes as scoring and writing one batch after another).
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
