@@ -210,6 +210,8 @@ def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
                            batch_size=2, device="cpu"))
     assert after_header(from_stdin.read_bytes()) == after_header(from_file.read_bytes())
     assert len(read_all(from_stdin)[1]) == len(read_all(from_file)[1]) > 0
+    header = read_all(from_stdin)[0]  # it names the data as the user gave it, not the temporary copy
+    assert header.source == "<stdin>" and header.steps[-1].params["data"] == "<stdin>"
 
 
 def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):

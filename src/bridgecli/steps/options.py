@@ -85,6 +85,9 @@ class ScoreOptions:
     out: str | None = None
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
+    #: what the stream's header names as the data (default ``data``; ``<stdin>`` for data on stdin,
+    #: which is scored from a temporary copy)
+    source: str | None = None
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
         help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.", factory=dict

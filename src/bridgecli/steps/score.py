@@ -127,7 +127,7 @@ def _score_stdin(opts: ScoreOptions) -> int:
         with open(path, "wb") as fh:
             shutil.copyfileobj(sys.stdin.buffer, fh)
         try:
-            return run_score(dataclasses.replace(opts, data=str(path)))
+            return run_score(dataclasses.replace(opts, data=str(path), source="<stdin>"))
         except BridgeError as err:  # a bad record: name the data as the user gave it
             if err.file == str(path):
                 err.file = "<stdin>"
@@ -242,7 +242,7 @@ def _score_with(
         "max_tokens": max_tokens,
         "batch_size": opts.batch_size,
         "window": opts.window,
-        "data": str(opts.data),
+        "data": opts.source or str(opts.data),
         "data_digest": digest,
         "chat_template": data_opts.chat_template,
         "max_length": data_opts.max_length,
@@ -264,7 +264,7 @@ def _score_with(
             chat_template=data_opts.chat_template,
         ),
         steps=[msgspec.structs.replace(step_record("score", params), time=started)],
-        source=str(opts.data),
+        source=opts.source or str(opts.data),
     )
     report = Report()
     total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
