@@ -239,11 +239,13 @@ def test_compiled_functions_work_under_autograd(compiled_on_cpu):
         assert fn.compiled is not None and not fn.failed, fn.fn.__name__
 
 
-def test_the_fast_pass_runs_with_compiled_functions(models, tokenizer, compiled_on_cpu):
-    """The whole fast pass with the functions compiled (aot_eager) equals it eager."""
+@pytest.mark.parametrize("recompute", ["never", "always"])
+def test_the_fast_pass_runs_with_compiled_functions(models, tokenizer, compiled_on_cpu, recompute):
+    """The whole fast pass with its functions and the gated attention core compiled (aot_eager),
+    checkpointed or not, equals it eager; nothing fell back to eager on the way."""
     model, v = models["llama"]
     exs = examples(tokenizer)
-    scorer = scorer_of(model, tokenizer, v, {"layers": "5"}, True)
+    scorer = scorer_of(model, tokenizer, v, {"layers": "5"}, True, atp_recompute=recompute)
     got = gated(scorer, exs, 0.7, True)
     assert all(c.compiled is not None and not c.failed for c in gated_llama.COMPILED)
     for c in gated_llama.COMPILED:

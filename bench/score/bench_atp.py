@@ -165,8 +165,8 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
 
 def saved_bytes(scorer: AttributionScorer, batch, groups) -> dict[str, int]:
     """Bytes of the tensors the gated pass (``scorer.gated_grads``) saves for its reverse pass, by
-    component: each storage counted once, the model's parameters and v left out, tensors saved while
-    a reverse pass recomputes left out."""
+    component: each storage counted once, the model's parameters, v and the fast path's fused weights
+    left out, tensors saved while a reverse pass recomputes left out."""
     label = ["other"]
     blocks = blocks_of(scorer.ctx.model)
     handles = []
@@ -206,6 +206,8 @@ def saved_bytes(scorer: AttributionScorer, batch, groups) -> dict[str, int]:
 
     own = {ptr(p) for p in scorer.ctx.model.parameters()}
     own |= {ptr(t) for d in (scorer.primals, scorer.tangents) for ps in d.values() for t in ps.values()}
+    if scorer.gated_fast is not None:  # its fused weights, made once per scorer
+        own |= {ptr(t) for t in scorer.gated_fast.weights()}
     L = batch.input_ids.shape[1]
     seen: dict[int, tuple[str, int]] = {}
 

@@ -16,14 +16,17 @@ AD (a tangent op per op), which the reverse pass differentiates again. Here, for
   autograd-capable compiled functions of dual_llama (not its Triton kernels, which have no
   backward);
 - the attention of both is ``attention._gated_core`` (key-gate bias, plain bias and log gate as
-  ``attention.key_gate`` defines them; only the probabilities kept; checkpointed under
-  ``recompute``), which also gives the capture layers' routing rows;
+  ``attention.key_gate`` defines them; checkpointed under ``recompute``), compiled whole on CUDA so
+  that its L x L elementwise work fuses in both directions; it also gives the capture layers'
+  routing rows;
 - tail blocks before the first gated block (option ``layers=K``) need no gradient: they run as
   ``dual_llama.DualBlock`` (the ``bridge`` scorer's fast tail) without autograd;
 - the blocks before all of these run through HF once, without autograd, and their last call gives
   the hidden states, the rotary embeddings and the attention mask (tail.py's recorder);
 - the final norm and the LM head as the ``bridge`` scorer's fast tail (``token_ce_with_tangent``).
 
+Eager (off CUDA) the small functions are checkpointed, so that either way a block keeps about its
+inputs for the reverse pass, less than the generic path (``bench/score/bench_atp.py --saved-bytes``).
 Losses and routing rows equal the generic path's to float64 rounding; a and B to the float32
 rounding of the RMSNorm tangent (HF normalises in float32 even in a float64 model, and the tangent
 here is written out instead of forward-mode AD's op by op): tests/test_gated_llama.py.
@@ -93,7 +96,11 @@ swiglu = _Lean(_swiglu)
 rmsnorm_dual = _Lean(dual_llama._rmsnorm_dual)
 rope_dual = _Lean(dual_llama._rope_dual, size_oblivious=False)
 swiglu_dual = _Lean(dual_llama._swiglu_dual)
-COMPILED = (rmsnorm, rope, swiglu, rmsnorm_dual, rope_dual, swiglu_dual)
+#: the gated attention core (matmuls, scaling, masks, gate softmax, tangent), compiled whole: its
+#: L x L elementwise work fused, forward and backward; it broadcasts [B, 1, ...] masks and biases
+#: over the heads, so it keeps dynamo's size-1 rule. Eager it is ``attention._gated_core`` itself.
+gated_core = dual_llama._Compiled(_gated_core, size_oblivious=False)
+COMPILED = (rmsnorm, rope, swiglu, rmsnorm_dual, rope_dual, swiglu_dual, gated_core)
 
 
 def differentiable() -> contextlib.AbstractContextManager:
@@ -129,8 +136,10 @@ class LayerGate:
         pl = self.plain[:, None, None, :lk] if self.plain is not None else None
         args = (q, k, v, dq, dk, dv, self.bias[:, None, None, :lk], pl, lg, mask, scale, None)
         if self.recompute and torch.is_grad_enabled():
-            return checkpoint(_gated_core, *args, use_reentrant=False, preserve_rng_state=False)
-        return _gated_core(*args)
+            # no early stop: it ends the recomputation by an exception from inside the function,
+            # which _Compiled would take for a failed compilation
+            return checkpoint(gated_core, *args, use_reentrant=False, preserve_rng_state=False, early_stop=False)
+        return gated_core(*args)
 
 
 def _capture(r: Routing | None, probs: Tensor) -> None:
@@ -309,6 +318,21 @@ class GatedLlama:
         weight = lm_head.weight.to(self.tail_dtype)
         bias = lm_head.bias.to(self.tail_dtype) if lm_head.bias is not None else None
         return scoring.token_ce_with_tangent(h[b_idx, q_pos], dh[b_idx, q_pos], weight, bias, tgt, row_chunk)
+
+    def weights(self) -> list[Tensor]:
+        """Every weight tensor the blocks hold (the concatenations made once per scorer among them):
+        kept for the reverse pass like the model's own parameters, not per token (bench_atp.py)."""
+        out: list[Tensor] = []
+        todo: list[Any] = [vars(blk) for blk in self.blocks.values()]
+        while todo:
+            item = todo.pop()
+            if isinstance(item, Tensor):
+                out.append(item)
+            elif isinstance(item, dict):
+                todo.extend(item.values())
+            elif isinstance(item, (tuple, list)):
+                todo.extend(item)
+        return out
 
     @staticmethod
     def _on_rows(r: Routing) -> Callable:
