@@ -39,6 +39,7 @@ import os
 from typing import Any, Callable
 
 import torch
+import torch._dynamo.config as _dynamo_config
 import torch._functorch.config as _functorch_config
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
@@ -103,12 +104,29 @@ gated_core = dual_llama._Compiled(_gated_core, size_oblivious=False)
 COMPILED = (rmsnorm, rope, swiglu, rmsnorm_dual, rope_dual, swiglu_dual, gated_core)
 
 
+#: graphs per compiled function before dynamo runs it eagerly (:func:`differentiable`)
+RECOMPILE_LIMIT = 64
+
+
 def differentiable() -> contextlib.AbstractContextManager:
-    """The context of a gated pass, forward and reverse passes: AOTAutograd without donated
-    buffers. The scorer runs one reverse pass per response group over the same graph
-    (``retain_graph``), which a compiled backward that frees its saved tensors refuses; the backward
-    graph is compiled at the first reverse pass, so the setting must hold then too."""
-    return _functorch_config.patch(donated_buffer=False)
+    """The context of a gated pass, forward and reverse passes, for the compiled functions, where
+    this torch has the settings:
+
+    - no donated buffers: the scorer runs one reverse pass per response group over the same graph
+      (``retain_graph``), which a compiled backward that frees its saved tensors refuses (and it
+      checks at the reverse pass, so the setting must hold then too);
+    - the backward compiled with the forward: a backward that fails to compile then fails inside
+      ``_Compiled``, which runs the function eagerly from then on, instead of in the reverse pass;
+    - more graphs per function than dynamo's default 8 before it stops compiling: the attention
+      core compiles once per combination of block kind (before the tail or in it), inputs with or
+      without grad (the first gated block's do not require it), mask or none (a batch without
+      padding), a batch of one example or more, and the ig options' biases."""
+    stack = contextlib.ExitStack()
+    want = {"donated_buffer": False, "force_non_lazy_backward_lowering": True}
+    stack.enter_context(_functorch_config.patch({k: v for k, v in want.items() if hasattr(_functorch_config, k)}))
+    limits = {k: RECOMPILE_LIMIT for k in ("recompile_limit", "cache_size_limit") if hasattr(_dynamo_config, k)}
+    stack.enter_context(_dynamo_config.patch(limits))
+    return stack
 
 
 # --------------------------------------------------------------------------- the gate of one layer
