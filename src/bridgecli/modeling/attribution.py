@@ -29,6 +29,12 @@ modelled by :func:`token_bytes` and :func:`pass_bytes`; on a GPU the scorer size
 free memory with them, and recomputes each gated layer's L x L tensors in the reverse pass instead
 of keeping them where passes would be small otherwise (``AttributionScorer._plan``).
 
+On Llama-family models (those ``dual_llama.supported`` accepts, with ``fast_tail`` not off) the gated
+pass runs by hand from the first gated or tail block on (gated_llama.py): fused matmuls, compiled
+RMSNorm / RoPE / SwiGLU with their backward, the (primal, tangent) pairs of the bridge scorer's fast
+tail in place of forward-mode AD op by op, and the same gated attention core. Other models, and
+``fast_tail=False``, run HF's modules under the key gate and forward-mode AD (``_gated_generic``).
+
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
 exact effect of one key is a path integral, ``beta_i = M(1) - M(1 - e_i) = int_0^1 dM/dg_i dg_i``
@@ -74,6 +80,8 @@ import torch.autograd.forward_ad as fwAD
 
 from ..format.records import Array, Example, Scores
 from .attention import Routing, key_gate, routing
+from .gated_llama import GatedLlama, LayerGate, differentiable
+from .params import blocks_of
 from .score_batch import ScoreBatch, make_batch
 from .scoring import BridgeScorer, ScoringContext, _cast_floats
 
@@ -184,6 +192,13 @@ class AttributionScorer(BridgeScorer):
         # fused attention and the reverse pass stops at the first gated block
         self.gate_layers = list(range(n_layers - k, n_layers))
         self.shape = GatedShape.of(ctx.model, len(self.tail.indices), k, self.tail_dtype)
+        # Llama-family models get the hand-written gated pass where the bridge scorer has its fast
+        # tail (``fast_tail``, on by default); others run HF's modules (gated_llama.py)
+        self.gated_fast: GatedLlama | None = None
+        if self.fast is not None:
+            self.gated_fast = GatedLlama(
+                ctx.model, blocks_of(ctx.model), self.gate_layers, self.tail, self.fast, self.tail_dtype
+            )
 
     @property
     def max_tokens_cuda(self) -> int:
@@ -321,7 +336,7 @@ class AttributionScorer(BridgeScorer):
         dev = batch.input_ids.device
         dtype = self.tail_dtype
         recompute = self._recompute(batch)
-        with torch.enable_grad(), _frozen(self.ctx.model):
+        with torch.enable_grad(), _frozen(self.ctx.model), differentiable():
             biases = {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
             plains = (
                 {i: torch.zeros(B, L, device=dev, dtype=dtype, requires_grad=True) for i in self.gate_layers}
@@ -334,17 +349,17 @@ class AttributionScorer(BridgeScorer):
                 query_start=batch.query_start,
                 right_padded=True,
             )
-            with key_gate(biases, plains, log_gate, recompute=recompute), routing(r):
-                hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
-                if hidden.dtype != dtype:
-                    hidden, calls = hidden.to(dtype), _cast_floats(calls, dtype)
-                with fwAD.dual_level():
-                    dual = {
-                        i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
-                        for i, ps in self.primals.items()
-                    }
-                    out = self._losses(dual, hidden, calls, batch.flat_rows())
-                    losses, a = fwAD.unpack_dual(out)
+            a: torch.Tensor | None
+            if self.gated_fast is not None:
+                gates = {
+                    i: LayerGate(biases[i], plains[i] if plains is not None else None, log_gate, recompute)
+                    for i in self.gate_layers
+                }
+                losses, a = self.gated_fast.losses(
+                    batch.input_ids, batch.attention_mask, batch.flat_rows(), gates, r, self.lm_head, self.row_chunk
+                )
+            else:
+                losses, a = self._gated_generic(batch, biases, plains, log_gate, recompute, r)
             kept = None
             if keep:
                 a_kept = a.detach() if a is not None else torch.zeros_like(losses)
@@ -375,6 +390,31 @@ class AttributionScorer(BridgeScorer):
             return torch.stack(ts, 1).detach().cpu().numpy() if ts else np.zeros((B, 0, L))  # [B, k, L]
 
         return stack(totals), (stack(totals_plain) if plain else None), kept
+
+    def _gated_generic(
+        self,
+        batch: ScoreBatch,
+        biases: dict,
+        plains: dict | None,
+        log_gate: torch.Tensor | None,
+        recompute: bool,
+        r: Routing,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The gated forward pass through HF's modules (key gate in the registered attention, the
+        tail under forward-mode AD): per-token losses and a_j (None where no tangent reached them)."""
+        dtype = self.tail_dtype
+        with key_gate(biases, plains, log_gate, recompute=recompute), routing(r):
+            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
+            if hidden.dtype != dtype:
+                hidden, calls = hidden.to(dtype), _cast_floats(calls, dtype)
+            with fwAD.dual_level():
+                dual = {
+                    i: {k: fwAD.make_dual(p, self.tangents[i][k]) for k, p in ps.items()}
+                    for i, ps in self.primals.items()
+                }
+                out = self._losses(dual, hidden, calls, batch.flat_rows())
+                losses, a = fwAD.unpack_dual(out)
+        return losses, a
 
 
 # --------------------------------------------------------------------------- memory of a gated pass
