@@ -78,7 +78,7 @@ def test_the_gated_pass_gives_the_bridge_scorers_a_loss_and_rows(tiny, tokenizer
     (``fast``) differentiates HF's float32 RMSNorm its own way: a to float32 rounding there
     (tests/test_gated_llama.py checks it to float64 rounding with float64 norms)."""
     model, v, exs = tiny
-    atp = scorer_of(model, tokenizer, v, fast_tail=fast)
+    atp = scorer_of(model, tokenizer, v, fast_tail=fast, atp_fast=fast)
     assert (atp.gated_fast is not None) == fast
     bridge = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3,
                                          options={"fast_tail": False}))

@@ -50,7 +50,7 @@ def models(tokenizer):
 
 def scorer_of(model, tokenizer, v, opts, fast: bool, **options) -> AttributionScorer:
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3,
-                         options={"scorer_options": dict(opts), "fast_tail": fast, **options})
+                         options={"scorer_options": dict(opts), "fast_tail": fast, "atp_fast": fast, **options})
     scorer = AttributionScorer(ctx)
     assert (scorer.gated_fast is not None) == fast
     return scorer
@@ -189,8 +189,22 @@ def test_the_fast_pass_needs_a_supported_family_and_the_switch(models, tokenizer
                            num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=256)
     gemma = tiny_model(cfg)
     w = {n: torch.randn_like(p) for n, p in tail_parameters(gemma, 2).items()}
-    ctx = ScoringContext(model=gemma, tokenizer=tokenizer, direction=w)
+    ctx = ScoringContext(model=gemma, tokenizer=tokenizer, direction=w, options={"scorer_options": {"fast": "1"}})
     assert AttributionScorer(ctx).gated_fast is None
+
+
+def test_the_fast_pass_is_opt_in_for_users(models, tokenizer):
+    """`bridge score --scorer atp` runs the generic path unless `--scorer-option fast=1`."""
+    model, v = models["llama"]
+
+    def atp(**scorer_options):
+        ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, options={"scorer_options": scorer_options})
+        return AttributionScorer(ctx)
+
+    assert atp().gated_fast is None and atp(fast="0").gated_fast is None
+    assert atp(fast="1").gated_fast is not None
+    with pytest.raises(ValueError, match="fast must be 0 or 1"):
+        atp(fast="maybe")
 
 
 @pytest.fixture

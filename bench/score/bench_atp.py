@@ -14,7 +14,8 @@ the ratio is total atp time / total bridge time (median of repeats). ``--recompu
 gated attention's L x L tensors are recomputed in the reverse pass (``auto``: only where passes
 would be small otherwise).
 
-On Llama-family models the atp scorer runs its hand-written gated pass (gated_llama.py);
+On Llama-family models the atp scorer here runs its hand-written gated pass (gated_llama.py; in
+``bridge score`` it takes ``--scorer-option fast=1``);
 ``--atp-generic`` runs its generic path through HF's modules instead (the ``fast_tail`` option off
 for the atp scorer only; the bridge scorer keeps its fast tail), for a before / after on one machine.
 ``--atp-compare`` times (and profiles) both, interleaved: one run gives before and after.
@@ -134,7 +135,8 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     bridge = BridgeScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device=device))
 
     def atp_scorer(fast: bool) -> AttributionScorer:
-        options = {"scorer_options": {"chunks": chunks}, "atp_recompute": recompute, "fast_tail": fast}
+        options = {"scorer_options": {"chunks": chunks}, "atp_recompute": recompute, "fast_tail": fast,
+                   "atp_fast": fast}
         return AttributionScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device=device, options=options))
 
     atp = atp_scorer(not generic)

@@ -29,11 +29,15 @@ modelled by :func:`token_bytes` and :func:`pass_bytes`; on a GPU the scorer size
 free memory with them, and recomputes each gated layer's L x L tensors in the reverse pass instead
 of keeping them where passes would be small otherwise (``AttributionScorer._plan``).
 
-On Llama-family models (those ``dual_llama.supported`` accepts, with ``fast_tail`` not off) the gated
+With ``fast=1``, on Llama-family models (those ``dual_llama.supported`` accepts, ``fast_tail`` not off) the gated
 pass runs by hand from the first gated or tail block on (gated_llama.py): fused matmuls, compiled
 RMSNorm / RoPE / SwiGLU with their backward, the (primal, tangent) pairs of the bridge scorer's fast
-tail in place of forward-mode AD op by op, and the same gated attention core. Other models, and
-``fast_tail=False``, run HF's modules under the key gate and forward-mode AD (``_gated_generic``).
+tail in place of forward-mode AD op by op, and the same gated attention core. By default, on other
+models, and with ``fast_tail=False``, HF's modules run under the key gate and forward-mode AD
+(``_gated_generic``). The hand-written pass gives the same B to float32 rounding (tests/test_gated_llama.py);
+it is opt-in because its cost was measured on a CPU only (compiled with inductor there, 1.24x faster
+than the generic path; uncompiled, level with it): on a GPU it compiles about 22 graphs on its first
+batch, which no GPU run has timed yet.
 
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
@@ -153,7 +157,7 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
-    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers")
+    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers", "fast")
     #: the most padded tokens a command's batch gets by default on a GPU (the bridge scorer's)
     MAX_TOKENS = 32768
     #: ``atp_recompute=auto`` recomputes the L x L tensors only where passes would be smaller than this
@@ -192,10 +196,15 @@ class AttributionScorer(BridgeScorer):
         # fused attention and the reverse pass stops at the first gated block
         self.gate_layers = list(range(n_layers - k, n_layers))
         self.shape = GatedShape.of(ctx.model, len(self.tail.indices), k, self.tail_dtype)
-        # Llama-family models get the hand-written gated pass where the bridge scorer has its fast
-        # tail (``fast_tail``, on by default); others run HF's modules (gated_llama.py)
+        # ``fast=1``: Llama-family models get the hand-written gated pass where the bridge scorer has
+        # its fast tail (``fast_tail``, on by default); otherwise HF's modules run (gated_llama.py).
+        # Off by default until its cost is measured on a GPU, where it compiles ~22 graphs on a
+        # first batch (the context option ``atp_fast`` sets the default, for tests and benchmarks)
+        fast = str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")).strip().lower()
+        if fast not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+            raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
         self.gated_fast: GatedLlama | None = None
-        if self.fast is not None:
+        if self.fast is not None and fast in ("1", "true", "yes", "on"):
             self.gated_fast = GatedLlama(
                 ctx.model, blocks_of(ctx.model), self.gate_layers, self.tail, self.fast, self.tail_dtype
             )
