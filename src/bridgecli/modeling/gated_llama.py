@@ -218,6 +218,9 @@ class GatedDualBlock(dual_llama.DualBlock):
     """One gated tail block: ``dual_llama.DualBlock``'s (primal, tangent) arithmetic with the
     autograd-capable compiled functions and the gated attention core."""
 
+    rmsnorm_pair = staticmethod(rmsnorm_dual)
+    swiglu_pair = staticmethod(swiglu_dual)
+
     @classmethod
     def sharing(cls, blk: dual_llama.DualBlock) -> GatedDualBlock:
         """A gated block on the prepared weights of ``blk`` (the bridge scorer's fast tail), not a
@@ -242,15 +245,7 @@ class GatedDualBlock(dual_llama.DualBlock):
         q, dq, k, dk = rope_dual(q, dq, k, dk, cos.unsqueeze(1), sin.unsqueeze(1))
         o, do, probs = gate.attend(q, k, v, dq, dk, dv, self.heads // self.kv_heads, mask, self.scale)
         _capture(r, probs)
-        o = o.transpose(1, 2).reshape(B, L, self.q_size)
-        do = do.transpose(1, 2).reshape(B, L, self.q_size)
-        a, da = self._linear(o, do, self.o)
-        h, dh = h + a, dh + da
-        x, dx = rmsnorm_dual(h, dh, *self.ln2, self.eps2)
-        gu, dgu = self._linear(x, dx, self.gate_up)
-        m, dm = swiglu_dual(gu, dgu)
-        y, dy = self._linear(m, dm, self.down)
-        return h + y, dh + dy
+        return self.after_attention(h, dh, o, do)
 
 
 def _call_inputs(call: TailCall) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:

@@ -28,6 +28,7 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -37,7 +38,7 @@ from . import ce_kernel, dual_kernels, dual_llama, jvp_attention
 class Warmup:
     """A running (or finished) warm-up thread; :meth:`join` waits for it."""
 
-    def __init__(self, target):
+    def __init__(self, target: Callable[[], None]):
         self.error: BaseException | None = None
         self.seconds: float | None = None
 
