@@ -161,10 +161,6 @@ def attention_dual_math(q, k, v, dq, dk, dv, scale):
 class DualBlock:
     """One decoder block as (primal, tangent) arithmetic, weights prepared once."""
 
-    #: the elementwise pairs (gated_llama.GatedDualBlock swaps in ones autograd differentiates)
-    rmsnorm_pair = staticmethod(rmsnorm_dual)
-    swiglu_pair = staticmethod(swiglu_dual)
-
     def __init__(self, block, primal: dict[str, torch.Tensor], tangent: dict[str, torch.Tensor]):
         attn = block.self_attn
         self.heads = attn.config.num_attention_heads
@@ -240,17 +236,20 @@ class DualBlock:
             capture(q, k, lse, self.scale)
         return self.after_attention(h, dh, o, do)
 
-    def after_attention(self, h, dh, o, do):
+    def after_attention(self, h, dh, o, do, rmsnorm=None, swiglu=None):
         """The block from its attention output (o, do [B, H, L, D]) on: the output projection, the
-        residual, the MLP half."""
+        residual, the MLP half. ``rmsnorm``/``swiglu``: the pair functions (default this module's;
+        gated_llama passes ones autograd differentiates)."""
+        rmsnorm = rmsnorm or rmsnorm_dual
+        swiglu = swiglu or swiglu_dual
         B, L, _ = h.shape
         o = o.transpose(1, 2).reshape(B, L, self.q_size)
         do = do.transpose(1, 2).reshape(B, L, self.q_size)
         a, da = self._linear(o, do, self.o)
         h, dh = h + a, dh + da
-        x, dx = self.rmsnorm_pair(h, dh, *self.ln2, self.eps2)
+        x, dx = rmsnorm(h, dh, *self.ln2, self.eps2)
         gu, dgu = self._linear(x, dx, self.gate_up)
-        m, dm = self.swiglu_pair(gu, dgu)
+        m, dm = swiglu(gu, dgu)
         y, dy = self._linear(m, dm, self.down)
         return h + y, dh + dy
 

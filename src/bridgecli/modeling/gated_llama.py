@@ -218,9 +218,6 @@ class GatedDualBlock(dual_llama.DualBlock):
     """One gated tail block: ``dual_llama.DualBlock``'s (primal, tangent) arithmetic with the
     autograd-capable compiled functions and the gated attention core."""
 
-    rmsnorm_pair = staticmethod(rmsnorm_dual)
-    swiglu_pair = staticmethod(swiglu_dual)
-
     @classmethod
     def sharing(cls, blk: dual_llama.DualBlock) -> GatedDualBlock:
         """A gated block on the prepared weights of ``blk`` (the bridge scorer's fast tail), not a
@@ -245,7 +242,7 @@ class GatedDualBlock(dual_llama.DualBlock):
         q, dq, k, dk = rope_dual(q, dq, k, dk, cos.unsqueeze(1), sin.unsqueeze(1))
         o, do, probs = gate.attend(q, k, v, dq, dk, dv, self.heads // self.kv_heads, mask, self.scale)
         _capture(r, probs)
-        return self.after_attention(h, dh, o, do)
+        return self.after_attention(h, dh, o, do, rmsnorm_dual, swiglu_dual)
 
 
 def _call_inputs(call: TailCall) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
