@@ -4,9 +4,10 @@ Examples are scored in windows of ``window`` examples: inside a window they are 
 under a padded-token budget (``max_tokens``, at most ``batch_size`` rows), and written back in input
 order, one zstd frame per window. The loop keeps the GPU busy: it queues a batch's device work
 before it collects the batch before, reads and tokenises the next window between batches (on a GPU,
-once a child process has loaded the tokenizer, that child does it: :mod:`..data.prefetch`; tokenising
-holds the GIL), and hands
-finished windows to a writer thread (same bytes as scoring and writing one batch after another).
+once a child process has loaded the tokenizer, that child does it: :mod:`..data.prefetch`;
+tokenising holds the GIL), and hands finished windows to a writer thread (same bytes as scoring and
+writing one batch after another). On a GPU's first run the fast tail's kernels compile in a thread
+while the model loads (:mod:`..modeling.kernel_warmup`).
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
 output (see :mod:`.ranks`). With an output file, progress is committed after every window, so
@@ -100,7 +101,7 @@ def _load(opts: ScoreOptions, device: str):
 
 def _start_kernel_warmup(opts: ScoreOptions, device: str) -> kernel_warmup.Warmup | None:
     """Compile the bridge scorer's GPU kernels in a thread while the model loads (kernel_warmup.py)."""
-    if opts.scorer != "bridge" or opts.dtype not in ("auto", "bfloat16", "float16"):
+    if not device.startswith("cuda") or opts.scorer != "bridge" or opts.dtype not in ("auto", "bfloat16", "float16"):
         return None
     config = kernel_warmup.read_config(WarmupRun.open(opts.run).checkpoint)
     if config is None or not kernel_warmup.wanted(device, config):
