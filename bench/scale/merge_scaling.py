@@ -38,17 +38,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def default_workers() -> list[int]:
-    n, out = cores(), [1]
-    while out[-1] * 2 <= n:
-        out.append(out[-1] * 2)
-    return out if out[-1] == n else [*out, n]
-
-
 def _cpu_steps(name: str):
     """bench/cpu_steps/NAME.py as a module (synthetic.py's streams, scaling.py's helpers)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "cpu_steps" / f"{name}.py")
@@ -56,6 +45,10 @@ def _cpu_steps(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+_SCALING = _cpu_steps("scaling")
+cores, default_workers = _SCALING.cores, _SCALING.default_workers  # the cores present; N = 1, 2, 4, ..., cores
 
 
 def _make_shard(job: tuple) -> dict:
@@ -102,7 +95,7 @@ def main(argv=None) -> int:
     res: dict = {
         "machine": {"cores": cores(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                     "cpu": platform.processor() or platform.machine(), "python": sys.executable},
-        "commit": _cpu_steps("scaling").commit(),
+        "commit": _SCALING.commit(),
         "load_before": os.getloadavg(),
         "examples": a.make, "shards": a.shards, "window": a.window, "workers": workers, "modes": {},
     }
