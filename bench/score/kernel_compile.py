@@ -127,8 +127,6 @@ def sweep(shapes: list[str], buckets: list[int], tokens: int) -> list[dict]:
             if key in seen:
                 continue
             seen.add(key)
-            ks = kernels(c)
-            del ks
             res = {"shape": shape, "bucket": key[0], "head_dim": key[1], "groups": key[2], "L": L, "B": c["B"],
                    "configs": {}}
             for cfg in jvp_attention.candidate_configs(c["D"]):

@@ -72,7 +72,6 @@ def _child_main() -> None:
     report = Report()
     try:
         from ..modeling.loading import load_tokenizer
-        from ..timings import mark
 
         mark("tokenising process: imports done")
         tokenizer = load_tokenizer(tokenizer_source)

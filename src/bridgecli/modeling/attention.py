@@ -166,14 +166,7 @@ def _gated_attention(query, key, value, groups, attention_mask, scaling, softcap
     q, dq = fwAD.unpack_dual(query)
     k, dk = fwAD.unpack_dual(key)
     v, dv = fwAD.unpack_dual(value)
-    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
-    dk = _repeat_kv(dk, groups) if dk is not None else None
-    dv = _repeat_kv(dv, groups) if dv is not None else None
-    lk = k.shape[-2]
-    mask = attention_mask[..., :lk] if attention_mask is not None else None
-    lg = log_gate[:, None, None, :lk] if log_gate is not None else None
-    pl = plain[:, None, None, :lk] if plain is not None else None
-    args = (q, k, v, dq, dk, dv, gate[:, None, None, :lk], pl, lg, mask, scaling, softcap)
+    args = gated_core_args(q, k, v, dq, dk, dv, groups, attention_mask, gate, plain, log_gate, scaling, softcap)
     if _gate_recompute and torch.is_grad_enabled():
         from torch.utils.checkpoint import checkpoint
 
@@ -184,6 +177,22 @@ def _gated_attention(query, key, value, groups, attention_mask, scaling, softcap
     if dout is not None:
         out = fwAD.make_dual(out, dout.transpose(1, 2).contiguous())
     return out, probs
+
+
+def gated_core_args(q, k, v, dq, dk, dv, groups, mask, gate, plain, log_gate, scaling, softcap) -> tuple:
+    """:func:`_gated_core`'s arguments from plain tensors: k, v and their tangents (None or not)
+    repeated to the query heads, the mask cut to the keys, the key-gate bias, plain bias and log
+    gate ([B, Lk] or None) as [B, 1, 1, Lk]."""
+    k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
+    dk = _repeat_kv(dk, groups) if dk is not None else None
+    dv = _repeat_kv(dv, groups) if dv is not None else None
+    lk = k.shape[-2]
+
+    def per_key(t):
+        return t[:, None, None, :lk] if t is not None else None
+
+    mask = mask[..., :lk] if mask is not None else None
+    return (q, k, v, dq, dk, dv, per_key(gate), per_key(plain), per_key(log_gate), mask, scaling, softcap)
 
 
 class _GatedSoftmax(torch.autograd.Function):

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from . import dual_llama, jvp_attention, scoring
-from .attention import Routing, _gated_core, _repeat_kv, routing
+from .attention import Routing, _gated_core, gated_core_args, routing
 from .tail import Tail, TailCall
 
 Tensor = torch.Tensor
@@ -145,14 +145,7 @@ class LayerGate:
     def attend(self, q, k, v, dq, dk, dv, groups: int, mask: Tensor | None, scale: float):
         """``attention._gated_attention`` on plain tensors: q [B, H, L, D], k and v [B, KV, L, D]
         (tangents or None). Returns (out, dout or None) [B, H, L, D] and the probabilities."""
-        k, v = _repeat_kv(k, groups), _repeat_kv(v, groups)
-        dk = _repeat_kv(dk, groups) if dk is not None else None
-        dv = _repeat_kv(dv, groups) if dv is not None else None
-        lk = k.shape[-2]
-        mask = mask[..., :lk] if mask is not None else None
-        lg = self.log_gate[:, None, None, :lk] if self.log_gate is not None else None
-        pl = self.plain[:, None, None, :lk] if self.plain is not None else None
-        args = (q, k, v, dq, dk, dv, self.bias[:, None, None, :lk], pl, lg, mask, scale, None)
+        args = gated_core_args(q, k, v, dq, dk, dv, groups, mask, self.bias, self.plain, self.log_gate, scale, None)
         if self.recompute and torch.is_grad_enabled():
             # no early stop: it ends the recomputation by an exception from inside the function,
             # which _Compiled would take for a failed compilation
