@@ -265,3 +265,29 @@ def test_the_fast_pass_runs_with_compiled_functions(models, tokenizer, compiled_
     for c in gated_llama.COMPILED:
         c.device_types = ()
     assert_close(got, gated(scorer, exs, 0.7, True), 1e-12)
+
+
+def test_inductor_backward_serves_batches_of_other_lengths(monkeypatch, tmp_path):
+    """With inductor, one compiled graph differentiates batches of different lengths: the backward
+    does not keep the first batch's strides as constants (which it did under dynamo's size-oblivious
+    rule, failing at the second length). Every differentiated compiled function is built that way."""
+    assert all(c.shape_config.get("backed_size_oblivious", False) is False for c in gated_llama.COMPILED)
+    fn = gated_llama._Lean(gated_llama.dual_llama._rmsnorm_dual)
+    monkeypatch.delenv("BRIDGE_COMPILE", raising=False)
+    monkeypatch.setattr(fn, "device_types", ("cpu",))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # a graph cached by another build is no test
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    try:
+        for L in (5, 7, 3):
+            args = [torch.randn(2, L, 16, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+            w = torch.randn(16, dtype=torch.float64)
+            results = []
+            for run in (fn, fn.fn):
+                y, dy = run(*args, w, None, 1e-6)  # as the blocks call it
+                results.append([y, dy, *torch.autograd.grad((y * dy).sum(), args)])
+            for got, want in zip(*results):
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)  # float32 inside
+        assert fn.compiled is not None and not fn.failed
+    finally:
+        torch._dynamo.reset()

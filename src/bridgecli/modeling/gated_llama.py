@@ -76,7 +76,15 @@ class _Lean(dual_llama._Compiled):
     """``dual_llama._Compiled`` for a function differentiated afterwards. Compiled, AOTAutograd's
     partitioner keeps few tensors for the backward (mostly the inputs) and recomputes the rest;
     eager (off CUDA, ``BRIDGE_COMPILE=0``, a failed compilation) the function is checkpointed to
-    keep only its inputs too, so the memory model (attribution.token_bytes) holds either way."""
+    keep only its inputs too, so the memory model (attribution.token_bytes) holds either way.
+
+    Compiled without dynamo's size-oblivious rule: under it AOTAutograd cannot prove a saved input's
+    symbolic stride equal to the one inductor reports, "restrides" the backward's placeholder with
+    the first batch's strides as constants, and the next batch of another length fails in the
+    backward (``assert_size_stride``; pytorch/pytorch#194420). A batch of one example compiles once more."""
+
+    def __init__(self, fn):
+        super().__init__(fn, size_oblivious=False)
 
     def __call__(self, *args):
         compiles = (
@@ -92,10 +100,10 @@ class _Lean(dual_llama._Compiled):
 #: compiled on CUDA (fused forward and, through AOTAutograd, backward; run them under
 #: :func:`differentiable`); separate instances from dual_llama's, whose graphs are traced without autograd
 rmsnorm = _Lean(_rmsnorm)
-rope = _Lean(_rope, size_oblivious=False)  # broadcasts cos/sin over the heads
+rope = _Lean(_rope)
 swiglu = _Lean(_swiglu)
 rmsnorm_dual = _Lean(dual_llama._rmsnorm_dual)
-rope_dual = _Lean(dual_llama._rope_dual, size_oblivious=False)
+rope_dual = _Lean(dual_llama._rope_dual)
 swiglu_dual = _Lean(dual_llama._swiglu_dual)
 #: the gated attention core (matmuls, scaling, masks, gate softmax, tangent), compiled whole: its
 #: L x L elementwise work fused, forward and backward; it broadcasts [B, 1, ...] masks and biases
