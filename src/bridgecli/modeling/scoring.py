@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from ..artifacts.direction_file import Direction
 from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..format.records import Array, Example, Scores
-from . import ce_kernel, dual_llama, jvp_attention
+from . import dual_llama, jvp_attention
+from .ce_tangent import token_ce_with_tangent
 from .attention import Routing, routing, use_bridge_attention
 from .score_batch import ScoreBatch, make_batch
 from .sdpa_backends import batch_backends
@@ -152,49 +153,6 @@ class DoneScores:
 
     def result(self) -> list[Scores]:
         return self.scores
-
-
-def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
-    """Per-token cross-entropy l = logsumexp(z) - z_t with z = h W^T (+ b), and its tangent along
-    dh without materialising the tangent logits: dl = dh . ((p - onehot_t) W), p = softmax(z).
-    Subtracting the one-hot before the product keeps confident tokens (p_t near 1) accurate.
-    Differentiated through (the atp scorer), each chunk is checkpointed: its [rows, vocab] logits
-    are recomputed in the reverse pass instead of kept for every chunk at once."""
-    losses, tangents = [], []
-    grad = torch.is_grad_enabled() and (h.requires_grad or dh.requires_grad)
-    for s in range(0, h.shape[0], chunk):
-        hc, dhc, tc = h[s : s + chunk], dh[s : s + chunk], targets[s : s + chunk]
-        if grad:
-            from torch.utils.checkpoint import checkpoint
-
-            loss, tangent = checkpoint(_ce_chunk, hc, dhc, weight, bias, tc, use_reentrant=False)
-        else:
-            loss, tangent = _ce_chunk(hc, dhc, weight, bias, tc)
-        losses.append(loss)
-        tangents.append(tangent)
-    if not losses:
-        zero = h.new_zeros(0, dtype=torch.float32)
-        return zero, zero
-    return torch.cat(losses), torch.cat(tangents)
-
-
-def _ce_chunk(hc, dhc, weight, bias, tc):
-    z = hc @ weight.T
-    acc = torch.promote_types(z.dtype, torch.float32)  # at least float32 (float64 stays float64)
-    if bias is None and not torch.is_grad_enabled() and ce_kernel.usable(z):  # GPU half precision: one fused pass
-        loss, q = ce_kernel.ce_loss_and_q(z, tc)
-        return loss, ((q @ weight).float() * dhc.float()).sum(-1)
-    z = z.to(acc)
-    if bias is not None:
-        z = z + bias.to(acc)
-    lse = torch.logsumexp(z, dim=-1)
-    loss = lse - z.gather(1, tc[:, None])[:, 0]
-    q = torch.exp(z - lse[:, None])
-    if torch.is_grad_enabled():  # differentiated through (the atp scorer): no in-place update
-        q = q.scatter_add(1, tc[:, None], q.new_full((len(tc), 1), -1.0))
-    else:
-        q[torch.arange(len(tc), device=q.device), tc] -= 1.0
-    return loss, ((q.to(weight.dtype) @ weight).to(acc) * dhc.to(acc)).sum(-1)
 
 
 class BridgeScorer:
