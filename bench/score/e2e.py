@@ -20,7 +20,9 @@ took Y s") and reports process seconds, the ratio to the forward process, the fi
 loop's tokens/s after it, and whether the two scoring runs wrote the same bytes. ``--profile`` then
 runs e2e_profile.py: torch.profiler over a few windows of the scoring loop (after the first), with
 the top ops by CUDA and CPU time and the GPU's idle share, written as small text/JSON files.
-``--src`` runs the scorer from another checkout's ``src`` (a baseline, same machine).
+``--src`` runs the scorer from another checkout's ``src`` (a baseline, same machine);
+``--score-args`` adds arguments to both scoring commands (``--score-args "--scorer atp"``: the
+whole command with another scorer).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -185,7 +188,8 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
         env = child_env(env0, args.src, caches, args.score_env)
         outs[name] = folder / f"{name}.bridge"
         outs[name].unlink(missing_ok=True)
-        cmd = [py, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(outs[name]), *limits]
+        cmd = [py, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(outs[name]), *limits,
+               *shlex.split(args.score_args)]
         wall, _, err = timed(cmd, env, log_dir / f"{shape}-{name}.log", args.timeout)
         r = {"process_s": round(wall, 2), **summary(err), "timings": timings(err)}
         if "forward" in res:
@@ -264,6 +268,8 @@ def main(argv=None):
     ap.add_argument("--src", default=None, help="run the scorer from this src/ folder (a baseline checkout)")
     ap.add_argument("--score-env", action="append", default=[], metavar="KEY=VALUE",
                     help="environment of the scoring processes (repeatable), e.g. BRIDGE_COMPILE=0")
+    ap.add_argument("--score-args", default="", metavar="ARGS",
+                    help="more bridge score arguments, e.g. '--scorer atp --scorer-option fast=1'")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--cprofile", action="store_true",
                     help="one more later run under cProfile: where a warm process's time goes (first window)")
