@@ -44,8 +44,9 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
 
 
 def _logits(hc, weight, bias):
+    """z as the forward formed it: in the head's dtype, or with a bias added in at least float32."""
     z = hc @ weight.T
-    return z if bias is None else z + bias.to(z.dtype)
+    return z if bias is None else z.to(_acc(z.dtype)) + bias.to(_acc(z.dtype))
 
 
 def _loss_and_qw(hc, weight, bias, tc) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,5 +114,5 @@ class CEChunk(torch.autograd.Function):
                 gz = ce_kernel.ce_grad_logits(z, dz, lse.float(), tc, g_a.float().contiguous(), gl)
             else:
                 gz = grad_logits(z, dz, lse, tc, g_a, g_loss)
-            grad_h = (gz @ weight).to(hc.dtype)
+            grad_h = (gz.to(weight.dtype) @ weight).to(hc.dtype)
         return grad_h, grad_dh, None, None, None
