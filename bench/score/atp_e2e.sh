@@ -12,19 +12,4 @@ E=(python3 bench/score/e2e.py --data "$DATA" --tokenizer "$TOK" --shapes "$SHAPE
     --out "$OUT/atp_fast.json" > "$OUT/atp_fast.log" 2>&1
 "${E[@]}" --runs score_second --score-args "--scorer atp --scorer-option fast=0" \
     --out "$OUT/atp_generic.json" > "$OUT/atp_generic.log" 2>&1
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("bridge", "atp_fast", "atp_generic"):
-    f = out / f"{name}.json"
-    if not f.exists():
-        print(name, "no result")
-        continue
-    for row in json.loads(f.read_text()):
-        for k in ("forward", "score_first", "score_second"):
-            if k in row:
-                d = row[k]
-                print(f"{row['shape']} {name:11s} {k:12s} process {d.get('process_s')} s first window "
-                      f"{d.get('first_window_s')} after {d.get('after_first_tokens_per_s')} loop {d.get('loop_tokens_per_s')}")
-PY
+python3 bench/score/e2e_summary.py "$OUT" bridge atp_fast atp_generic

@@ -15,18 +15,4 @@ if [ "${TOKPROC:-0}" = 1 ]; then
   "${E[@]}" --runs score_second --out "$OUT/second2.json" > "$OUT/second2.txt" 2>&1
   NAMES="$NAMES tokproc second2"
 fi
-python3 - "$OUT" $NAMES <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in sys.argv[2:]:
-    for row in json.loads((out / f"{name}.json").read_text()):
-        for k in ("forward", "score_first", "score_second"):
-            if k in row:
-                d = row[k]
-                t = d.get("timings", {})
-                gap = (t["first batch queued"] - t["first window read and tokenised"]) if "first batch queued" in t else None
-                print(f"{row['shape']} {name:8s} {k:12s} process {d.get('process_s')} s ratio {d.get('ratio_to_forward')} "
-                      f"first window {d.get('first_window_s')} after {d.get('after_first_tokens_per_s')} "
-                      f"loaded {t.get('model loaded')} queue gap {gap and round(gap, 2)}")
-PY
+python3 bench/score/e2e_summary.py "$OUT" $NAMES

@@ -10,17 +10,4 @@ E=(python3 bench/score/e2e.py --data "$DATA" --tokenizer "$TOK" --shapes "$SHAPE
 "${E[@]}" --out "$OUT/base.json" > "$OUT/base.txt" 2>&1
 "${E[@]}" --runs score_first,score_second --score-env BRIDGE_TOKENIZE_PROCESS=1 --out "$OUT/tokproc.json" > "$OUT/tokproc.txt" 2>&1
 "${E[@]}" --runs score_second --out "$OUT/again.json" > "$OUT/again.txt" 2>&1
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("base", "tokproc", "again"):
-    for row in json.loads((out / f"{name}.json").read_text()):
-        for k in ("forward", "score_first", "score_second"):
-            if k in row:
-                d = row[k]
-                t = d.get("timings", {})
-                print(f"{row['shape']} {name:8s} {k:12s} process {d.get('process_s')} s ratio {d.get('ratio_to_forward')} "
-                      f"first window {d.get('first_window_s')} after {d.get('after_first_tokens_per_s')} "
-                      f"loop {d.get('loop_tokens_per_s')} loaded {t.get('model loaded')}")
-PY
+python3 bench/score/e2e_summary.py "$OUT" base tokproc again

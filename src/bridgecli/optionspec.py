@@ -30,6 +30,17 @@ WORKERS_HELP = (
 )
 
 
+def switch(text: str) -> bool | None:
+    """An on/off word of an option given as text (1/0, true/false, yes/no, on/off, any case), or
+    None when ``text`` is none of them."""
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    return None
+
+
 def _fail(flag: str, value: Any, want: str) -> None:
     raise UsageError(f"{flag} must be {want}, got {value!r}")
 
@@ -215,6 +226,7 @@ __all__ = [
     "count",
     "field_of",
     "integer",
+    "switch",
     "number",
     "option",
     "real",

@@ -11,10 +11,9 @@ import os
 import sys
 import time
 
-#: when bridgecli was first imported (the interpreter's own start comes a few tens of ms before)
-START = time.perf_counter()
-#: the same moment on the wall clock; a child process of the command (the tokenising process) is
-#: given it in ``BRIDGE_TIMINGS_ORIGIN`` so that its marks read on the parent's time axis
+#: when bridgecli was first imported, on the wall clock (the interpreter's own start comes a few tens
+#: of ms before); a child process of the command (the tokenising process) is given it in
+#: ``BRIDGE_TIMINGS_ORIGIN`` so that its marks read on the parent's time axis
 ORIGIN = float(os.environ.get("BRIDGE_TIMINGS_ORIGIN") or time.time())
 
 

@@ -20,6 +20,7 @@ from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..hookspecs import Plan
+from ..optionspec import switch
 from .matching import MATCH_RULES, matched_budgets, rank_across
 
 #: keys ``bridge select`` itself puts into ``options`` (not the user's)
@@ -39,10 +40,9 @@ def _convert(name: str, raw: Any, spec: Opt) -> Any:
     kind = type(spec.default)
     try:
         if kind is bool and isinstance(raw, str):
-            low = raw.strip().lower()
-            if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+            value = switch(raw)
+            if value is None:
                 raise ValueError(raw)
-            value = low in ("1", "true", "yes", "on")
         else:
             value = kind(raw)
     except (TypeError, ValueError):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -44,6 +44,18 @@ class Report:
     too_long: list[str] = field(default_factory=list)
     max_length: int | None = None
     excluded: int = 0
+
+    def add(self, other: Report) -> None:
+        """Take in ``other``'s counts (summed) and lists (joined after ours); a setting
+        (``max_length``, the same for both) is taken from ``other`` where ours is unset."""
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, list):
+                a.extend(b)
+            elif f.name != "max_length" and type(a) is int and type(b) is int:
+                setattr(self, f.name, a + b)
+            elif a is None or a == f.default:
+                setattr(self, f.name, b)
 
     def lines(self) -> list[str]:
         out = []

@@ -30,9 +30,9 @@ from typing import BinaryIO, Iterator
 
 import msgspec
 
-from .. import timings
 from ..format.records import Example
-from ..timings import mark
+from ..optionspec import switch
+from ..timings import ORIGIN, mark
 from .examples import DataOptions, Report, example_of, iter_examples, iter_pairs
 
 #: examples a chunk, and chunks the parent holds before its reader waits
@@ -48,12 +48,10 @@ def wanted(device: str) -> bool:
     never. On CPU the model's arithmetic dwarfs tokenising. Measured on an H200 (docs/benchmarks.md):
     with :func:`handover` the loop never waits for the child's start, and after it runs at 92-95K
     tokens/s instead of 79-81K (1B shape, GSM8K)."""
-    value = os.environ.get(ENV, "auto").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value == "auto":
+    value = os.environ.get(ENV, "auto")
+    if value.strip().lower() == "auto":
         return device.startswith("cuda")
-    return False
+    return switch(value) is True
 
 
 def _send(fh: BinaryIO, kind: bytes, payload: bytes) -> None:
@@ -132,7 +130,7 @@ class TokenizeProcess:
         package_root = str(Path(__file__).resolve().parents[2])  # the child imports this bridgecli
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env["BRIDGE_TIMINGS_ORIGIN"] = repr(timings.ORIGIN)  # its BRIDGE_TIMINGS marks on our time axis
+        env["BRIDGE_TIMINGS_ORIGIN"] = repr(ORIGIN)  # its BRIDGE_TIMINGS marks on our time axis
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bridgecli.data.prefetch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
@@ -216,11 +214,7 @@ def handover(
             mark(f"tokenising handed over at record {index}")
             tail_report = Report()
             yield from proc.examples(path, dataclasses.replace(opts, start=index), tail_report)
-            report.read += tail_report.read
-            report.excluded += tail_report.excluded
-            report.too_long.extend(tail_report.too_long)
-            if tail_report.max_length is not None:
-                report.max_length = tail_report.max_length
+            report.add(tail_report)
             return
         ex = example_of(path, index, where, pair, tokenizer, opts, report)
         if ex is not None:

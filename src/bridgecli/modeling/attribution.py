@@ -84,6 +84,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..format.records import Array, Example, Scores
+from ..optionspec import switch
 from .attention import Routing, key_gate, routing
 from .gated_llama import GatedLlama, LayerGate, differentiable
 from .params import blocks_of
@@ -201,11 +202,11 @@ class AttributionScorer(BridgeScorer):
         # its fast tail (``fast_tail``, on by default); otherwise HF's modules run (gated_llama.py).
         # Off by default: its first batch compiles for about a minute on a GPU (module doc; the
         # context option ``atp_fast`` sets the default, for tests and benchmarks)
-        fast = str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")).strip().lower()
-        if fast not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        fast = switch(str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")))
+        if fast is None:
             raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
         self.gated_fast: GatedLlama | None = None
-        if self.fast is not None and fast in ("1", "true", "yes", "on"):
+        if self.fast is not None and fast:
             self.gated_fast = GatedLlama(
                 ctx.model, blocks_of(ctx.model), self.gate_layers, self.tail, self.fast, self.tail_dtype
             )

@@ -29,7 +29,7 @@ def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
         if grad:
             loss, tangent = CEChunk.apply(hc, dhc, weight, bias, tc)
         else:
-            loss, tangent = _ce_chunk(hc, dhc, weight, bias, tc)
+            loss, tangent, _ = _ce_chunk(hc, dhc, weight, bias, tc)
         losses.append(loss)
         tangents.append(tangent)
     if not losses:
@@ -66,9 +66,10 @@ def _loss_and_qw(hc, weight, bias, tc) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _ce_chunk(hc, dhc, weight, bias, tc):
+    """(loss, tangent, q W) of one chunk; no autograd."""
     loss, qw = _loss_and_qw(hc, weight, bias, tc)
     acc = _acc(qw.dtype)
-    return loss, (qw.to(acc) * dhc.to(acc)).sum(-1)
+    return loss, (qw.to(acc) * dhc.to(acc)).sum(-1), qw
 
 
 def grad_logits(z, dz, lse, tc, g_a, g_loss):
@@ -90,11 +91,10 @@ class CEChunk(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hc, dhc, weight, bias, tc):
-        loss, qw = _loss_and_qw(hc, weight, bias, tc)
-        acc = _acc(qw.dtype)
+        loss, tangent, qw = _ce_chunk(hc, dhc, weight, bias, tc)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(hc, dhc, weight, bias, tc, loss, qw)
-        return loss, (qw.to(acc) * dhc.to(acc)).sum(-1)
+        return loss, tangent
 
     @staticmethod
     def backward(ctx, g_loss, g_a):

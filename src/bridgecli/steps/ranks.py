@@ -18,7 +18,7 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -184,14 +184,7 @@ def merge_reports(reports: list[Report]) -> Report:
     summed, lists joined in rank order, settings (``max_length``: the same on every rank) kept."""
     total = type(reports[0])()
     for r in reports:
-        for f in fields(r):
-            a, b = getattr(total, f.name), getattr(r, f.name)
-            if isinstance(a, list):
-                a.extend(b)
-            elif f.name != "max_length" and type(a) is int and type(b) is int:
-                setattr(total, f.name, a + b)
-            elif a is None or a == f.default:
-                setattr(total, f.name, b)
+        total.add(r)
     return total
 
 
