@@ -67,3 +67,24 @@ def test_off_switch_runs_eagerly(compiled, monkeypatch):
     x = torch.randn(2, 3, 8)
     norm(x, x, torch.ones(8), None, 1e-6)
     assert counters["stats"]["unique_graphs"] == 0
+
+
+def test_float_arguments_are_constants_of_the_graph(compiled):
+    """An RMSNorm's eps and attention's scale reach the graph as constants: unspecialised, dynamo
+    passed them in as 0-d float64 CPU tensors, for which inductor wrote a C++ kernel, and every
+    process compiled C++ test programs before its first batch (dual_llama._DYNAMO_CONFIG)."""
+    inputs = []
+
+    def backend(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    norm = compiled(dual_llama._rmsnorm_dual)
+    norm.backend = backend
+    x, w = torch.randn(2, 5, 16), torch.randn(16)
+    for eps in (1e-6, 1e-2):  # a new value compiles again (a value guard), and is used
+        got, want = norm(x, x * 2, w, None, eps), dual_llama._rmsnorm_dual(x, x * 2, w, None, eps)
+        assert all(torch.allclose(g, e) for g, e in zip(got, want))
+    assert inputs
+    assert not any(isinstance(i, (float, torch.SymFloat)) or (isinstance(i, torch.Tensor) and i.dim() == 0)
+                   for i in inputs), [type(i) for i in inputs]

@@ -291,3 +291,44 @@ def test_inductor_backward_serves_batches_of_other_lengths(monkeypatch, tmp_path
         assert fn.compiled is not None and not fn.failed
     finally:
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("with_plain", [False, True])
+def test_traced_gate_softmax_equals_the_autograd_function(with_plain):
+    """The compiled core's gate softmax (plain ops, so that AOTAutograd's cache keeps the graph) has
+    the value and the gradients of ``_GatedSoftmax`` at zero biases, saturated rows included."""
+    from bridgecli.modeling.attention import _gated_softmax_traced, _GatedSoftmax
+
+    torch.manual_seed(0)
+    scores = torch.randn(2, 3, 4, 6, dtype=torch.float64) * 3
+    scores[0, 0, 0] = torch.tensor([40.0, 0, 0, 0, 0, 0])  # p ~ 1: the clamp of 1 - p
+    scores.requires_grad_(True)
+    gate = torch.zeros(2, 1, 1, 6, dtype=torch.float64, requires_grad=True)
+    plain = torch.zeros(2, 1, 1, 6, dtype=torch.float64, requires_grad=True) if with_plain else None
+    grad = torch.randn(2, 3, 4, 6, dtype=torch.float64)
+    leaves = [scores, gate] + ([plain] if with_plain else [])
+    results = []
+    for fn in (_gated_softmax_traced, _GatedSoftmax.apply):
+        p = fn(scores, gate, plain)
+        results.append([p.detach(), *torch.autograd.grad((p * grad).sum(), leaves)])
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert results[0][2].abs().min() > 0  # every key's gate got a gradient
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_padding_a_pass_to_a_multiple_changes_no_score(models, tokenizer, fast):
+    """A GPU pass is padded to a multiple of 8 (aligned matrix products): masked keys after every
+    real token change no field of the scores (float64: to rounding)."""
+    model, v = models["llama"]
+    exs = examples(tokenizer)
+    scorer = scorer_of(model, tokenizer, v, {"chunks": "2"}, fast)
+    assert scorer.pad_multiple == 1  # on the CPU
+    lengths = [len(ex.tokens.input_ids) for ex in exs]
+    want = scorer.score(exs)
+    scorer.pad_multiple = 16
+    assert max(lengths) % 16 and make_batch(exs, scorer.pad_id, "cpu", 16).input_ids.shape[1] % 16 == 0
+    for w, g in zip(want, scorer.score(exs)):
+        for field in ("a", "loss", "A", "c", "B"):
+            np.testing.assert_allclose(getattr(g, field).numpy(), getattr(w, field).numpy(), rtol=1e-9,
+                                       atol=1e-12, err_msg=field)

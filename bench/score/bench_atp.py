@@ -87,13 +87,18 @@ def profile_tables(fn, path: Path, rows: int = 45) -> dict:
 
 
 def interleaved(fns: dict, repeats: int, cuda: bool) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Each of ``fns`` once to warm up (compilation, autotuning, the allocator), then ``repeats``
-    rounds that run each once in turn, so that a busy machine slows them alike. Returns the seconds
-    of every timed run and, on CUDA, each one's peak bytes allocated."""
+    """Each of ``fns`` once to warm up (compilation, autotuning, the allocator; its seconds under
+    ``"NAME:warmup"``), then ``repeats`` rounds that run each once in turn, so that a busy machine
+    slows them alike. Returns the seconds of every timed run and, on CUDA, each one's peak bytes
+    allocated."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     peaks: dict[str, int] = {k: 0 for k in fns}
-    for fn in fns.values():
+    for name, fn in fns.items():
+        t0 = time.perf_counter()
         fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times[f"{name}:warmup"] = [time.perf_counter() - t0]
     for _ in range(repeats):
         for name, fn in fns.items():
             if cuda:
@@ -106,6 +111,16 @@ def interleaved(fns: dict, repeats: int, cuda: bool) -> tuple[dict[str, list[flo
                 peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated())
             times[name].append(time.perf_counter() - t0)
     return times, peaks
+
+
+def compile_report() -> dict:
+    """What torch.compile did in this process: seconds per phase (dynamo's ``compile_times``) and
+    the cache counters (AOTAutograd's and inductor's hits, misses, bypasses)."""
+    from torch._dynamo.utils import compile_times, counters
+
+    names, values = compile_times(repr="csv", aggregate=True)
+    return {"seconds": {n: round(float(v), 3) for n, v in zip(names, values)},
+            "counters": {k: dict(counters[k]) for k in ("aot_autograd", "inductor")}}
 
 
 def bench_model(shape: str, dtype: torch.dtype, device: str, layers: int | None):
@@ -161,7 +176,7 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
            "atp_passes": passes, "bridge_s": med(t_bridge), "atp_s": med(t_atp),
            "ratio_atp_over_bridge": med(t_atp) / med(t_bridge), "bridge_tokens_per_s": tokens / med(t_bridge),
            "atp_tokens_per_s": tokens / med(t_atp), "bridge_runs_s": t_bridge, "atp_runs_s": t_atp,
-           "repeats": repeats}
+           "repeats": repeats, "warmup_s": {k.split(":")[0]: v[0] for k, v in times.items() if k.endswith(":warmup")}}
     if "atp_generic" in times:
         t_gen = times["atp_generic"]
         out.update({"atp_generic_s": med(t_gen), "ratio_atp_generic_over_bridge": med(t_gen) / med(t_bridge),
@@ -321,8 +336,15 @@ def main(argv=None):
                     help="--device cpu: compile the fused functions with inductor on the CPU too (as on CUDA)")
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="after timing, profile one run of each scorer; op tables to DIR")
+    ap.add_argument("--gate-softmax", choices=["traced", "function"], default="traced",
+                    help="the compiled core's gate softmax: plain ops (as shipped) or the autograd.Function "
+                         "(the eager path's; AOTAutograd's cache bypasses it), for a before / after")
     ap.add_argument("--out", default="bench/score/results/atp_cost.json")
     args = ap.parse_args(argv)
+    if args.gate_softmax == "function":
+        from bridgecli.modeling import attention
+
+        attention._gated_softmax_traced = attention._GatedSoftmax.apply
     if args.cpu_compile:
         dual_llama._Compiled.device_types = ("cuda", "cpu")
     if args.saved_bytes:
@@ -335,7 +357,8 @@ def main(argv=None):
                          args.recompute, Path(args.profile) if args.profile else None, args.atp_generic,
                          args.device, dtype, args.layers, args.atp_compare) for c in args.cases.split(",")]
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-        report = {"device": name, "torch": torch.__version__, "cases": rows}
+        report = {"device": name, "torch": torch.__version__, "cases": rows, "compile": compile_report(),
+                  "gate_softmax": args.gate_softmax}
         for r in rows:
             mem = f" {r['peak_mem_bridge_gb']:.1f} | {r['peak_mem_atp_gb']:.1f} |" if "peak_mem_atp_gb" in r else ""
             print(f"| {r['case']} ({r['atp_path']}) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "

@@ -88,7 +88,7 @@ from ..optionspec import switch
 from .attention import Routing, key_gate, routing
 from .gated_llama import GatedLlama, LayerGate, differentiable
 from .params import blocks_of
-from .score_batch import ScoreBatch, make_batch
+from .score_batch import ScoreBatch, make_batch, padded_length
 from .scoring import BridgeScorer, ScoringContext, _cast_floats
 
 
@@ -206,6 +206,11 @@ class AttributionScorer(BridgeScorer):
         if fast is None:
             raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
         self.gated_fast: GatedLlama | None = None
+        #: a pass's length is padded to a multiple of this: on a GPU, the L x L matrix products of
+        #: the gated attention (``p v``, and the reverse pass's) then get tensor-core kernels for
+        #: aligned bf16 operands instead of a slower fallback; padding keys are masked, and no real
+        #: query sees them (causal), so the scores are those of the unpadded batch
+        self.pad_multiple = 8 if torch.device(ctx.device).type == "cuda" else 1
         if self.fast is not None and fast:
             self.gated_fast = GatedLlama(
                 ctx.model, blocks_of(ctx.model), self.gate_layers, self.tail, self.fast, self.tail_dtype
@@ -245,10 +250,10 @@ class AttributionScorer(BridgeScorer):
         cur: list[Example] = []
         longest = 0
         for ex in examples:
-            top = max(longest, len(ex.tokens.input_ids))
+            top = max(longest, padded_length(len(ex.tokens.input_ids), self.pad_multiple))
             if cur and top * (len(cur) + 1) > self._plan(free, top)[0]:
                 out.append(cur)
-                cur, top = [], len(ex.tokens.input_ids)
+                cur, top = [], padded_length(len(ex.tokens.input_ids), self.pad_multiple)
             cur.append(ex)
             longest = top
         if cur:
@@ -262,7 +267,7 @@ class AttributionScorer(BridgeScorer):
         return self._plan(free, int(batch.input_ids.shape[1]))[1]
 
     def _score_pass(self, examples: list[Example]) -> list[Scores]:
-        batch = make_batch(examples, self.pad_id, self.ctx.device)
+        batch = make_batch(examples, self.pad_id, self.ctx.device, self.pad_multiple)
         groups = [chunk_ids(len(r), self.chunks) for r in batch.resp]
         if self.ig is None:
             # a, loss, A and c from the gated pass itself (at the kept state it is the bridge pass)

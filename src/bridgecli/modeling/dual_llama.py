@@ -23,6 +23,7 @@ import os
 import warnings
 
 import torch
+import torch._dynamo.config as _dynamo_config
 import torch.fx.experimental._config as _fx_config
 import torch.nn.functional as F
 
@@ -59,6 +60,15 @@ def _shape_config(size_oblivious: bool) -> dict:
     return {k: v for k, v in want.items() if hasattr(_fx_config, k)}
 
 
+#: dynamo's settings while compiling, where this torch has them: a float argument (an RMSNorm's eps,
+#: attention's scale) is a constant of the graph, not a graph input. Unspecialised, it came in as a
+#: 0-d float64 CPU tensor, and inductor wrote a C++ kernel to read it: every process then checked the
+#: host's vector ISA by compiling test programs with the system compiler, under a file lock (about
+#: 50 s of the atp fast path's first batch on an H100, later runs included). The floats are fixed per
+#: model, so specialising them compiles nothing more.
+_DYNAMO_CONFIG = {k: v for k, v in {"specialize_float": True}.items() if hasattr(_dynamo_config, k)}
+
+
 class _Compiled:
     """Run ``fn`` through ``torch.compile`` on CUDA tensors (fusing its elementwise ops), falling
     back to eager if compilation fails; ``BRIDGE_COMPILE=0`` turns it off.
@@ -69,7 +79,8 @@ class _Compiled:
       parameters are passed as plain tensors (``detach``; no gradient flows to a weight here);
     - duck sizing, and the specialisation of dims of size 1 (a batch of one example): both off
       while compiling (``_shape_config``); RoPE broadcasts cos/sin over the heads, so it keeps
-      the size-1 rule and compiles once more for a batch of one example.
+      the size-1 rule and compiles once more for a batch of one example;
+    - float arguments are specialised (``_DYNAMO_CONFIG``), so no graph has a CPU input.
     """
 
     #: where to compile (a test compiles on CPU with the "eager" backend to count recompiles)
@@ -90,7 +101,7 @@ class _Compiled:
                 if self.compiled is None:
                     self.compiled = torch.compile(self.fn, dynamic=True, backend=self.backend)
                 plain = tuple(a.detach() if isinstance(a, torch.nn.Parameter) else a for a in args)
-                with _fx_config.patch(**self.shape_config):
+                with _fx_config.patch(**self.shape_config), _dynamo_config.patch(**_DYNAMO_CONFIG):
                     return self.compiled(*plain)
             except Exception as exc:  # pragma: no cover - depends on the toolchain
                 self.failed = True

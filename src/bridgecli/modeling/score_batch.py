@@ -45,6 +45,11 @@ class ScoreBatch:
         return self.b_idx, self.q_pos, self.targets
 
 
+def padded_length(n: int, multiple: int) -> int:
+    """``n`` rounded up to a multiple of ``multiple``."""
+    return -(-n // multiple) * multiple
+
+
 def _padded(arrays: list[np.ndarray]) -> np.ndarray:
     width = max([len(a) for a in arrays] + [1])
     out = np.zeros((len(arrays), width), dtype=np.int64)
@@ -53,10 +58,13 @@ def _padded(arrays: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def make_batch(examples: list[Example], pad_id: int, device: str | torch.device = "cpu") -> ScoreBatch:
+def make_batch(
+    examples: list[Example], pad_id: int, device: str | torch.device = "cpu", multiple: int = 1
+) -> ScoreBatch:
+    """The examples right-padded to the longest, rounded up to a multiple of ``multiple``."""
     if not examples:
         raise ValueError("an empty batch")
-    length = max(len(ex.tokens.input_ids) for ex in examples)
+    length = padded_length(max(len(ex.tokens.input_ids) for ex in examples), multiple)
     ids = np.full((len(examples), length), pad_id, dtype=np.int64)
     mask = np.zeros((len(examples), length), dtype=np.int64)
     prompt, resp = [], []
