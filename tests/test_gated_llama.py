@@ -293,29 +293,6 @@ def test_inductor_backward_serves_batches_of_other_lengths(monkeypatch, tmp_path
         torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("with_plain", [False, True])
-def test_traced_gate_softmax_equals_the_autograd_function(with_plain):
-    """The compiled core's gate softmax (plain ops, so that AOTAutograd's cache keeps the graph) has
-    the value and the gradients of ``_GatedSoftmax`` at zero biases, saturated rows included."""
-    from bridgecli.modeling.attention import _gated_softmax_traced, _GatedSoftmax
-
-    torch.manual_seed(0)
-    scores = torch.randn(2, 3, 4, 6, dtype=torch.float64) * 3
-    scores[0, 0, 0] = torch.tensor([40.0, 0, 0, 0, 0, 0])  # p ~ 1: the clamp of 1 - p
-    scores.requires_grad_(True)
-    gate = torch.zeros(2, 1, 1, 6, dtype=torch.float64, requires_grad=True)
-    plain = torch.zeros(2, 1, 1, 6, dtype=torch.float64, requires_grad=True) if with_plain else None
-    grad = torch.randn(2, 3, 4, 6, dtype=torch.float64)
-    leaves = [scores, gate] + ([plain] if with_plain else [])
-    results = []
-    for fn in (_gated_softmax_traced, _GatedSoftmax.apply):
-        p = fn(scores, gate, plain)
-        results.append([p.detach(), *torch.autograd.grad((p * grad).sum(), leaves)])
-    for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    assert results[0][2].abs().min() > 0  # every key's gate got a gradient
-
-
 @pytest.mark.parametrize("fast", [True, False])
 def test_padding_a_pass_to_a_multiple_changes_no_score(models, tokenizer, fast):
     """A GPU pass is padded to a multiple of 8 (aligned matrix products): masked keys after every

@@ -336,15 +336,8 @@ def main(argv=None):
                     help="--device cpu: compile the fused functions with inductor on the CPU too (as on CUDA)")
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="after timing, profile one run of each scorer; op tables to DIR")
-    ap.add_argument("--gate-softmax", choices=["traced", "function"], default="traced",
-                    help="the compiled core's gate softmax: plain ops (as shipped) or the autograd.Function "
-                         "(the eager path's; AOTAutograd's cache bypasses it), for a before / after")
     ap.add_argument("--out", default="bench/score/results/atp_cost.json")
     args = ap.parse_args(argv)
-    if args.gate_softmax == "function":
-        from bridgecli.modeling import attention
-
-        attention._gated_softmax_traced = attention._GatedSoftmax.apply
     if args.cpu_compile:
         dual_llama._Compiled.device_types = ("cuda", "cpu")
     if args.saved_bytes:
@@ -357,8 +350,7 @@ def main(argv=None):
                          args.recompute, Path(args.profile) if args.profile else None, args.atp_generic,
                          args.device, dtype, args.layers, args.atp_compare) for c in args.cases.split(",")]
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-        report = {"device": name, "torch": torch.__version__, "cases": rows, "compile": compile_report(),
-                  "gate_softmax": args.gate_softmax}
+        report = {"device": name, "torch": torch.__version__, "cases": rows, "compile": compile_report()}
         for r in rows:
             mem = f" {r['peak_mem_bridge_gb']:.1f} | {r['peak_mem_atp_gb']:.1f} |" if "peak_mem_atp_gb" in r else ""
             print(f"| {r['case']} ({r['atp_path']}) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "

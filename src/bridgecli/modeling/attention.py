@@ -218,22 +218,6 @@ class _GatedSoftmax(torch.autograd.Function):
         return g_s, g_gate.to(ctx.dtypes[0]), g_plain
 
 
-def _gated_softmax_traced(scores, gate, plain):
-    """:class:`_GatedSoftmax` in plain differentiable ops, for a compiled core: AOTAutograd's cache
-    cannot keep a graph holding an ``autograd.Function`` (it bypasses the cache, so every process
-    traced the core again), and a second softmax for the bias scale would keep a second L x L tensor
-    for the reverse pass. With ``b = gate / (1 - p) + plain`` (zero in value; p not differentiated in
-    the scale), ``p + p' (b - sum(p' b))`` (p' = p not differentiated) equals p exactly, and its
-    gradient is softmax's for the scores and the softmax Jacobian's at p for b: ``g_b = g_s``, as
-    :class:`_GatedSoftmax` gives. The reverse pass needs only p, kept for the softmax anyway."""
-    probs = torch.softmax(scores, dim=-1)
-    fixed = probs.detach()
-    bias = gate.to(probs.dtype) / (1.0 - fixed).clamp_min(GATE_EPS)
-    if plain is not None:
-        bias = bias + plain.to(probs.dtype)
-    return probs + fixed * (bias - (fixed * bias).sum(dim=-1, keepdim=True))
-
-
 def _gated_core(q, k, v, dq, dk, dv, gate, plain, log_gate, mask, scaling, softcap):
     """Gated attention and its tangent, from plain tensors (q [B, H, Lq, D], k and v repeated to H
     heads; ``d*`` their tangents or None): ``s = q k^T * scaling`` (+ mask, + log gate), then the
@@ -263,9 +247,7 @@ def _gated_core(q, k, v, dq, dk, dv, gate, plain, log_gate, mask, scaling, softc
         scores = scores + mask.to(acc)
     if log_gate is not None:
         scores = scores + log_gate.to(acc)
-    if torch.is_grad_enabled() and torch.compiler.is_compiling():  # differentiated at zero biases (key_gate)
-        probs = _gated_softmax_traced(scores, gate, plain)
-    elif torch.is_grad_enabled():
+    if torch.is_grad_enabled():  # differentiated at zero biases (key_gate)
         probs = _GatedSoftmax.apply(scores, gate, plain)
     else:  # any bias value, applied (finite differences of the gate)
         scale = 1.0 / (1.0 - torch.softmax(scores, dim=-1)).clamp_min(GATE_EPS)
