@@ -30,6 +30,7 @@ def register_scorers(register):
         "atp",
         atp_scorer,
         "bridge's a, A, c plus B: each prompt token's effect on a_j by key-gate "
-        "attribution (one reverse pass through the JVP; --option chunks=K for K passes)",
+        "attribution (one reverse pass through the JVP; --scorer-option chunks=K for K passes, "
+        "fast=1 for a compiled pass on Llama-family models)",
     )
     register("exact", exact_scorer, "diagnostic: a_j by one backward pass per response token (slow)")

@@ -35,10 +35,10 @@ RMSNorm / RoPE / SwiGLU with their backward, the (primal, tangent) pairs of the 
 tail in place of forward-mode AD op by op, and the same gated attention core. By default, on other
 models, and with ``fast_tail=False``, HF's modules run under the key gate and forward-mode AD
 (``_gated_generic``). The hand-written pass gives the same B to float32 rounding (tests/test_gated_llama.py);
-it is opt-in because it compiles about 20 graphs on its first batch: on an H200 (1B shape) its
-batches take 0.72x the generic path's time (atp / bridge 2.71x against 3.76x; 3B 2.29x against
-2.99x), but the whole command over 2,048 GSM8K examples took 90 s against 34 s, a minute of it
-compiling (docs/benchmarks.md).
+it is opt-in because it compiles about 20 graphs before its first batch: on an H200 its batches take
+2.48-2.50x the bridge scorer's time (1B shape; the generic path 3.55x) and 2.20x (3B; 2.90x), but
+the whole command over 2,048 GSM8K examples took 55 s against the generic path's 34 s in a later run,
+30 s of it compiling; it pays from about 2.2M tokens (docs/benchmarks.md).
 
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
@@ -200,8 +200,8 @@ class AttributionScorer(BridgeScorer):
         self.shape = GatedShape.of(ctx.model, len(self.tail.indices), k, self.tail_dtype)
         # ``fast=1``: Llama-family models get the hand-written gated pass where the bridge scorer has
         # its fast tail (``fast_tail``, on by default); otherwise HF's modules run (gated_llama.py).
-        # Off by default: its first batch compiles for about a minute on a GPU (module doc; the
-        # context option ``atp_fast`` sets the default, for tests and benchmarks)
+        # Off by default: its first batch compiles for 30 s (a later run) to 70 s (a machine's first)
+        # on a GPU (module doc; the context option ``atp_fast`` sets the default, for tests and benchmarks)
         fast = switch(str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")))
         if fast is None:
             raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
