@@ -205,6 +205,11 @@ def test_the_fast_pass_is_opt_in_for_users(models, tokenizer):
     assert atp(fast="1").gated_fast is not None
     with pytest.raises(ValueError, match="fast must be 0 or 1"):
         atp(fast="maybe")
+    # `bridge score` tells the user of the compiling, where there is some: the fast pass on a GPU
+    fast, generic = atp(fast="1"), atp()
+    assert fast.startup_note is None and generic.startup_note is None  # on the CPU nothing compiles
+    fast.ctx.device = generic.ctx.device = "cuda"
+    assert "compiles before the first batch" in fast.startup_note and generic.startup_note is None
 
 
 @pytest.fixture

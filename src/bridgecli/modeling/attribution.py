@@ -217,6 +217,17 @@ class AttributionScorer(BridgeScorer):
             )
 
     @property
+    def startup_note(self) -> str | None:
+        """What the user is told before the first batch: the hand-written pass compiles on a GPU
+        (on an H200: about 30 s, 70 s on a machine's first run; docs/benchmarks.md)."""
+        if self.gated_fast is None or torch.device(self.ctx.device).type != "cuda":
+            return None
+        return (
+            "atp fast=1: the gated pass compiles before the first batch (about half a minute, "
+            "a minute or more on a machine's first run); it pays from about 10,000 examples"
+        )
+
+    @property
     def max_tokens_cuda(self) -> int:
         """Default padded tokens of a command's batch on a GPU (``bridge score --max-tokens``): a
         pass's worth of sequences of 512 tokens in the free memory now (:meth:`_plan`), at most

@@ -220,6 +220,9 @@ def _score_with(
         warmup.join()  # the kernels it compiles are then in Triton's cache; none compiles twice at once
         mark(f"kernel warm-up joined (took {warmup.seconds:.2f} s)")
     mark("scorer ready")
+    startup = getattr(scorer, "startup_note", None)  # e.g. a scorer that compiles before its first batch
+    if startup and dist.rank == 0:
+        note(startup)
     # a scorer may size its own passes (atp: what its reverse pass fits in the free GPU memory)
     default_max_tokens: int = getattr(scorer, "max_tokens_cuda", 32768) if device.startswith("cuda") else 4096
     max_tokens = opts.max_tokens or default_max_tokens
