@@ -314,3 +314,10 @@ def test_padding_a_pass_to_a_multiple_changes_no_score(models, tokenizer, fast):
         for field in ("a", "loss", "A", "c", "B"):
             np.testing.assert_allclose(getattr(g, field).numpy(), getattr(w, field).numpy(), rtol=1e-9,
                                        atol=1e-12, err_msg=field)
+    assert scorer.multiple_for(exs) == 16
+    limit = model.config.max_position_embeddings
+    try:  # a pass is never padded past the model's positions
+        model.config.max_position_embeddings = max(lengths) + 1
+        assert scorer.multiple_for(exs) == 1
+    finally:
+        model.config.max_position_embeddings = limit

@@ -216,6 +216,15 @@ class AttributionScorer(BridgeScorer):
                 ctx.model, blocks_of(ctx.model), self.gate_layers, self.tail, self.fast, self.tail_dtype
             )
 
+    def multiple_for(self, examples: list[Example]) -> int:
+        """The length multiple a pass of ``examples`` is padded to: :attr:`pad_multiple`, unless the
+        padded length would pass the model's position limit (learned position embeddings end there)."""
+        limit = getattr(self.ctx.model.config, "max_position_embeddings", None)
+        longest = max(len(ex.tokens.input_ids) for ex in examples)
+        if limit is not None and padded_length(longest, self.pad_multiple) > limit:
+            return 1
+        return self.pad_multiple
+
     @property
     def startup_note(self) -> str | None:
         """What the user is told before the first batch: the hand-written pass compiles on a GPU
@@ -278,7 +287,7 @@ class AttributionScorer(BridgeScorer):
         return self._plan(free, int(batch.input_ids.shape[1]))[1]
 
     def _score_pass(self, examples: list[Example]) -> list[Scores]:
-        batch = make_batch(examples, self.pad_id, self.ctx.device, self.pad_multiple)
+        batch = make_batch(examples, self.pad_id, self.ctx.device, self.multiple_for(examples))
         groups = [chunk_ids(len(r), self.chunks) for r in batch.resp]
         if self.ig is None:
             # a, loss, A and c from the gated pass itself (at the kept state it is the bridge pass)
