@@ -233,7 +233,7 @@ class AttributionScorer(BridgeScorer):
             return None
         return (
             "atp fast=1: the gated pass compiles before the first batch (about half a minute, "
-            "a minute or more on a machine's first run); it pays from about 10,000 examples"
+            "a minute or more on a machine's first run); it pays from about 10,000 GSM8K-sized examples"
         )
 
     @property
