@@ -86,19 +86,19 @@ def profile_tables(fn, path: Path, rows: int = 45) -> dict:
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def interleaved(fns: dict, repeats: int, cuda: bool) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Each of ``fns`` once to warm up (compilation, autotuning, the allocator; its seconds under
-    ``"NAME:warmup"``), then ``repeats`` rounds that run each once in turn, so that a busy machine
-    slows them alike. Returns the seconds of every timed run and, on CUDA, each one's peak bytes
-    allocated."""
+def interleaved(fns: dict, repeats: int, cuda: bool) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
+    """Each of ``fns`` once to warm up (compilation, autotuning, the allocator), then ``repeats``
+    rounds that run each once in turn, so that a busy machine slows them alike. Returns the seconds
+    of every timed run, on CUDA each one's peak bytes allocated, and the seconds of each warm-up run."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     peaks: dict[str, int] = {k: 0 for k in fns}
+    warmups: dict[str, float] = {}
     for name, fn in fns.items():
         t0 = time.perf_counter()
         fn()
         if cuda:
             torch.cuda.synchronize()
-        times[f"{name}:warmup"] = [time.perf_counter() - t0]
+        warmups[name] = time.perf_counter() - t0
     for _ in range(repeats):
         for name, fn in fns.items():
             if cuda:
@@ -110,7 +110,7 @@ def interleaved(fns: dict, repeats: int, cuda: bool) -> tuple[dict[str, list[flo
                 torch.cuda.synchronize()
                 peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated())
             times[name].append(time.perf_counter() - t0)
-    return times, peaks
+    return times, peaks, warmups
 
 
 def compile_report() -> dict:
@@ -167,7 +167,7 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     if compare and not generic:
         atp_generic = atp_scorer(False)
         runs["atp_generic"] = lambda: [atp_generic.score(b) for b in a_batches]
-    times, peaks = interleaved(runs, repeats, cuda)
+    times, peaks, warmups = interleaved(runs, repeats, cuda)
     med = statistics.median
     t_bridge, t_atp = times["bridge"], times["atp"]
     out = {"case": name, "device": device, "dtype": str(dtype).removeprefix("torch."), "layers": layers,
@@ -176,7 +176,7 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
            "atp_passes": passes, "bridge_s": med(t_bridge), "atp_s": med(t_atp),
            "ratio_atp_over_bridge": med(t_atp) / med(t_bridge), "bridge_tokens_per_s": tokens / med(t_bridge),
            "atp_tokens_per_s": tokens / med(t_atp), "bridge_runs_s": t_bridge, "atp_runs_s": t_atp,
-           "repeats": repeats, "warmup_s": {k.split(":")[0]: v[0] for k, v in times.items() if k.endswith(":warmup")}}
+           "repeats": repeats, "warmup_s": warmups}
     if "atp_generic" in times:
         t_gen = times["atp_generic"]
         out.update({"atp_generic_s": med(t_gen), "ratio_atp_generic_over_bridge": med(t_gen) / med(t_bridge),

@@ -51,13 +51,11 @@ def _logits(hc, weight, bias):
 
 def _loss_and_qw(hc, weight, bias, tc) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, (p - onehot) W) of one chunk; no autograd."""
-    z = hc @ weight.T
+    z = _logits(hc, weight, bias)
     if bias is None and ce_kernel.usable(z):  # GPU half precision: one fused pass
         loss, q = ce_kernel.ce_loss_and_q(z, tc)
         return loss, q @ weight
     z = z.to(_acc(z.dtype))
-    if bias is not None:
-        z = z + bias.to(z.dtype)
     lse = torch.logsumexp(z, dim=-1)
     loss = lse - z.gather(1, tc[:, None])[:, 0]
     q = z.sub_(lse[:, None]).exp_()
