@@ -99,3 +99,31 @@ def test_wanted_follows_the_environment(monkeypatch):
     assert not wanted("cuda")
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
     assert wanted("cpu")
+
+
+def test_the_child_loads_a_fast_tokenizer_without_torch(tiny_model_dir, monkeypatch, capfd):
+    """A folder with tokenizer.json: the child imports transformers with torch hidden (its CUDA
+    libraries are most of its start on a GPU host) and still yields the in-process examples (above)."""
+    monkeypatch.setenv("BRIDGE_TIMINGS", "1")
+    assert list(prefetch_examples(str(SAMPLE), str(tiny_model_dir), DataOptions(limit=3)))
+    assert "tokenising process: transformers imported (without torch)" in capfd.readouterr().err
+
+
+def test_which_tokenizers_load_without_torch(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    from bridgecli.modeling.loading import tokenizer_loads_without_torch
+
+    assert tokenizer_loads_without_torch(str(tiny_model_dir))
+    remote = tmp_path / "remote"
+    shutil.copytree(tiny_model_dir, remote)
+    config = json.loads((remote / "tokenizer_config.json").read_text())
+    (remote / "tokenizer_config.json").write_text(json.dumps({**config, "auto_map": {"AutoTokenizer": ["x.T", None]}}))
+    assert not tokenizer_loads_without_torch(str(remote))  # remote code may import torch
+    (remote / "tokenizer.json").unlink()
+    (remote / "tokenizer_config.json").unlink()
+    assert not tokenizer_loads_without_torch(str(remote))  # no fast tokenizer file
+    assert not tokenizer_loads_without_torch(str(tmp_path / "missing"))
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    assert not tokenizer_loads_without_torch(str(tmp_path / "m.gguf"))  # not converted yet

@@ -69,9 +69,14 @@ def _child_main() -> None:
     chunk: list[Example] = []
     report = Report()
     try:
-        from ..modeling.loading import load_tokenizer
+        from ..modeling.loading import load_tokenizer, tokenizer_loads_without_torch
 
         mark("tokenising process: imports done")
+        if "torch" not in sys.modules and tokenizer_loads_without_torch(tokenizer_source):
+            _without_torch()
+        import transformers  # noqa: F401  (timed apart from the tokenizer's own load)
+
+        mark("tokenising process: transformers imported" + (" (without torch)" if sys.modules.get("torch", 0) is None else ""))
         tokenizer = load_tokenizer(tokenizer_source)
         mark("tokenising process: tokenizer loaded")
         _send(out, b"T", b"")  # ready: the parent may hand over to it now
@@ -101,6 +106,15 @@ def _child_main() -> None:
             _send(out, b"E", encoder.encode(chunk))
         _send(out, b"X", _portable(exc))
     out.flush()
+
+
+def _without_torch() -> None:
+    """Make transformers see no torch in this process: a fast tokenizer needs none, and importing
+    torch (its CUDA libraries included) took most of the child's start on a GPU host busy loading
+    the model. ``importlib.util.find_spec`` reports a module whose ``sys.modules`` entry is None as
+    absent, and importing it raises ImportError."""
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"  # "PyTorch was not found ..." on import
 
 
 def _portable(exc: BaseException) -> bytes:

@@ -261,6 +261,26 @@ def local_path(ref: ResolvedModel) -> str:
     return str(_convert_gguf(ref)) if ref.gguf_file else ref.path
 
 
+def tokenizer_loads_without_torch(spec: str | ResolvedModel | None) -> bool:
+    """Whether :func:`load_tokenizer` can load ``spec`` with transformers imported without torch: a
+    local folder (or a GGUF's converted copy, once it exists) holding a fast tokenizer's
+    ``tokenizer.json`` and no remote code. Resolving raises nothing here: ``False`` instead."""
+    try:
+        ref = spec if isinstance(spec, ResolvedModel) else resolve(spec)
+    except ModelError:
+        return False
+    folder = _converted_dir(ref) if ref.gguf_file else Path(ref.path)
+    if not (folder / "tokenizer.json").is_file() or (ref.gguf_file and not (folder / "config.json").exists()):
+        return False
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "auto_map" not in config
+
+
 def load_tokenizer(spec: str | ResolvedModel | None):
     from transformers import AutoTokenizer
 
