@@ -392,7 +392,14 @@ class AttributionScorer(BridgeScorer):
                     for i in self.gate_layers
                 }
                 losses, a = self.gated_fast.losses(
-                    batch.input_ids, batch.attention_mask, batch.flat_rows(), gates, r, self.lm_head, self.row_chunk
+                    batch.input_ids,
+                    batch.attention_mask,
+                    batch.flat_rows(),
+                    gates,
+                    r,
+                    self.lm_head,
+                    self.row_chunk,
+                    padded=batch.padded,
                 )
             else:
                 losses, a = self._gated_generic(batch, biases, plains, log_gate, recompute, r)
@@ -440,7 +447,7 @@ class AttributionScorer(BridgeScorer):
         tail under forward-mode AD): per-token losses and a_j (None where no tangent reached them)."""
         dtype = self.tail_dtype
         with key_gate(biases, plains, log_gate, recompute=recompute), routing(r):
-            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True)
+            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, grad=True, padded=batch.padded)
             if hidden.dtype != dtype:
                 hidden, calls = hidden.to(dtype), _cast_floats(calls, dtype)
             with fwAD.dual_level():

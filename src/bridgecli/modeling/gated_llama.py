@@ -299,12 +299,14 @@ class GatedLlama:
         r: Routing,
         lm_head: torch.nn.Module,
         row_chunk: int,
+        padded: bool | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(per-token losses, a) of the response rows ``rows`` (b_idx, q_pos, targets) with the
         gates ``gates`` (per gated layer) on. ``r`` is active: the blocks before the hand-run ones
-        capture their rows through the registered attention, the others add theirs to it."""
+        capture their rows through the registered attention, the others add theirs to it. ``padded``:
+        whether any row is padded, when known (see Tail.prefix)."""
         with torch.no_grad(), routing(r):
-            _, calls = self.recorder.prefix(input_ids, attention_mask)
+            _, calls = self.recorder.prefix(input_ids, attention_mask, padded=padded)
         capture = r.capture_layers
         h, _, _, _ = _call_inputs(calls[0])
         dh: Tensor | None = None

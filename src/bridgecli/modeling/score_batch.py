@@ -34,6 +34,8 @@ class ScoreBatch:
     j_local: torch.Tensor
     prompt_cols: torch.Tensor
     resp_cols: torch.Tensor
+    #: whether any row is padded (known on the host: see mask_skip.py)
+    padded: bool = True
 
     @property
     def query_start(self) -> int:
@@ -98,4 +100,5 @@ def make_batch(
         dev(j_local),
         dev(_padded(prompt)),
         dev(_padded(resp)),
+        padded=any(len(ex.tokens.input_ids) < length for ex in examples),
     )

@@ -218,7 +218,7 @@ class BridgeScorer:
             routing(r),
             torch.autocast(dev, dtype=self.prefix_autocast or torch.bfloat16, enabled=self.prefix_autocast is not None),
         ):
-            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask)
+            hidden, calls = self.tail.prefix(batch.input_ids, batch.attention_mask, padded=batch.padded)
         if hidden.dtype != self.tail_dtype:
             hidden, calls = hidden.to(self.tail_dtype), _cast_floats(calls, self.tail_dtype)
         return hidden, calls, r.rows

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
+from .mask_skip import known_padding
 from .params import blocks_of, decoder_of
 
 
@@ -51,10 +52,12 @@ class Tail:
         self.norm = final_norm(self.decoder)
 
     def prefix(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, grad: bool = False
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, grad: bool = False, padded: bool | None = None
     ) -> tuple[torch.Tensor, list[TailCall]]:
         """Hidden states entering the first tail block, and every tail block's call arguments
-        (recorded with autograd when ``grad``, for passes that differentiate through the prefix)."""
+        (recorded with autograd when ``grad``, for passes that differentiate through the prefix).
+        ``padded``: whether any row of ``attention_mask`` holds padding, when the caller knows it;
+        then transformers' mask check does not read the device (:mod:`.mask_skip`)."""
         calls: dict[int, TailCall] = {}
         last = self.indices[-1]
 
@@ -74,7 +77,7 @@ class Tail:
             saved[i] = blk.__dict__.get("forward")
             blk.forward = recorder(i)
         try:
-            with torch.set_grad_enabled(grad):
+            with torch.set_grad_enabled(grad), known_padding(padded):
                 self.decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         except _Stop:
             pass
