@@ -76,7 +76,10 @@ def _child_main() -> None:
             _without_torch()
         import transformers  # noqa: F401  (timed apart from the tokenizer's own load)
 
-        mark("tokenising process: transformers imported" + (" (without torch)" if sys.modules.get("torch", 0) is None else ""))
+        mark(
+            "tokenising process: transformers imported"
+            + (" (without torch)" if sys.modules.get("torch", 0) is None else "")
+        )
         tokenizer = load_tokenizer(tokenizer_source)
         mark("tokenising process: tokenizer loaded")
         _send(out, b"T", b"")  # ready: the parent may hand over to it now

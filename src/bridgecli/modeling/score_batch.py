@@ -34,8 +34,8 @@ class ScoreBatch:
     j_local: torch.Tensor
     prompt_cols: torch.Tensor
     resp_cols: torch.Tensor
-    #: whether any row is padded (known on the host: see mask_skip.py)
-    padded: bool = True
+    #: whether any row is padded, known on the host (see mask_skip.py); None: not known
+    padded: bool | None = None
 
     @property
     def query_start(self) -> int:
