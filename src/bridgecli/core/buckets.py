@@ -17,8 +17,9 @@ def bucket(
     longer than ``max_tokens`` gets a batch of its own), where the cuts minimise the padded tokens
     (``rows x longest`` summed over the batches) plus ``batch_cost`` per batch: a batch's fixed
     cost (launching its kernels, collecting its results), by default ``max_tokens / 16`` padded
-    tokens. Filling each batch to the budget instead left GSM8K windows of 256 examples with 29%
-    padding and a small last batch; these cuts give 13% in five batches (docs/benchmarks.md).
+    tokens. Filling each batch to the budget instead left GSM8K windows of 256 examples with 29% more
+    padded tokens than real ones and a small last batch; these cuts give 13% more, in five batches
+    (docs/benchmarks.md).
     Among equal totals the earliest cut wins (deterministic)."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
