@@ -72,14 +72,12 @@ def _child_main() -> None:
         from ..modeling.loading import load_tokenizer, tokenizer_loads_without_torch
 
         mark("tokenising process: imports done")
-        if "torch" not in sys.modules and tokenizer_loads_without_torch(tokenizer_source):
+        torchless = "torch" not in sys.modules and tokenizer_loads_without_torch(tokenizer_source)
+        if torchless:
             _without_torch()
         import transformers  # noqa: F401  (timed apart from the tokenizer's own load)
 
-        mark(
-            "tokenising process: transformers imported"
-            + (" (without torch)" if sys.modules.get("torch", 0) is None else "")
-        )
+        mark("tokenising process: transformers imported" + (" (without torch)" if torchless else ""))
         tokenizer = load_tokenizer(tokenizer_source)
         mark("tokenising process: tokenizer loaded")
         _send(out, b"T", b"")  # ready: the parent may hand over to it now

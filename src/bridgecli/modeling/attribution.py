@@ -270,10 +270,11 @@ class AttributionScorer(BridgeScorer):
         cur: list[Example] = []
         longest = 0
         for ex in examples:
-            top = max(longest, padded_length(len(ex.tokens.input_ids), self.pad_multiple))
+            size = padded_length(len(ex.tokens.input_ids), self.pad_multiple)
+            top = max(longest, size)
             if cur and top * (len(cur) + 1) > self._plan(free, top)[0]:
                 out.append(cur)
-                cur, top = [], padded_length(len(ex.tokens.input_ids), self.pad_multiple)
+                cur, top = [], size
             cur.append(ex)
             longest = top
         if cur:

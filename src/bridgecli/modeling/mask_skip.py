@@ -19,8 +19,12 @@ or a transformers without that function, goes to the original unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Iterator
+
+#: the checked function's signature, read once (every scoring batch enters :func:`known_padding`)
+_signature = functools.lru_cache(maxsize=4)(inspect.signature)
 
 
 @contextlib.contextmanager
@@ -34,7 +38,7 @@ def known_padding(padded: bool | None) -> Iterator[None]:
         from transformers import masking_utils
 
         original = masking_utils._ignore_causal_mask_sdpa
-        signature = inspect.signature(original)
+        signature = _signature(original)
     except (ImportError, AttributeError, TypeError, ValueError):
         yield
         return
