@@ -29,3 +29,16 @@ def test_a_training_row():
     row = {"id": "ex-1", "input_ids": [1, 20, 300], "labels": [-100, 20, 300], "tokenizer_fingerprint": "sha256:ab"}
     assert _jsonl(row) == json.dumps(row) + "\n"
     assert _jsonl({"tokens": [1, 2], "mask": [True, False]}) == '{"tokens": [1, 2], "mask": [true, false]}\n'
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    record=st.dictionaries(
+        keys,
+        st.one_of(st.lists(st.integers(-100, 2**31 - 1)), st.lists(st.booleans()), st.text(max_size=8)),
+        max_size=5,
+    )
+)
+def test_a_row_without_type_checks_is_json_dumps(record):
+    """``row=True`` (compact's own rows: lists of ints or of bools) skips the element types, same line."""
+    assert _jsonl(record, row=True) == json.dumps(record) + "\n"

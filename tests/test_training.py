@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridgecli.artifacts.direction_file import Direction, DirectionMeta, load_direction, save_direction
 from bridgecli.errors import UsageError
@@ -111,6 +113,36 @@ def test_compact_row():
     full = full_response_row("x", t)
     assert full.labels == [IGNORE] * 6 + [16, 17, 18, 19, 20]
     assert full.supervised == 5 and row.supervised == 3
+
+
+def _numpy_compact_row(id, tokens, prompt_keep, supervise):
+    """compact_row as it was first written, in numpy: the reference for the list version."""
+    kinds = np.frombuffer(tokens.kinds, dtype=np.uint8)
+    ids = np.asarray(tokens.input_ids, dtype=np.int64)[: len(kinds)]
+    kinds = kinds[: len(ids)]
+    keep = np.zeros(len(ids), dtype=bool)
+    sup = np.zeros(len(ids), dtype=bool)
+    for positions, mask in ((prompt_keep, keep), (supervise, sup)):
+        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
+        mask[pos[(pos >= 0) & (pos < len(ids))]] = True
+    stay = (kinds != 1) | keep
+    labels = np.where((kinds == 3) | ((kinds == 2) & sup), ids, IGNORE)
+    return Row(id, ids[stay].tolist(), labels[stay].tolist())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.integers(0, 5), max_size=40),
+    extra_ids=st.integers(-3, 3),
+    keep=st.lists(st.integers(-3, 45), max_size=20),
+    sup=st.lists(st.integers(-3, 45), max_size=20),
+)
+def test_compact_row_matches_numpy(kinds, extra_ids, keep, sup):
+    ids = list(range(100, 100 + max(0, len(kinds) + extra_ids)))
+    t = Tokens(input_ids=ids, kinds=bytes(kinds), offsets=[])
+    got = compact_row("x", t, keep, sup)
+    assert got == _numpy_compact_row("x", t, keep, sup)
+    assert all(type(v) is int for v in got.input_ids + got.labels)
 
 
 def test_direction_formula_and_validation_gradient():

@@ -288,6 +288,16 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
     return isinstance(clo.supervise, list) and expected == clo.supervise
 
 
+def _ascending_within(values: list, size: int) -> bool:
+    """``values`` (non-empty) strictly ascending within ``[0, size)``: distinct positions."""
+    return values[0] >= 0 and values[-1] < size and all(map(operator.lt, values, values[1:]))
+
+
+def _pick(values: list, at: list[int]) -> tuple:
+    """``tuple(values[i] for i in at)``, in one call."""
+    return operator.itemgetter(*at)(values) if len(at) > 1 else (values[at[0]],)
+
+
 # -- the same checks at once, for the common case where they all hold ------------------------------------
 
 #: the exponent bits of each float dtype, as the unsigned integer of its width: a value is finite exactly
@@ -329,9 +339,8 @@ def _on_side(values: list, kinds: bytes, kind: int) -> bool:
     """``values`` are distinct positions whose kind is ``kind``."""
     if not values:
         return True
-    if values[0] >= 0 and values[-1] < len(kinds) and all(map(operator.lt, values, values[1:])):
-        # ascending (as select writes them): distinct and within the tokens
-        return bytes(map(kinds.__getitem__, values)).count(kind) == len(values)
+    if _ascending_within(values, len(kinds)):  # as select writes them: distinct and within the tokens
+        return _pick(kinds, values).count(kind) == len(values)
     if min(values) < 0 or max(values) >= len(kinds) or len(set(values)) != len(values):
         return False
     return all(map(kind.__eq__, map(kinds.__getitem__, values)))

@@ -144,12 +144,16 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
             table.save_to_disk(str(folder))
 
 
-def _jsonl(record: dict) -> str:
+def _jsonl(record: dict, *, row: bool = False) -> str:
     """``json.dumps(record) + "\\n"``, character for character; lists of ints (or of bools) are encoded by
-    msgspec, whose output differs from json's only in the space json puts after each comma."""
+    msgspec, whose output differs from json's only in the space json puts after each comma. ``row``: the
+    record's lists come from :func:`columns_of` on a row of a validated stream, so hold ints (< 2^31) or
+    bools only, and their types are not checked again."""
     parts = []
     for key, value in record.items():
-        if type(value) is list and value and (_INTS >= set(map(type, value)) or _BOOLS >= set(map(type, value))):
+        if type(value) is list and (
+            row or (value and (_INTS >= set(map(type, value)) or _BOOLS >= set(map(type, value))))
+        ):
             try:
                 parts.append(f"{json.dumps(key)}: {_json_list(value).decode().replace(',', ', ')}")
                 continue
@@ -265,7 +269,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 output = render_text(ex, row, supervise) + "\n"
             else:
                 columns = columns_of(row, opts.columns, fingerprint)
-                output = _jsonl(columns) if encoded else columns
+                output = _jsonl(columns, row=True) if encoded else columns
             return (
                 ex.id,
                 None,

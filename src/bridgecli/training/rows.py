@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
 from ..format.records import Tokens
-from ..format.spec import EOS, RESPONSE
+from ..format.spec import EOS, PROMPT, RESPONSE
 
 IGNORE = -100
 
@@ -34,18 +35,28 @@ def full_response_row(id: str, tokens: Tokens) -> Row:
 
 def compact_row(id: str, tokens: Tokens, prompt_keep: list[int], supervise: list[int]) -> Row:
     """BRIDGE execution: template tokens + kept prompt tokens (original order) + the complete
-    response; labels only on the final supervision set and the EOS."""
-    kinds = np.frombuffer(tokens.kinds, dtype=np.uint8)
-    t = len(kinds)
-    ids = np.asarray(tokens.input_ids, dtype=np.int64)[:t]  # zip() stops at the shorter of the two
-    kinds = kinds[: len(ids)]
-    keep = np.zeros(len(ids), dtype=bool)
-    sup = np.zeros(len(ids), dtype=bool)
-    for positions, mask in ((prompt_keep, keep), (supervise, sup)):
-        pos = np.asarray(positions, dtype=np.int64).reshape(-1)
-        pos = pos[(pos >= 0) & (pos < len(ids))]  # positions past the tokens select nothing
-        mask[pos] = True
-    stay = (kinds != 1) | keep  # PROMPT tokens not selected are left out
-    target = (kinds == EOS) | ((kinds == RESPONSE) & sup)
-    labels = np.where(target, ids, IGNORE)
-    return Row(id, ids[stay].tolist(), labels[stay].tolist())
+    response; labels only on the final supervision set and the EOS. Positions outside the tokens select
+    nothing; with fewer kinds than ids (or fewer ids than kinds) the row stops at the shorter.
+
+    Bytes and list methods rather than numpy: the lists are a few hundred entries, where numpy's calls
+    and conversions cost twice as much (``tests/test_training.py`` checks it against the numpy version)."""
+    ids, kinds = tokens.input_ids, tokens.kinds
+    t = min(len(ids), len(kinds))
+    if len(ids) != t or len(kinds) != t:
+        ids, kinds = ids[:t], kinds[:t]
+    stay = bytearray(kinds.translate(_NOT_PROMPT))  # 1 where the token stays: every kind but PROMPT
+    for p in prompt_keep:
+        if 0 <= p < t:
+            stay[p] = 1
+    labels = [IGNORE] * t
+    for p in supervise:
+        if 0 <= p < t and kinds[p] == RESPONSE:
+            labels[p] = ids[p]
+    e = kinds.find(EOS)
+    while e >= 0:
+        labels[e] = ids[e]
+        e = kinds.find(EOS, e + 1)
+    return Row(id, list(compress(ids, stay)), list(compress(labels, stay)))
+
+
+_NOT_PROMPT = bytes(int(k != PROMPT) for k in range(256))
