@@ -273,18 +273,18 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
     ):
         return False
     chosen = clo.chosen
-    if chosen and (min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen)):
-        return False
+    if chosen and not _ascending_within(chosen, len(starts)):  # close writes them ascending
+        if min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen):
+            return False
+        chosen = sorted(chosen)
     if clo.protected_units and not set(clo.protected_units) <= set(chosen):
         return False
     # the units are ascending and disjoint: their positions in unit order are ascending
     expected: list[int] = []
-    for c in sorted(chosen):
-        a, b = starts[c], ends[c]
-        if kinds.count(RESPONSE, a, b) == b - a:  # a unit of response tokens only (as close makes them)
-            expected += range(a, b)
-        else:
-            expected += [i for i in range(a, b) if kinds[i] == RESPONSE]
+    for c in chosen:
+        expected += range(starts[c], ends[c])
+    if expected and _pick(kinds, expected).count(RESPONSE) != len(expected):  # close's units: response only
+        expected = [i for i in expected if kinds[i] == RESPONSE]
     return isinstance(clo.supervise, list) and expected == clo.supervise
 
 
@@ -293,8 +293,8 @@ def _ascending_within(values: list, size: int) -> bool:
     return values[0] >= 0 and values[-1] < size and all(map(operator.lt, values, values[1:]))
 
 
-def _pick(values: list, at: list[int]) -> tuple:
-    """``tuple(values[i] for i in at)``, in one call."""
+def _pick(values, at: list[int]) -> tuple:
+    """``tuple(values[i] for i in at)`` (``at`` non-empty), in one call."""
     return operator.itemgetter(*at)(values) if len(at) > 1 else (values[at[0]],)
 
 
