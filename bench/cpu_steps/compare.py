@@ -41,7 +41,8 @@ def one(src: Path, python: str, step: str, out: Path, tag: str, cpu: str | None)
     cmd = [python, "-m", "bridgecli", *args, str(out / inp), "-o", str(out / f"{tag}.{dst}")]
     if cpu:
         cmd = ["taskset", "-c", cpu, *cmd]
-    env = dict(os.environ, PYTHONPATH=str(src))
+    # the side's src/ first; what PYTHONPATH held (e.g. carried wheels on a lent machine) after it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p))
     env.pop("BRIDGE_NO_PROGRESS", None)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

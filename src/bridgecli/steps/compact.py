@@ -14,6 +14,7 @@ belongs to token ``i``, and the trainer shifts):
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import tempfile
 from contextlib import contextmanager
@@ -155,15 +156,23 @@ def _jsonl(record: dict, *, row: bool = False) -> str:
             row or (value and (_INTS >= set(map(type, value)) or _BOOLS >= set(map(type, value))))
         ):
             try:
-                parts.append(f"{json.dumps(key)}: {_json_list(value).decode().replace(',', ', ')}")
+                parts.append(f"{_json_key(key)}: {_json_list(value).decode().replace(',', ', ')}")
                 continue
             except (OverflowError, TypeError, msgspec.EncodeError):  # ints past 64 bits: json's way
                 pass
-        parts.append(f"{json.dumps(key)}: {json.dumps(value)}")
+        parts.append(f"{_json_key(key)}: {json.dumps(value)}")
     return "{" + ", ".join(parts) + "}\n"
 
 
 _INTS, _BOOLS = {int}, {bool}
+
+
+@functools.lru_cache(maxsize=256)
+def _json_key(key) -> str:
+    """``json.dumps(key)``: a preset's few column names, encoded once."""
+    return json.dumps(key)
+
+
 _json_list = msgspec.json.Encoder().encode
 
 
