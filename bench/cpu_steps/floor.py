@@ -12,6 +12,7 @@ selected.bridge and closed.bridge there).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -53,13 +54,15 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     os.environ["BRIDGE_NO_PROGRESS"] = "1"
     selector, segmenter = get("selector", "bridge").obj, get("segmenter", "math").obj
+    # compact passes row=True (its rows hold ints only) where _jsonl takes it (not in older checkouts)
+    as_row = {"row": True} if "row" in inspect.signature(_jsonl).parameters else {}
     work = {
         "select": ("scores.bridge", "scores",
                    lambda ex: select_example(ex, selector, "bridge", 0.75, 0.75, {"rounds": 4})),
         "close": ("selected.bridge", "selection", lambda ex: close_example(ex, segmenter, "math", 0.0)),
         "compact": ("closed.bridge", "closure",
                     lambda ex: _jsonl(columns_of(compact_row(ex.id, ex.tokens, ex.selection.prompt_keep,
-                                                             ex.closure.supervise), "trl", "x"))),
+                                                             ex.closure.supervise), "trl", "x"), **as_row)),
     }
     res: dict = {"examples": a.n, "src": SRC, "load_before": os.getloadavg(), "us_per_example": {}}
     for step, (name, stage, fn) in work.items():
