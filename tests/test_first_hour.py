@@ -178,6 +178,29 @@ def test_score_that_scores_nothing_is_an_error(tmp_path, data, tiny_model_dir):
     result = invoke("score", data, "--from", run, "-o", out, "--max-length", "2", "--device", "cpu", "--allow-empty")
     assert result.exit_code == 0 and out.exists()
 
+def test_a_failed_score_keeps_its_partial_output_only_when_there_is_something_to_resume(
+    tmp_path, data, tiny_model_dir
+):
+    run = tmp_path / "warm"
+    made = invoke("warmup", data, "--val", data, "--model", tiny_model_dir, "--max-steps", "1", "--batch-size", "3",
+                  "-o", run, "--device", "cpu")
+    assert made.exit_code == 0, made.output
+    bad = json.dumps({"question": "q"}) + "\n"  # no answer field
+    first = tmp_path / "first.jsonl"
+    first.write_text(bad + data.read_text())
+    result = invoke("score", first, "--from", run, "-o", tmp_path / "a.bridge", "--device", "cpu")
+    assert result.exit_code == 4 and "first.jsonl" in one_error_line(result)
+    assert not list(tmp_path.glob("a.bridge*"))  # nothing scored: nothing to resume, nothing left
+
+    last = tmp_path / "last.jsonl"
+    last.write_text(data.read_text() + bad)
+    result = invoke("score", last, "--from", run, "-o", tmp_path / "b.bridge", "--device", "cpu", "--window", "1")
+    assert result.exit_code == 4
+    assert (tmp_path / "b.bridge.partial").exists() and not (tmp_path / "b.bridge").exists()
+    assert re.search(r"kept [12] scored examples \([12] inputs done\) in \S+b\.bridge\.partial: rerun with --resume",
+                     result.output), result.output
+
+
 def test_rho_r_zero_keeps_no_row_and_compact_fails(tmp_path, tokenizer):
     stream = _stream(tmp_path, tokenizer, rho=0.0)
     out = tmp_path / "train.jsonl"

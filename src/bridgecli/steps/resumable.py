@@ -35,6 +35,8 @@ class ResumableOutput:
         self.partial = self.out.with_name(self.out.name + ".partial")
         self.index = self.out.with_name(self.out.name + ".partial.idx")
         self._fh: BinaryIO | None = None  # the partial file, open from open() until finish()
+        self.position = 0  # input examples done at the last commit
+        self.records = 0  # examples written at the last commit
 
     def _last_commit(self) -> dict | None:
         if not (self.partial.exists() and self.index.exists()):
@@ -63,6 +65,7 @@ class ResumableOutput:
             lock_exclusively(part, self.partial, "partial output")
             part.truncate(commit["bytes"])
             part.seek(commit["bytes"])
+            self.position, self.records = commit["position"], commit["records"]
             return StreamWriter.append(part, commit["records"], records_per_frame=None), commit["position"]
         if resume:
             raise UsageError(f"nothing to resume: no {self.partial.name} with an index next to the output")
@@ -88,6 +91,7 @@ class ResumableOutput:
             idx.write(json.dumps({"bytes": fh.tell(), "records": writer.count, "position": position}) + "\n")
             idx.flush()
             os.fsync(idx.fileno())
+        self.position, self.records = position, writer.count
 
     def finish(self, writer: StreamWriter) -> None:
         fh = self._file()
@@ -100,3 +104,18 @@ class ResumableOutput:
 
     def leftover(self) -> bool:
         return self.partial.exists()
+
+    def abandon(self) -> str | None:
+        """After a failed run: remove the partial output when no input was done at its last commit (there
+        is nothing to resume); otherwise keep it and return a line saying what it holds and how to go on."""
+        if self._fh is not None:
+            self._fh.close()  # the lock goes with it
+            self._fh = None
+        if self.position == 0:
+            self.partial.unlink(missing_ok=True)
+            self.index.unlink(missing_ok=True)
+            return None
+        return (
+            f"kept {self.records} scored examples ({self.position} inputs done) in {self.partial}: "
+            "rerun with --resume to continue"
+        )

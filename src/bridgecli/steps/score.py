@@ -298,7 +298,15 @@ def _score_with(
         writer, skip = output.open(header, opts.resume)
         if skip:
             note(f"resuming after {skip} examples ({writer.count} written)")
-        done = _run_windows(scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit)
+        try:
+            done = _run_windows(
+                scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit
+            )
+        except BaseException:
+            kept = output.abandon()
+            if kept:
+                note(kept)
+            raise
         output.finish(writer)
     if dist.world > 1:  # wait for every shard; the run's report and count are the sum of the ranks'
         per_rank = ranks.gather((report, done))
