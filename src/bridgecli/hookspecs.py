@@ -127,11 +127,10 @@ class Selector(Protocol):
 def default_budgets(example: Example, rho_p: float, rho_r: float) -> tuple[int, int]:
     """b = ceil(rho * eligible) on each side."""
     from .core.budgets import budget
+    from .format.spec import PROMPT, RESPONSE
 
-    return (
-        budget(rho_p, len(example.tokens.prompt_positions())),
-        budget(rho_r, len(example.tokens.response_positions())),
-    )
+    kinds = example.tokens.kinds  # one byte per token: the eligible ones counted without numpy
+    return budget(rho_p, kinds.count(PROMPT)), budget(rho_r, kinds.count(RESPONSE))
 
 
 class FunctionSelector:
