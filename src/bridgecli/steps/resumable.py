@@ -117,5 +117,5 @@ class ResumableOutput:
             return None
         return (
             f"kept {self.records} scored examples ({self.position} inputs done) in {self.partial}: "
-            "rerun with --resume to continue"
+            "rerun with --resume to continue (the same data and flags; other data starts afresh)"
         )
