@@ -546,7 +546,8 @@ def test_golden_file_decodes_as_expected(expected_name, name):
             assert ex.scores.A.shape == [n, m] and ex.scores.a.shape == [n]
         if ex.closure is not None:
             units = np.asarray(ex.closure.units).reshape(-1, 2)
-            assert set(ex.closure.supervise) == {p for u in ex.closure.chosen for p in range(*units[u])}
+            filled = set(getattr(ex.closure, "filled", []))  # (1.3) close --fill's tokens outside the chosen units
+            assert set(ex.closure.supervise) == {p for u in ex.closure.chosen for p in range(*units[u])} | filled
 
 
 def _read_without_bridgecli(path: Path):

@@ -144,6 +144,12 @@ def make_selection(tokens: Tokens, scores: Scores) -> Selection:
     return sel
 
 
+def with_weights(sel: Selection) -> Selection:
+    """(1.3) loss weights of the kept response tokens, as `select --method importance` writes them."""
+    weights = [round(1.0 / (0.5 + 0.125 * j), 4) for j in range(len(sel.response_keep))]
+    return msgspec.structs.replace(sel, response_weights=Array.of(weights, "float32"))
+
+
 def make_references(tokens: Tokens, k: int) -> dict[str, Reference]:
     """(1.1) What `bridge reference` stores: a 'base' model's losses and attention for every example,
     a 'warmup' one's losses for examples 0 and 1 only (example 2 carries one reference)."""
@@ -159,8 +165,9 @@ def make_references(tokens: Tokens, k: int) -> dict[str, Reference]:
     return refs
 
 
-def make_closure(text: str, tokens: Tokens, selection: Selection) -> Closure:
-    """Sentence units over the response; units chosen greedily by mean score within the budget b_r."""
+def make_closure(text: str, tokens: Tokens, selection: Selection, fill: bool = False) -> Closure:
+    """Sentence units over the response; units chosen greedily by mean score within the budget b_r.
+    ``fill`` (1.3): the first response token outside the chosen units is supervised too (``filled``)."""
     resp, spans = tokens.response_positions(), tokens.spans()
     ends = [m.end() for m in re.finditer(r"[.?!](?= )", text)]
     sentence = [sum(1 for e in ends if e <= spans[p, 0]) for p in resp]
@@ -187,6 +194,12 @@ def make_closure(text: str, tokens: Tokens, selection: Selection) -> Closure:
                            if any(s <= j < e for j in np.searchsorted(resp, selection.protected_response))]
         chosen = sorted(set(chosen) | set(protected_units))
         supervise = sorted(int(resp[j]) for u in chosen for j in range(*units[u]))
+        filled = []
+        if (MAJOR, MINOR) >= (1, 3) and fill:
+            filled = [int(p) for p in resp if int(p) not in supervise][:1]
+            supervise = sorted(supervise + filled)
+            return Closure(segmenter="sentence", alpha=0.0, units=flat, chosen=chosen, supervise=supervise,
+                           protected_units=protected_units, filled=filled)
         return Closure(segmenter="sentence", alpha=0.0, units=flat, chosen=chosen, supervise=supervise,
                        protected_units=protected_units)
     return Closure(segmenter="sentence", alpha=0.0, units=flat, chosen=chosen, supervise=supervise)
@@ -202,9 +215,13 @@ def make_examples() -> dict[str, list[Example]]:
         if (MAJOR, MINOR) >= (1, 1):
             ex = msgspec.structs.replace(ex, references=make_references(tokens, k))
         by_stage["scores"].append(ex)
-        ex = msgspec.structs.replace(ex, selection=make_selection(tokens, ex.scores))
-        by_stage["selection"].append(ex)
-        ex = msgspec.structs.replace(ex, closure=make_closure(text, tokens, ex.selection))
+        sel = make_selection(tokens, ex.scores)
+        ex = msgspec.structs.replace(ex, selection=sel)
+        if (MAJOR, MINOR) >= (1, 3) and k == 2:  # (1.3) a weighted selection (not closed: close refuses it)
+            by_stage["selection"].append(msgspec.structs.replace(ex, selection=with_weights(sel)))
+        else:
+            by_stage["selection"].append(ex)
+        ex = msgspec.structs.replace(ex, closure=make_closure(text, tokens, ex.selection, fill=k == 0))
         by_stage["closure"].append(ex)
     return by_stage
 
@@ -272,6 +289,8 @@ def expected_example(ex: Example) -> dict:
             out["arrays"][f"scores.{name}"] = None if arr is None else _array(arr)
     if ex.selection is not None:
         out["arrays"]["selection.response_scores"] = _array(ex.selection.response_scores)
+        if ex.selection.response_weights is not None:
+            out["arrays"]["selection.response_weights"] = _array(ex.selection.response_weights)
     for name, ref in ex.references.items():
         for part in ("prompt_loss", "response_loss", "response_attention"):
             arr = getattr(ref, part)

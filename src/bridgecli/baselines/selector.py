@@ -36,7 +36,8 @@ class Opt:
     choices: tuple[str, ...] | None = None
 
 
-def _convert(name: str, raw: Any, spec: Opt) -> Any:
+def convert_option(name: str, raw: Any, spec: Opt) -> Any:
+    """The ``--option name=raw`` value as ``spec``'s type, checked against its choices (one-line UsageError)."""
     kind = type(spec.default)
     try:
         if kind is bool and isinstance(raw, str):
@@ -94,7 +95,7 @@ class Baseline:
             if key not in self.options:
                 known = ", ".join(sorted(self.options)) or "none"
                 raise UsageError(f"selector '{self.name}' has no option '{key}' (its options: {known})")
-            out[key] = _convert(key, raw, self.options[key])
+            out[key] = convert_option(key, raw, self.options[key])
         if out.get("ranking") == "batch" and out["batch"] < 1:
             raise UsageError(f"--option batch must be >= 1, got {out['batch']}")
         if self.validate is not None:

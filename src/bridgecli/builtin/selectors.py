@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..baselines.selector import Opt, convert_option
+from ..core.sampling import inclusion_probabilities, ipw_weights, systematic_sample
 from ..core.select import SelectionResult, Surrogate, select
 from ..errors import FormatError, UsageError
 from ..format.records import Example
@@ -56,8 +60,96 @@ class Schedule:
         )
 
 
+class Importance(Schedule):
+    """BRIDGE's prompt side with a sampled response side (docs/method.md, "Importance sampling").
+
+    The prompt keeps S_p of the alternating schedule (T rounds); the response draws exactly
+    ``min(b_r, n)`` tokens by systematic sampling with inclusion probabilities that rise with a tilt
+    score and keep a uniform ``floor`` share (:mod:`bridgecli.core.sampling`). With ``weights=ipw`` each
+    drawn token's loss is weighted by ``(b_r / n) / pi_j``: the expected weighted gradient is that of a
+    uniform random draw of the same size (unbiased for full SFT), while the draw leans toward the tokens
+    the tilt ranks high. ``weights=none`` keeps the tilt in the expectation instead."""
+
+    protects = False
+    surrogate = False
+    OPTIONS = {
+        "by": Opt(
+            "abs",
+            "tilt score: abs |Delta_r|, pos max(Delta_r, 0), loss (the scoring checkpoint's loss)",
+            ("abs", "pos", "loss"),
+        ),
+        "floor": Opt(0.5, "uniform share of the inclusion probabilities, in [0, 1] (1: uniform random)"),
+        "weights": Opt(
+            "ipw", "ipw: loss weights 1/pi (unbiased); none: no weights (biased toward the tilt)", ("ipw", "none")
+        ),
+        "seed": Opt(42, "random seed; example k draws from the seed sequence (seed, index_k, 2)"),
+    }
+
+    def __init__(self) -> None:
+        super().__init__("importance")
+        self.__name__ = "select_importance"
+
+    def parse(self, options: dict) -> dict:
+        out = {k: spec.default for k, spec in self.OPTIONS.items()}
+        for key, raw in options.items():
+            if key == "rounds" or key.startswith("_"):
+                continue
+            if key not in self.OPTIONS:
+                raise UsageError(
+                    f"selector 'importance' has no option '{key}' (its options: {', '.join(self.OPTIONS)}, and -T)"
+                )
+            out[key] = convert_option(key, raw, self.OPTIONS[key])
+        if not 0.0 <= out["floor"] <= 1.0:
+            raise UsageError(f"--option floor must lie in [0, 1], got {out['floor']}")
+        if not 0 <= out["seed"] < 2**32:
+            raise UsageError(f"--option seed must lie in [0, 2^32), got {out['seed']}")
+        return {**out, "rounds": int(options.get("rounds", 4))}
+
+    def describe_options(self) -> str:
+        return ", ".join(f"{k}={v.default}" for k, v in self.OPTIONS.items())
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
+        sur = surrogate_of(example)
+        res = select(sur, b_p, b_r, "bridge", int(options.get("rounds", 4)))
+        delta_r = res.response_scores
+        by = options.get("by", "abs")
+        if by == "loss":
+            loss = example.scores.loss if example.scores is not None else None
+            if loss is None:
+                raise FormatError(
+                    "--option by=loss needs the scoring checkpoint's per-token loss (scores.loss)",
+                    record=example.index,
+                    field="scores.loss",
+                )
+            tilt = loss.numpy("float64")
+        else:
+            tilt = np.abs(delta_r) if by == "abs" else np.maximum(delta_r, 0.0)
+        if not np.isfinite(tilt).all():
+            raise FormatError("the tilt scores are not finite", record=example.index, field="scores")
+        n = sur.n
+        b = min(b_r, n)
+        pi = inclusion_probabilities(tilt, b, float(options.get("floor", 0.5)))
+        u = float(np.random.default_rng([int(options.get("seed", 42)), example.index, 2]).random())
+        chosen = systematic_sample(pi, u)
+        weights = ipw_weights(pi, chosen, b) if options.get("weights", "ipw") == "ipw" else None
+        return SelectionResult(
+            prompt=res.prompt,
+            response=chosen,
+            response_scores=delta_r,
+            u_sur=[sur.u_sur(res.prompt, chosen)],
+            response_weights=weights,
+        )
+
+
 @hookimpl(trylast=True)
 def register_selectors(register):
     register("bridge", Schedule("bridge"), "alternating coupled selection, T rounds (-T)")
     register("one-pass", Schedule("one-pass"), "one alternating round (T = 1)")
     register("independent", Schedule("independent"), "each side ranked by its full-state score")
+    imp = Importance()
+    register(
+        "importance",
+        imp,
+        "BRIDGE's prompt side; response tokens sampled with probabilities rising with |Delta_r| and a uniform "
+        f"floor, loss weights 1/pi (unbiased) [options: {imp.describe_options()}]",
+    )

@@ -10,7 +10,8 @@ def close(
     output: StreamOut = "-",
     segmenter: str = opt(C, "segmenter"),
     alpha: float = opt(C, "alpha"),
+    fill: bool = opt(C, "fill", "--fill/--no-fill"),
     workers: int = opt(C, "workers", "--workers", **shown_range(C, "workers")),
 ):
     """Project the response selection onto whole structural units (exact knapsack under b_r)."""
-    run_close(C(inp=input, out=output, segmenter=segmenter, alpha=alpha, workers=workers))
+    run_close(C(inp=input, out=output, segmenter=segmenter, alpha=alpha, fill=fill, workers=workers))

@@ -298,6 +298,44 @@ def project_cuts(
     return knapsack(np.array(sizes, dtype=np.int64), np.array(q, dtype=np.float64), b_r).tolist(), forced
 
 
+def fill_cuts(
+    cuts: list[int], scores: np.ndarray, b_r: int, alpha: float, chosen: list[int]
+) -> tuple[list[int], list[int]]:
+    """Spend what the knapsack left of ``b_r`` (``close --fill``): ``(units, tokens)`` added to ``chosen``.
+
+    The knapsack never takes a unit with q(u) <= 0, nor one longer than what is left, so it can leave
+    budget unspent. Filling takes, from the units not chosen, the best by q(u) (ties: the earlier unit)
+    that still fit, one after another; then, when budget is left, single tokens of the units still
+    unchosen, the highest ``scores`` first (ties: the earlier token), until ``|supervision| ==
+    min(b_r, n)``. Both lists are ascending (units: indices into the units; tokens: indices into the
+    response)."""
+    k = len(cuts) - 1
+    sizes = [cuts[u + 1] - cuts[u] for u in range(k)]
+    left = min(b_r, cuts[-1] if k > 0 else 0) - sum(sizes[u] for u in chosen)
+    if left <= 0:
+        return [], []
+    scores = np.asarray(scores, dtype=np.float64)
+    q = unit_sums(scores, cuts)
+    if alpha != 0.0:
+        q = [v * (size ** (-alpha)) for v, size in zip(q, sizes)]
+    taken = set(chosen)
+    units: list[int] = []
+    for u in sorted((u for u in range(k) if u not in taken), key=lambda u: (-q[u], u)):
+        if sizes[u] <= left:
+            units.append(u)
+            left -= sizes[u]
+            if left == 0:
+                break
+    tokens: list[int] = []
+    if left > 0:
+        taken.update(units)
+        rest = np.array([j for u in range(k) if u not in taken for j in range(cuts[u], cuts[u + 1])], dtype=np.int64)
+        if len(rest):
+            best = rest[np.argsort(-scores[rest], kind="stable")[:left]]
+            tokens = sorted(best.tolist())
+    return sorted(units), tokens
+
+
 def forced_cuts(cuts: list[int], protected: np.ndarray | None) -> list[int]:
     """:func:`forced_units` on the units of :func:`unit_cuts`."""
     if protected is None or len(protected) == 0:

@@ -82,12 +82,14 @@ class Surrogate:
 @dataclass
 class SelectionResult:
     """Indices into the eligible prompt / response positions (sorted), the response scores the
-    closure step projects, and U_sur after every update."""
+    closure step projects, U_sur after every update, and (a sampled selection) the loss weight of
+    each chosen response token, in ``response``'s order."""
 
     prompt: np.ndarray
     response: np.ndarray
     response_scores: np.ndarray
     u_sur: list[float] = field(default_factory=list)
+    response_weights: np.ndarray | None = None
 
 
 def alternate(

@@ -113,12 +113,17 @@ class Selection(msgspec.Struct):
     #: supervised (``select --protect-prompt/--protect-response``); they count against b_p / b_r
     protected_prompt: list[int] = []
     protected_response: list[int] = []
+    #: (1.3) float32 [len(response_keep)]: the loss weight of each kept response token, in
+    #: ``response_keep``'s order (``select --method importance``: inverse inclusion probabilities);
+    #: None: every supervised token weighs 1
+    response_weights: Array | None = None
 
 
 class Closure(msgspec.Struct):
     """The structure-aware projection. ``units`` are ``[start, end)`` absolute token positions,
     flattened; ``chosen`` indexes ``units``; ``supervise`` is the final supervision set (absolute
-    positions, sorted, EOS not included: it is always supervised)."""
+    positions, sorted, EOS not included: it is always supervised): the chosen units' response
+    positions, and ``filled`` (1.3)."""
 
     segmenter: str
     alpha: float
@@ -127,6 +132,9 @@ class Closure(msgspec.Struct):
     supervise: list[int]
     #: (1.2) indices into ``units`` of the units forced in because they hold a protected response token
     protected_units: list[int] = []
+    #: (1.3) response positions supervised beyond the chosen units (``close --fill``: what spends the rest
+    #: of b_r), ascending; ``supervise`` is the chosen units' positions and these
+    filled: list[int] = []
 
 
 class Reference(msgspec.Struct):

@@ -22,7 +22,7 @@ import struct
 
 MAGIC = b"\x89BRIDGE\n"
 MAJOR = 1
-MINOR = 2
+MINOR = 3
 PREAMBLE = struct.Struct("<8sHH")
 RECORD_PREFIX = struct.Struct("<II")
 #: A single record larger than this is treated as corruption (a 4K x 4K float16 matrix is 32 MiB).

@@ -19,9 +19,11 @@ What holds for every example (n_p prompt, n_r response positions, ``T = len(inpu
 - ``selection``: ``0 <= b_p, b_r <= T``; ``prompt_keep`` distinct prompt positions, ``min(b_p, n_p)``
   of them; ``response_keep`` distinct response positions, ``min(b_r, n_r)`` of them;
   ``response_scores`` a float array of shape [n_r] without NaN; ``achieved_rho_*`` in [0, 1];
+  ``response_weights`` (when present) a float array of shape [len(response_keep)], finite and > 0;
 - ``closure``: ``alpha`` in [0, 1]; ``units`` an even-length list of ``[start, end)`` pairs,
-  ascending, disjoint, within the tokens; ``chosen`` distinct indices of units; ``supervise``
-  exactly the response positions inside the chosen units, ascending;
+  ascending, disjoint, within the tokens; ``chosen`` distinct indices of units; ``filled`` ascending
+  response positions outside the chosen units; ``supervise`` exactly the response positions inside
+  the chosen units and the filled ones, ascending;
 - ``references``: arrays of a float dtype whose first dimension is n_p (``prompt_*``) or n_r
   (``response_*``), the bytes filling the shape.
 """
@@ -211,6 +213,10 @@ def _check_each(ex: Example, stage: str) -> None:
         for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
             if rho is not None and not 0.0 <= rho <= 1.0:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
+        if sel.response_weights is not None:
+            w = _array("selection.response_weights", sel.response_weights, (len(sel.response_keep),), finite=True)
+            if (w <= 0).any():
+                raise _Bad("selection.response_weights", "holds a weight <= 0")
 
     clo = ex.closure
     if clo is not None and not _closure_ok(clo, t, tok.kinds):  # the checks below name what is wrong
@@ -237,9 +243,18 @@ def _check_each(ex: Example, stage: str) -> None:
         for c in clo.chosen:
             a, b = pairs[c]
             mask[a:b] = True
+        if clo.filled:
+            filled = _ints("closure.filled", clo.filled)
+            if (filled < 0).any() or (filled >= t).any() or (np.diff(filled) <= 0).any():
+                raise _Bad("closure.filled", "positions not ascending, repeated or outside the tokens")
+            if (kinds[filled] != RESPONSE).any() or mask[filled].any():
+                raise _Bad("closure.filled", "a position that is not a response token outside the chosen units")
+            mask[filled] = True
         expected = np.flatnonzero(mask & (kinds == RESPONSE))
         if not np.array_equal(_ints("closure.supervise", clo.supervise), expected):
-            raise _Bad("closure.supervise", "is not the response positions of the chosen units, in order")
+            raise _Bad(
+                "closure.supervise", "is not the response positions of the chosen units (and the filled ones), in order"
+            )
 
     for model, ref in ex.references.items():
         for name in (
@@ -285,6 +300,13 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
         expected += range(starts[c], ends[c])
     if expected and _pick(kinds, expected).count(RESPONSE) != len(expected):  # close's units: response only
         expected = [i for i in expected if kinds[i] == RESPONSE]
+    filled = clo.filled
+    if filled:  # (1.3) close --fill: ascending response positions outside the chosen units
+        if not set(map(type, filled)) <= {int} or not _ascending_within(filled, t):
+            return False
+        if _pick(kinds, filled).count(RESPONSE) != len(filled) or not set(filled).isdisjoint(expected):
+            return False
+        expected = sorted(expected + filled)
     return isinstance(clo.supervise, list) and expected == clo.supervise
 
 
@@ -391,6 +413,10 @@ def _fast_ok(ex: Example, stage: str) -> bool:
                 return False
         for rho in (sel.achieved_rho_p, sel.achieved_rho_r):
             if rho is not None and not 0.0 <= rho <= 1.0:
+                return False
+        if sel.response_weights is not None:  # (1.3) finite (with the others below) and > 0
+            arrays.append((sel.response_weights, [len(keep_r)]))
+            if not (sel.response_weights.numpy("float64") > 0).all():
                 return False
 
     if ex.closure is not None and not _closure_ok(ex.closure, t, kinds):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from ..core.closure import project_cuts, unit_cuts
-from ..errors import PluginError
+from ..core.closure import fill_cuts, project_cuts, unit_cuts
+from ..errors import PluginError, UsageError
 from ..format.records import Closure, Example, Header
 from ..optionspec import check
 from ..registry import get
@@ -22,8 +22,16 @@ def response_text(example: Example) -> tuple[str, int]:
     return example.text[start:end], start
 
 
-def close_example(example: Example, segment, name: str, alpha: float) -> Example:
+def close_example(example: Example, segment, name: str, alpha: float, fill: bool = False) -> Example:
+    """The closure of one selected example; with ``fill``, the budget the knapsack leaves is spent
+    (:func:`~bridgecli.core.closure.fill_cuts`)."""
     sel = selection_of(example)
+    if sel.response_weights is not None:
+        raise UsageError(
+            f"the selection ('{sel.method}') carries per-token loss weights: closing it onto whole units "
+            "would drop them",
+            hint="compact the selection directly (bridge compact)",
+        )
     resp = example.tokens.response_positions()
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
@@ -42,7 +50,13 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
         np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64)) if sel.protected_response else None
     )
     # a budget past the response changes nothing, and must not size the knapsack's table
-    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha, protected)
+    scores = sel.response_scores.numpy("float64")
+    chosen, forced = project_cuts(cuts, scores, min(sel.b_r, len(resp)), alpha, protected)
+    filled: list[int] = []
+    if fill:
+        more, tokens = fill_cuts(cuts, scores, sel.b_r, alpha, chosen)
+        chosen = sorted(chosen + more)
+        filled = resp[tokens].tolist() if tokens else []
     positions = resp.tolist()
     flat_units: list[int] = []
     for a, b in zip(cuts, cuts[1:]):
@@ -50,8 +64,16 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
     supervise = []
     for k in chosen:  # ascending units of ascending tokens: the supervised positions come out sorted
         supervise += positions[cuts[k] : cuts[k + 1]]
+    if filled:
+        supervise = sorted(supervise + filled)
     closure = Closure(
-        segmenter=name, alpha=alpha, units=flat_units, chosen=chosen, supervise=supervise, protected_units=forced
+        segmenter=name,
+        alpha=alpha,
+        units=flat_units,
+        chosen=chosen,
+        supervise=supervise,
+        protected_units=forced,
+        filled=filled,
     )
     return msgspec.structs.replace(example, closure=closure)
 
@@ -60,9 +82,11 @@ def run_close(opts: CloseOptions) -> int:
     check(opts)
     entry = get("segmenter", opts.segmenter)
     params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
+    if opts.fill:
+        params["fill"] = True
 
     def fn(ex: Example, header: Header) -> Example:
-        return close_example(ex, entry.obj, opts.segmenter, opts.alpha)
+        return close_example(ex, entry.obj, opts.segmenter, opts.alpha, opts.fill)
 
     kwargs: MapArgs = {
         "step": step_record("close", params),

@@ -33,7 +33,7 @@ from ..format.spec import PROMPT, RESPONSE
 from ..optionspec import check
 from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
-from ..training.rows import IGNORE, Row, compact_row
+from ..training.rows import IGNORE, Row, compact_row, weighted_row
 from .common import now, require_stage, selection_of
 from .options import FORMATS, PRESETS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
@@ -49,6 +49,8 @@ class CompactStats:
     tokens_after: int = 0
     supervised: int = 0
     response_tokens: int = 0
+    #: rows with per-token loss weights (a sampled selection)
+    weighted: int = 0
 
 
 def supervision_of(example: Example) -> list[int]:
@@ -61,14 +63,18 @@ def supervision_of(example: Example) -> list[int]:
 def columns_of(row: Row, preset: str, tokenizer_fingerprint: str = "") -> dict:
     """One output record of ``row`` with the columns of ``preset`` (see the module docstring). The
     ``trl`` rows name their tokenizer, so that ``bridge train`` checks it even without the side file
-    (TRL and the other trainers select the columns they use)."""
+    (TRL and the other trainers select the columns they use). A weighted row (``select --method
+    importance``) adds ``loss_weights``, one per token, which ``bridge train`` applies."""
     if preset == "trl":
-        return {
+        record = {
             "id": row.id,
             "input_ids": row.input_ids,
             "labels": row.labels,
             "tokenizer_fingerprint": tokenizer_fingerprint,
         }
+        if row.weights is not None:
+            record["loss_weights"] = row.weights
+        return record
     if preset == "axolotl":
         return {"input_ids": row.input_ids, "attention_mask": [1] * len(row.input_ids), "labels": row.labels}
     if preset == "torchtune":
@@ -268,11 +274,23 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         encoded = opts.format in ("jsonl", "text")
 
         def one(ex: Example) -> tuple:
-            """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output)"""
+            """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
+            weighted)"""
             supervise = supervision_of(ex)
-            row = compact_row(ex.id, ex.tokens, selection_of(ex).prompt_keep, supervise)
+            sel = selection_of(ex)
+            row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
             if not supervise:
-                return ex.id, drop_reason(ex), 0, 0, 0, 0, None
+                return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
+            if sel.response_weights is not None:
+                if opts.format not in ("jsonl", "text") or opts.columns != "trl":
+                    raise UsageError(
+                        f"this selection carries per-token loss weights ('{sel.method}'), which only "
+                        "--format jsonl --columns trl rows hold (bridge train applies them)",
+                        file=reader.name,
+                        record=ex.index,
+                    )
+                weights = dict(zip(sel.response_keep, (float(f"{w:.6g}") for w in sel.response_weights.numpy())))
+                row = weighted_row(row, ex.tokens, sel.prompt_keep, weights)
             output: str | dict
             if opts.format == "text":
                 output = render_text(ex, row, supervise) + "\n"
@@ -287,6 +305,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 len(row.input_ids),
                 len(supervise),
                 output,
+                row.weights is not None,
             )
 
         with contextlib.ExitStack() as stack:
@@ -302,8 +321,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 )
             else:
                 results = (one(ex) for ex in reader)
-            for id_, reason, before, response, after, supervised, output in results:
+            for id_, reason, before, response, after, supervised, output, weighted in results:
                 stats.read += 1
+                stats.weighted += weighted
                 if reason is not None:
                     stats.dropped.append(id_)
                     stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
@@ -332,6 +352,11 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             ("warning: " if most else "")
             + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
             f"({shown}): {explain_drops(stats)}"
+        )
+    if stats.weighted and opts.format != "text":
+        note(
+            f"{stats.weighted} rows carry loss_weights (an importance-sampled selection): bridge train applies "
+            "them; TRL, axolotl and torchtune ignore the column"
         )
     if stats.tokens_before:
         note(

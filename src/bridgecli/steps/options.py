@@ -227,6 +227,12 @@ class CloseOptions:
     out: str | None = None
     segmenter: str = option("sentence", "Segmenter: sentence, math, step, list, code, or a plugin's.")
     alpha: float = option(0.0, "Length normalisation: q(u) = |u|^-alpha * sum of scores.", range=number(0, 1))
+    fill: bool = option(
+        False,
+        "Spend b_r exactly: after the knapsack, add the best remaining units that fit (by q), then single "
+        "tokens (by score), until min(b_r, n) tokens are supervised.",
+        "--fill/--no-fill",
+    )
     #: processes for the per-example work (steps/workers.py)
     workers: int = option(1, WORKERS_HELP, "--workers", range=count())
 

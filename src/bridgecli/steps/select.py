@@ -86,6 +86,7 @@ def select_example(
         achieved_rho_r=len(result.response) / len(resp) if len(resp) else None,
         protected_prompt=prompt[f_p].tolist(),
         protected_response=resp[f_r].tolist(),
+        response_weights=None if result.response_weights is None else Array.of(result.response_weights),
     )
     return msgspec.structs.replace(example, selection=sel, closure=None)
 

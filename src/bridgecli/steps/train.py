@@ -8,6 +8,7 @@ flags, rank 0 writes.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -86,8 +87,24 @@ def read_rows(
                 field="tokenizer_fingerprint",
                 hint="train the model the data was scored for, or re-run the pipeline",
             )
-        rows.append(Row(str(rec.get("id", where)), ids, labels))
+        rows.append(Row(str(rec.get("id", where)), ids, labels, _weights(rec.get("loss_weights"), len(ids), p, where)))
     return rows
+
+
+def _weights(val: Any, n: int, p: Path, where: str) -> list[float] | None:
+    """A row's ``loss_weights`` (``bridge compact`` of a weighted selection): None, or n finite numbers >= 0."""
+    if val is None:
+        return None
+    if not isinstance(val, list) or len(val) != n:
+        raise InputError(
+            f"expected a list of {n} numbers (one per token)", file=str(p), record=where, field="loss_weights"
+        )
+    out = []
+    for x in val:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+            raise InputError(f"{x!r} is not a finite number >= 0", file=str(p), record=where, field="loss_weights")
+        out.append(float(x))
+    return out
 
 
 def _int_list(val: Any, p: Path, where: str, name: str) -> list[int]:

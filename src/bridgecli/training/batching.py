@@ -49,12 +49,16 @@ class MicroBatch:
     computed: int  # tokens the forward computes, padding included
     keep: torch.Tensor | None = None  # [B, L] bool: the positions whose next token carries loss
     target: torch.Tensor | None = None  # [n] those next tokens, in row-major order of ``keep``
+    weights: torch.Tensor | None = None  # [B, L] float32 loss weights aligned with ``labels`` (None: all 1)
+    target_weight: torch.Tensor | None = None  # [n] the weights of ``target``
 
     def __post_init__(self):
         if self.keep is None:  # computed here, on the CPU, so the device never syncs for them
             self.keep = torch.zeros_like(self.labels, dtype=torch.bool)
             self.keep[:, :-1] = self.labels[:, 1:] != IGNORE
             self.target = self.labels[:, 1:][self.keep[:, :-1]]
+            if self.weights is not None:
+                self.target_weight = self.weights[:, 1:][self.keep[:, :-1]]
 
     def to(self, device) -> "MicroBatch":
         def move(t):
@@ -70,6 +74,8 @@ class MicroBatch:
             self.computed,
             move(self.keep),
             move(self.target),
+            move(self.weights),
+            move(self.target_weight),
         )
 
 
@@ -99,6 +105,8 @@ def plan_digest(steps: Sequence[Sequence[int]], rows: Sequence[Row]) -> str:
         h.update(len(r.input_ids).to_bytes(4, "little"))
         h.update(array("q", r.input_ids).tobytes())
         h.update(array("q", r.labels).tobytes())
+        if r.weights is not None:
+            h.update(array("d", r.weights).tobytes())
     h.update(json.dumps(steps).encode())
     return "sha256:" + h.hexdigest()[:32]
 
@@ -209,13 +217,22 @@ def collate_padded(rows: Sequence[Row], pad_id: int) -> MicroBatch:
     ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), length), IGNORE, dtype=torch.long)
     mask = torch.zeros((len(rows), length), dtype=torch.long)
+    weights = torch.ones((len(rows), length), dtype=torch.float32) if _weighted(rows) else None
     for i, r in enumerate(rows):
         n = len(r.input_ids)
         ids[i, :n] = torch.as_tensor(r.input_ids)
         labels[i, :n] = torch.as_tensor(r.labels)
         mask[i, :n] = 1
+        if weights is not None and r.weights is not None:
+            weights[i, :n] = torch.as_tensor(r.weights, dtype=torch.float32)
     labels[:, 0] = IGNORE  # position 0 has no preceding token
-    return MicroBatch(ids, labels, mask, None, len(rows), sum(len(r.input_ids) for r in rows), len(rows) * length)
+    return MicroBatch(
+        ids, labels, mask, None, len(rows), sum(len(r.input_ids) for r in rows), len(rows) * length, weights=weights
+    )
+
+
+def _weighted(rows) -> bool:
+    return any(r.weights is not None for r in rows)
 
 
 def collate_packed(seqs: Sequence[Sequence[Row]], pad_id: int = 0) -> MicroBatch:
@@ -225,27 +242,38 @@ def collate_packed(seqs: Sequence[Sequence[Row]], pad_id: int = 0) -> MicroBatch
     label), so no real token attends to it or it to them. No attention mask: transformers derives
     the block-diagonal causal mask from the position ids."""
     lines = []
+    weighted = any(_weighted(seq) for seq in seqs)
+    line_weights: list[list[float]] = []
     for seq in seqs:
         ids: list[int] = []
         labels: list[int] = []
         pos: list[int] = []
+        w: list[float] = []
         for r in seq:
             ids += r.input_ids
             labels += [IGNORE] + list(r.labels[1:])
             pos += range(len(r.input_ids))
+            if weighted:
+                w += r.weights if r.weights is not None else [1.0] * len(r.input_ids)
         lines.append((ids, labels, pos))
+        line_weights.append(w)
     width = max(len(ids) for ids, _, _ in lines)
     real = sum(len(ids) for ids, _, _ in lines)
     out_ids = torch.full((len(lines), width), pad_id, dtype=torch.long)
     out_labels = torch.full((len(lines), width), IGNORE, dtype=torch.long)
     out_pos = torch.zeros((len(lines), width), dtype=torch.long)
+    out_weights = torch.ones((len(lines), width), dtype=torch.float32) if weighted else None
     for b, (ids, labels, pos) in enumerate(lines):
         n = len(ids)
         out_ids[b, :n] = torch.as_tensor(ids)
         out_labels[b, :n] = torch.as_tensor(labels)
         out_pos[b, :n] = torch.as_tensor(pos)
         out_pos[b, n:] = torch.arange(width - n)
-    return MicroBatch(out_ids, out_labels, None, out_pos, sum(len(q) for q in seqs), real, len(lines) * width)
+        if out_weights is not None:
+            out_weights[b, :n] = torch.as_tensor(line_weights[b], dtype=torch.float32)
+    return MicroBatch(
+        out_ids, out_labels, None, out_pos, sum(len(q) for q in seqs), real, len(lines) * width, weights=out_weights
+    )
 
 
 def collate(seqs: Sequence[Sequence[Row]], pad_id: int, *, packing: bool = False) -> MicroBatch:

@@ -18,6 +18,8 @@ class Row:
     id: str
     input_ids: list[int]
     labels: list[int]
+    #: per-token loss weights aligned with ``labels`` (read where a label is not -100); None: all 1
+    weights: list[float] | None = None
 
     @property
     def supervised(self) -> int:
@@ -57,6 +59,16 @@ def compact_row(id: str, tokens: Tokens, prompt_keep: list[int], supervise: list
         labels[e] = ids[e]
         e = kinds.find(EOS, e + 1)
     return Row(id, list(compress(ids, stay)), list(compress(labels, stay)))
+
+
+def weighted_row(row: Row, tokens: Tokens, prompt_keep: list[int], weights: dict[int, float]) -> Row:
+    """``row`` (``compact_row``'s, from the same ``tokens`` and ``prompt_keep``) with loss weights: ``weights``
+    maps a supervised position to its weight; every other position weighs 1 (the EOS included)."""
+    ids, kinds = tokens.input_ids, tokens.kinds
+    t = min(len(ids), len(kinds))
+    keep = set(prompt_keep)
+    out = [weights.get(p, 1.0) for p in range(t) if kinds[p] != PROMPT or p in keep]
+    return Row(row.id, row.input_ids, row.labels, out)
 
 
 _NOT_PROMPT = bytes(int(k != PROMPT) for k in range(256))

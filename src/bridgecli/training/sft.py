@@ -82,9 +82,10 @@ _FULL_HEAD: set[int] = set()
 
 
 def token_loss_sum(model, mb: MicroBatch) -> torch.Tensor:
-    """Sum of next-token cross-entropies over the positions whose (unshifted) label is not -100.
-    The output head runs only on the positions that predict a supervised token (a boolean
-    ``logits_to_keep``, transformers >= 5); models that do not take one get full logits."""
+    """Sum of next-token cross-entropies over the positions whose (unshifted) label is not -100, each
+    times its loss weight when the rows carry weights. The output head runs only on the positions that
+    predict a supervised token (a boolean ``logits_to_keep``, transformers >= 5); models that do not take
+    one get full logits."""
     keep, target = mb.keep, mb.target
     assert keep is not None and target is not None  # set by MicroBatch.__post_init__
     kwargs = {"input_ids": mb.input_ids, "use_cache": False}
@@ -98,10 +99,16 @@ def token_loss_sum(model, mb: MicroBatch) -> torch.Tensor:
         except (TypeError, IndexError, ValueError):
             logits = None
         if logits is not None and logits.dim() == 2 and logits.shape[0] == target.shape[0]:
-            return F.cross_entropy(_upcast(logits), target, reduction="sum")
+            return _weighted_ce(_upcast(logits), target, mb.target_weight)
         _FULL_HEAD.add(id(model))
     logits = model(**kwargs).logits
-    return F.cross_entropy(_upcast(logits[keep]), target, reduction="sum")
+    return _weighted_ce(_upcast(logits[keep]), target, mb.target_weight)
+
+
+def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    if weight is None:
+        return F.cross_entropy(logits, target, reduction="sum")
+    return (F.cross_entropy(logits, target, reduction="none") * weight.to(logits.dtype)).sum()
 
 
 def _upcast(logits: torch.Tensor) -> torch.Tensor:
