@@ -64,7 +64,26 @@ def test_table_and_plot(tmp_path, capsys):
                                                                      "random": 0.2})))
     assert gt.main([str(path), "--plot", str(tmp_path / "f3.png"), "--resamples", "100"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| bridge |")]
+    first = out.split("\n\n")[0]  # the held-out-loss table
+    rows = [line for line in first.splitlines() if line.startswith("| bridge |")]
     assert len(rows) == 2 and "[" in rows[0]  # one per retention, with an interval
     assert "| independent | 0.5 |" in out and "| random | 0.75 |" in out  # the paired table
     assert (tmp_path / "f3.png").stat().st_size > 0
+
+
+def test_item_intervals_and_paired_differences_against_direct_computation():
+    gt = _module()
+    rng = np.random.default_rng(3)
+    a = (rng.random((3, 40)) < 0.6).astype(float)  # 3 seeds x 40 items, 0/1
+    b = (rng.random((3, 40)) < 0.4).astype(float)
+    point, lo, hi = gt.item_interval(a, 500)
+    assert point == pytest.approx(a.mean()) and lo <= point <= hi
+    d, dlo, dhi = gt.item_paired(a, b, 500)
+    assert d == pytest.approx(a.mean() - b.mean()) and dlo <= d <= dhi
+    assert gt.item_paired(a, a, 200) == (0.0, 0.0, 0.0)
+    # NaN items (an answer span not found) are left out of both sides
+    c = a.copy()
+    c[:, 0] = np.nan
+    d2 = gt.item_paired(c, b, 200)
+    assert d2[0] == pytest.approx(a[:, 1:].mean() - b[:, 1:].mean())
+    assert gt.item_paired(a, b[:, :10], 200) is None

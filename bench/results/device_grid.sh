@@ -1,39 +1,57 @@
 #!/usr/bin/env bash
-# Run part of the grid on a lent GPU machine whose commands are capped at 10 minutes and whose tree
-# travels in pieces of at most 64 MiB (the default GGUF goes in two halves, see
-# bench/diagnostics/device_stash.sh). Phases, one device command each, back to back:
-#   device_grid.sh setup1     carry .carry/p1 .whl         first half of the GGUF; wheels to /tmp/site
-#   device_grid.sh setup2     carry .carry/p2 .carry/data .carry/data2
-#                             second half; /tmp/data/{gsm8k,math}; seeds /tmp/grid/results.json from
-#                             $SEED_RESULTS (the table so far), then runs the grid like `grid`
-#   device_grid.sh grid       (re)run the grid until DEADLINE_S; rerun while it exits 75
-# The grid's settings come from the environment (METHODS, RHOS, SEEDS, PROCS_PER_GPU, ... see
-# grid.sh); results.json and the logs are copied to $OUT after every phase.
+# Run the grid on a lent GPU machine whose commands are capped at 10 minutes and whose tree travels in
+# pieces of at most 64 MiB. Phases (several may share one device command, joined with &&):
+#   device_grid.sh setup            carry .whl .carry/data: wheels to /tmp/site, data to /tmp/data/{gsm8k,math}
+#   device_grid.sh stash DIR...     carry DIR (a piece from bench/results/carry_file.py split): kept in /tmp/stash
+#   device_grid.sh assemble         rebuild every file whose pieces are all stashed (sha256 checked)
+#   device_grid.sh grid [PRESET]    (re)run bench/results/grid.sh until DEADLINE_S (rerun while it says exit 75),
+#                                   with the settings of bench/results/presets/PRESET.env when given
+# The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
+# grid.sh). $SEED_RESULTS (a results.json carried along) seeds /tmp/grid/results.json on a fresh machine, so
+# the rows recorded on an earlier machine are skipped. After the grid phase, results.json, the table and
+# the workers' log tails are copied to $OUT.
+#
+# The 0.5B grid of docs/results.md, on one GPU (the model travels in nine pieces):
+#   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf --mib 54
+#   call 1:   carry .whl .carry/data .carry/qwen-09   bash bench/results/device_grid.sh setup && bash ... stash .carry/qwen-09
+#   calls 2-9: carry .carry/qwen-0K                  bash bench/results/device_grid.sh stash .carry/qwen-0K
+#   then:                                            bash bench/results/device_grid.sh assemble && bash ... grid qwen05
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export PYTHONPATH=/tmp/site:$root/src PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-case "$1" in
-  setup1)
-    bash bench/diagnostics/device_stash.sh stash .carry/p1
-    source bench/score/device_setup.sh
+phase=${1:?usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]}
+shift
+case "$phase" in
+  setup)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 \
+      | grep -v WARNING | tail -2
+    mkdir -p /tmp/data && cp -r .carry/data/. /tmp/data/
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
+    python3 -m bridgecli --version
     exit 0 ;;
-  setup2)
-    bash bench/diagnostics/device_stash.sh stash .carry/p2
-    bash bench/diagnostics/device_stash.sh assemble
-    mkdir -p /tmp/data/gsm8k /tmp/data/math /tmp/grid
-    cp .carry/data/*.jsonl /tmp/data/gsm8k/ && cp .carry/data2/*.jsonl /tmp/data/math/
-    if [ -n "${SEED_RESULTS:-}" ] && [ ! -f /tmp/grid/results.json ]; then cp "$SEED_RESULTS" /tmp/grid/results.json; fi ;;
+  stash) python3 bench/results/carry_file.py stash "$@"; exit $? ;;
+  assemble) python3 bench/results/carry_file.py assemble; exit $? ;;
   grid) ;;
-  *) echo "usage: device_grid.sh setup1|setup2|grid" >&2; exit 2 ;;
+  *) echo "usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]" >&2; exit 2 ;;
 esac
+if [ -n "${1:-}" ]; then
+  set -a
+  # shellcheck disable=SC1090
+  source "bench/results/presets/$1.env"
+  set +a
+fi
+grid_out=${GRID_OUT:-/tmp/grid}
+mkdir -p "$grid_out"
+if [ -n "${SEED_RESULTS:-}" ] && [ ! -f "$grid_out/results.json" ]; then cp "$SEED_RESULTS" "$grid_out/results.json"; fi
 BRIDGE="python3 -m bridgecli" PYTHON=python3 DEADLINE_S=${DEADLINE_S:-540} \
-  timeout "${HARD_S:-575}" bash bench/results/grid.sh /tmp/data /tmp/grid
+  timeout "${HARD_S:-580}" bash bench/results/grid.sh /tmp/data "$grid_out"
 rc=$?
 if [ -n "${OUT:-}" ]; then
-  cp /tmp/grid/results.json "$OUT/" 2>/dev/null
-  tail -n 30 /tmp/grid/gpu*.log > "$OUT/workers.log" 2>/dev/null
-  ls /tmp/grid/done > "$OUT/done.txt" 2>/dev/null
+  cp "$grid_out/results.json" "$OUT/" 2>/dev/null
+  python3 bench/results/grid_table.py "$grid_out/results.json" --plot "$OUT/finding3.png" > "$OUT/table.md" 2>/dev/null
+  tail -n 40 "$grid_out"/gpu*.log > "$OUT/workers.log" 2>/dev/null
+  for d in "$grid_out"/done; do ls -l "$d" > "$OUT/done.txt" 2>/dev/null; done
 fi
 echo "device_grid.sh: grid exit $rc (75: rerun to continue)"
 exit 0

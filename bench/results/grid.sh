@@ -19,17 +19,30 @@
 # Rows (METHODS): base (the untrained model, evaluated once), full (full SFT: `select --method random
 # --rho-p 1 --rho-r 1`, every prompt token kept and every response token supervised; checked on the
 # compacted rows), random, random-close (random's draw, then BRIDGE's closure: separates what the
-# closure does to a budget from what the scores do), independent, one-pass, bridge (attention scorer), bridge-atp (the atp
+# closure does to a budget from what the scores do), independent, one-pass, bridge (SCORER's scores), bridge-atp (the atp
 # scorer's B), bridge-global (bridge --budget global), rho1, tokencleaning, llm+tc (LLMLingua-1
 # prompt side + Token Cleaning). base and full do not depend on RHO (recorded with rho 1).
+# Variants beyond the paper (issue 28; docs/method.md): bridge-fill (bridge, then close --fill: b_r spent
+# exactly), importance (select --method importance: BRIDGE's prompt side, response tokens sampled with
+# probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
+# follows the seed), tilt (the same draw without the weights: biased toward the tilt), bridge-answer
+# (bridge with --protect-response answer, then close).
 #
 # Environment (defaults in brackets):
-#   W [1000], VAL [200], N [8000], DATA_SEED [0]     slices of the shuffled train mix
+#   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
+#   MIX [gsm8k+math]   the train pool: gsm8k+math (GSM8K train and MATH train) or gsm8k (GSM8K train alone)
+#   W [1000], VAL [200], N [8000], DATA_SEED [0]     slices of the shuffled train pool (N=rest: all that is left)
+#   SCORER [bridge]   the scorer of the main scored stream that the BRIDGE rows (independent, one-pass,
+#                     bridge, bridge-global and the variants) read: bridge (attention routing) or atp
 #   RHOS ["0.5 0.75"], SEEDS ["42"] (later "42 3407 2027"), METHODS [all rows above]
 #   EPOCHS [1], MAX_STEPS [empty: EPOCHS], BATCH_SIZE [16], GRAD_ACCUM [4] (64 rows a step), LR [2e-5]
 #   WARMUP_EPOCHS [1], WARMUP_MAX_STEPS [empty]
 #   GSM8K_LIMIT [1319], MATH_LIMIT [500]   held-out examples (the first N of each file)
-#   ACC_LIMIT [0: skip]   GSM8K test items for accuracy (greedy generation; slow)
+#   ACC_LIMIT [0: skip]   GSM8K test items for accuracy (greedy generation, GEN_TOKENS [256] new tokens)
+#   MATH_ACC_LIMIT [0: skip]   MATH-500 items for accuracy (greedy, MATH_GEN_TOKENS [512] new tokens)
+#   ANSWER_LOSS [0]   1: the answer-span loss (`eval --task answer-loss`) on GSM8K test and MATH-500
+#   GEN_BATCH [EVAL_BATCH]   generation batch size for the accuracy tasks
+#   IMPORTANCE_OPTIONS ["floor=0.5 by=abs"]   --option words of the importance and tilt rows
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
 #   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
@@ -68,6 +81,14 @@ DATA_SEED=${DATA_SEED:-0}
 RHOS=${RHOS:-"0.5 0.75"}
 SEEDS=${SEEDS:-42}
 METHODS=${METHODS:-"base full random random-close independent one-pass bridge bridge-atp bridge-global rho1 tokencleaning llm+tc"}
+MODEL=${MODEL:-}
+MIX=${MIX:-gsm8k+math}
+SCORER=${SCORER:-bridge}
+MATH_ACC_LIMIT=${MATH_ACC_LIMIT:-0}
+ANSWER_LOSS=${ANSWER_LOSS:-0}
+GEN_TOKENS=${GEN_TOKENS:-256}
+MATH_GEN_TOKENS=${MATH_GEN_TOKENS:-512}
+IMPORTANCE_OPTIONS=${IMPORTANCE_OPTIONS:-"floor=0.5 by=abs"}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-}
 BATCH_SIZE=${BATCH_SIZE:-16}
@@ -87,7 +108,7 @@ PROCS_PER_GPU=${PROCS_PER_GPU:-1}
 PYTHON=${PYTHON:-python3}
 BRIDGE=${BRIDGE:-bridge}
 read -r -a bridge_cmd <<< "$BRIDGE"
-bridge() { "${bridge_cmd[@]}" "$@"; }
+bridge() { command "${bridge_cmd[@]}" "$@"; }  # command: BRIDGE=bridge must not call this function again
 export BRIDGE_NO_PROGRESS=${BRIDGE_NO_PROGRESS:-1}
 if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then gpu=1; else gpu=0; fi
 if [ "$gpu" = 1 ]; then
@@ -96,10 +117,16 @@ else
   EVAL_BATCH=${EVAL_BATCH:-4}; REF_BATCH=${REF_BATCH:-8}
 fi
 EVAL_DTYPE=${EVAL_DTYPE:-float32}  # float32 even on a GPU: the 135M forward is cheap, bf16 rounds the losses
+GEN_BATCH=${GEN_BATCH:-$EVAL_BATCH}
+GEN_DTYPE=${GEN_DTYPE:-$EVAL_DTYPE}   # generation for the accuracy tasks
+model_args=(); [ -n "$MODEL" ] && model_args=(--model "$MODEL")
+case "$SCORER" in bridge|atp) ;; *) echo "grid.sh: error: SCORER must be bridge or atp, not $SCORER" >&2; exit 2 ;; esac
+case "$MIX" in gsm8k|gsm8k+math) ;; *) echo "grid.sh: error: MIX must be gsm8k or gsm8k+math, not $MIX" >&2; exit 2 ;; esac
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
-for f in "$data_dir/gsm8k/train.jsonl" "$data_dir/math/hendrycks_math_train.jsonl" "$gsm_test" "$math_test"; do
+train_files=("$data_dir/gsm8k/train.jsonl"); [ "$MIX" = gsm8k+math ] && train_files+=("$data_dir/math/hendrycks_math_train.jsonl")
+for f in "${train_files[@]}" "$gsm_test" "$math_test"; do
   [ -f "$f" ] || { echo "grid.sh: error: $f: no such file" >&2; exit 2; }
 done
 mkdir -p "$out/data" "$out/done"
@@ -126,13 +153,16 @@ resumable() { if [ -f "$1.partial" ] && [ -f "$1.partial.idx" ]; then echo --res
 
 # 0. the data: one prompt/response JSONL mix, shuffled with DATA_SEED, disjoint slices
 make_data() {
-  "$PYTHON" - "$data_dir" "$out/data" "$W" "$VAL" "$N" "$DATA_SEED" <<'EOF'
+  "$PYTHON" - "$data_dir" "$out/data" "$W" "$VAL" "$N" "$DATA_SEED" "$MIX" <<'EOF'
 import json, os, random, sys
 from pathlib import Path
-src, dst, w, val, n, seed = Path(sys.argv[1]), Path(sys.argv[2]), *map(int, sys.argv[3:])
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+w, val, seed = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[6])
+sources = [("gsm8k", src / "gsm8k/train.jsonl", "question", "answer")]
+if sys.argv[7] == "gsm8k+math":
+    sources.append(("math", src / "math/hendrycks_math_train.jsonl", "problem", "solution"))
 pool = []
-for name, path, p, r in (("gsm8k", src / "gsm8k/train.jsonl", "question", "answer"),
-                         ("math", src / "math/hendrycks_math_train.jsonl", "problem", "solution")):
+for name, path, p, r in sources:
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f):
             if not line.strip():
@@ -141,6 +171,7 @@ for name, path, p, r in (("gsm8k", src / "gsm8k/train.jsonl", "question", "answe
             if not isinstance(rec.get(p), str) or not isinstance(rec.get(r), str):
                 sys.exit(f"grid.sh: error: {path}, line {i + 1}: expected string fields {p!r} and {r!r}")
             pool.append({"id": f"{name}-{i}", "prompt": rec[p], "response": rec[r]})
+n = len(pool) - w - val if sys.argv[5] == "rest" else int(sys.argv[5])
 if w + val + n > len(pool):
     sys.exit(f"grid.sh: error: W + VAL + N = {w + val + n} is more than the {len(pool)} train examples")
 random.Random(seed).shuffle(pool)
@@ -154,6 +185,7 @@ print(json.dumps({"seed": seed, "warm": w, "val": val, "train": n, "gsm8k_share"
 EOF
 }
 data_key="W=$W VAL=$VAL N=$N DATA_SEED=$DATA_SEED"
+[ "$MIX" = gsm8k+math ] || data_key+=" MIX=$MIX"
 if [ -f "$out/data/key" ] && [ "$(cat "$out/data/key")" != "$data_key" ]; then
   echo "grid.sh: error: $out was made with $(cat "$out/data/key"), not $data_key (use another OUT_DIR)" >&2
   exit 2
@@ -164,29 +196,48 @@ echo "$data_key" > "$out/data/key"
 # 1. shared steps
 warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps+=(--max-steps "$WARMUP_MAX_STEPS")
 step warmup bridge warmup "$out/data/warm.jsonl" --val "$out/data/val.jsonl" -o "$out/warmup" \
-  "${warm_steps[@]}" --batch-size 8
-step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" \
+  "${warm_steps[@]}" --batch-size 8 "${model_args[@]}"
+atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
+main_scorer=(); [ "$SCORER" = atp ] && main_scorer=(--scorer atp "${atp_opts[@]}")
+step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" "${main_scorer[@]}" \
   -o "$out/scores.bridge" $(resumable "$out/scores.bridge")
 step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
   -o "$out/refs-base.bridge"
 step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
   --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
-atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
 case " $METHODS " in *" bridge-atp "*)
   step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
     --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
 esac
 if [ -n "$MAX_STEPS" ]; then schedule=(--max-steps "$MAX_STEPS"); else schedule=(--epochs "$EPOCHS"); fi
 
+# losses NAME FILE LIMIT MODEL DIR: the held-out loss of FILE into DIR/heldout-NAME.json, and with ANSWER_LOSS=1
+# the answer-span loss into DIR/answer-NAME.json too, from one model load
+losses() {
+  local name=$1 file=$2 limit=$3 model=$4 d=$5
+  if [ "$ANSWER_LOSS" = 1 ]; then
+    bridge eval "$model" --task heldout-loss,answer-loss --data "heldout-loss=$file" --data "answer-loss=$file" \
+      --limit "$limit" --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/losses-$name" &&
+      mv "$out/$d/losses-$name/eval-answer-loss.json" "$out/$d/answer-$name.json" &&
+      mv "$out/$d/losses-$name/eval-heldout-loss.json" "$out/$d/heldout-$name.json"
+  else
+    bridge eval "$model" --task heldout-loss --data "$file" --limit "$limit" \
+      --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/heldout-$name.json"
+  fi
+}
+
 evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
   local model=$1 d=$2
-  step "$d/eval-gsm8k" bridge eval "$model" --task heldout-loss --data "$gsm_test" --limit "$GSM8K_LIMIT" \
-    --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/heldout-gsm8k.json"
-  step "$d/eval-math500" bridge eval "$model" --task heldout-loss --data "$math_test" --limit "$MATH_LIMIT" \
-    --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/heldout-math500.json"
+  step "$d/eval-gsm8k" losses gsm8k "$gsm_test" "$GSM8K_LIMIT" "$model" "$d"
+  step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
   if [ "$ACC_LIMIT" -gt 0 ]; then
     step "$d/eval-acc" bridge eval "$model" --task gsm8k --data "$gsm_test" --limit "$ACC_LIMIT" \
-      --max-new-tokens 256 --batch-size "$EVAL_BATCH" --dtype "$EVAL_DTYPE" --resume -o "$out/$d/acc-gsm8k.json"
+      --max-new-tokens "$GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume -o "$out/$d/acc-gsm8k.json"
+  fi
+  if [ "$MATH_ACC_LIMIT" -gt 0 ]; then
+    step "$d/eval-acc-math" bridge eval "$model" --task math --data "$math_test" --limit "$MATH_ACC_LIMIT" \
+      --max-new-tokens "$MATH_GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume \
+      -o "$out/$d/acc-math500.json"
   fi
 }
 
@@ -196,7 +247,7 @@ recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
 
 record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR: merge one entry into results.json
   "$PYTHON" "$here/grid_record.py" "$out" "$1" "$2" "$3" "$4" "$5" \
-    "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR"
+    "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR model=${MODEL:-default} mix=$MIX scorer=$SCORER importance_options=${IMPORTANCE_OPTIONS// /,}"
 }
 
 # 2. every row: the jobs SEED:METHOD:RHO (GRID_JOBS: the share of one GPU, set by the GPUS split)
@@ -246,16 +297,17 @@ for job in $GRID_JOBS; do
       fi
       mkdir -p "$out/$run"
       if [ "$method" = base ]; then
-        evaluate smollm2 "$run"
+        evaluate "${MODEL:-smollm2}" "$run"
         record base 1 - "$run" ""
         touch "$out/done/${run//\//_}_recorded"
         continue
       fi
       sel="sel/$method/rho$rho"
-      case "$method" in random|random-close) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
+      case "$method" in random|random-close|importance|tilt) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
-      input=$out/refs.bridge close=0
+      input=$out/refs.bridge close=0 close_args=()
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
+      imp_opts=(); for o in $IMPORTANCE_OPTIONS; do imp_opts+=(--option "$o"); done
       case "$method" in
         full) args=(--method random --rho-p 1 --rho-r 1) ;;
         random) args+=(--option "seed=$seed") ;;
@@ -263,11 +315,17 @@ for job in $GRID_JOBS; do
         bridge|one-pass|independent) close=1 ;;
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
         bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
+        bridge-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 close_args=(--fill) ;;
+        bridge-answer) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-response answer); close=1 ;;
+        importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
+        tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
+                    --option "seed=$seed") ;;
       esac
       step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"
       final=$out/$sel/selected.bridge
       if [ "$close" = 1 ]; then
-        step "$sel/close" bridge close --segmenter math "$out/$sel/selected.bridge" -o "$out/$sel/closed.bridge"
+        step "$sel/close" bridge close --segmenter math "${close_args[@]}" "$out/$sel/selected.bridge" \
+          -o "$out/$sel/closed.bridge"
         final=$out/$sel/closed.bridge
       fi
       step "$sel/inspect" sh -c '"$@" > "$0.tmp" && mv "$0.tmp" "$0"' "$out/$sel/inspect.json" \

@@ -40,15 +40,46 @@ def heldout(path: Path) -> dict | None:
             "items": [[round(it["loss_sum"], 5), it["tokens"]] for it in res["items"]]}
 
 
+def accuracy(path: Path) -> dict | None:
+    res = _load(path)
+    if res is None:
+        return None
+    s = res["summary"]
+    items = sorted(res["items"], key=lambda it: it["index"])
+    return {"accuracy": s["accuracy"], "n": s["n"], "correct": s.get("correct"),
+            "items": [int(bool(it["correct"])) for it in items]}
+
+
+def answer_loss(path: Path) -> dict | None:
+    """The answer-span loss (``eval --task answer-loss``): its summary and per-item values (None where an
+    item's answer span was not found)."""
+    res = _load(path)
+    if res is None:
+        return None
+    s = res["summary"]
+    items = sorted(res["items"], key=lambda it: it["index"])
+    return {k: s.get(k) for k in ("loss", "ci_low", "ci_high", "n", "missing")} | {
+        "items": [None if it.get("loss") is None else round(it["loss"], 6) for it in items]}
+
+
+SHARED = ("data", "warmup", "score", "score-atp", "ref-base", "ref-warmup")
+
+
 def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, settings: str) -> dict:
     e: dict = {"method": method, "rho": float(rho), "seed": None if seed == "-" else int(seed),
                "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "settings": dict(kv.split("=", 1) for kv in settings.split())}
     e["heldout"] = {name: heldout(out / run / f"heldout-{name}.json") for name in ("gsm8k", "math500")}
-    acc = _load(out / run / "acc-gsm8k.json")
-    if acc is not None:
-        e["gsm8k_accuracy"] = {"accuracy": acc["summary"]["accuracy"], "n": acc["summary"]["n"]}
-    seconds = {"eval": sum(_secs(out, f"{run}/eval-{t}") for t in ("gsm8k", "math500", "acc"))}
+    for key, name in (("gsm8k_accuracy", "acc-gsm8k"), ("math500_accuracy", "acc-math500")):
+        acc = accuracy(out / run / f"{name}.json")
+        if acc is not None:
+            e[key] = acc
+    answer = {name: answer_loss(out / run / f"answer-{name}.json") for name in ("gsm8k", "math500")}
+    if any(answer.values()):
+        e["answer_loss"] = answer
+    evals = ("gsm8k", "math500", "acc", "acc-math")  # eval-gsm8k / -math500: held-out (and answer-span) losses
+    seconds = {f"eval-{t}": _secs(out, f"{run}/eval-{t}") for t in evals}
+    seconds["eval"] = sum(seconds.values())
     if sel:
         meta = _load(out / sel / "train.jsonl.bridge.json") or {}
         e["tokens"] = {"executed": meta.get("tokens_executed"), "original": meta.get("tokens_original"),
@@ -81,12 +112,16 @@ def main(argv: list[str]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # grid.sh runs with disjoint METHODS may share OUT
         results = _load(path) or {"format": "bridge-grid/1", "runs": {}}
         results["runs"][key] = new
+        shared = {name: _secs(out, name) for name in SHARED if (out / "done" / name).is_file()}
+        if shared:  # the shared steps of the machine that ran this entry (GPU seconds: each ran alone)
+            results.setdefault("shared", {}).update(shared)
         tmp = path.with_name(f".results.json.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(results, indent=1))
         os.replace(tmp, path)
     h = new["heldout"]
-    print(f"recorded {key}: " + ", ".join(f"{k} {v['loss']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]"
-                                          for k, v in h.items() if v), file=sys.stderr)
+    acc = [f"{k} {new[k]['accuracy']:.4f}" for k in ("gsm8k_accuracy", "math500_accuracy") if k in new]
+    print(f"recorded {key}: " + ", ".join([f"{k} {v['loss']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]"
+                                           for k, v in h.items() if v] + acc), file=sys.stderr)
 
 
 if __name__ == "__main__":

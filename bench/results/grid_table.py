@@ -1,4 +1,5 @@
-"""The held-out-loss grid as a markdown table, paired differences, and the Finding-3 plot.
+"""The grid as markdown tables (held-out loss, accuracy, answer-span loss, cost), paired differences, and the
+Finding-3 plot.
 
     python3 bench/results/grid_table.py OUT/results.json [--plot OUT/finding3.png] [--resamples 1000]
 
@@ -13,6 +14,12 @@ loss on it; the spread between seeds is shown separately (``seed sd``). A differ
 rows is bootstrapped *paired* (both models scored on the same resampled examples), which is
 tighter than comparing two intervals. Finding 3 of the paper: BRIDGE minus Independent as
 retention falls (negative = BRIDGE's held-out loss is lower), one line per held-out file.
+
+When the runs hold accuracy (GSM8K test, MATH-500: 0/1 per item) or the answer-span loss (per item),
+the same is done for them: seed-mean over items with a percentile bootstrap over items, and every row
+minus ``random`` at the same retention, paired over items (an interval above 0 for accuracy, below 0
+for a loss, is a win beyond resampling noise). The cost table gives each row's GPU seconds per run
+(select..compact, train, eval) next to the shared steps (warm-up, scoring, reference passes).
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ import numpy as np
 
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
 ORDER = ["base", "full", "random", "random-close", "independent", "one-pass", "bridge", "bridge-atp", "bridge-global",
-         "rho1", "tokencleaning", "llm+tc"]
+         "rho1", "tokencleaning", "llm+tc", "bridge-fill", "bridge-answer", "importance", "tilt"]
+#: per-item measures: (results key, sub-key, label, higher is better)
+ITEMS = (("gsm8k_accuracy", None, "GSM8K acc", True), ("math500_accuracy", None, "MATH-500 acc", True),
+         ("answer_loss", "gsm8k", "GSM8K answer loss", False), ("answer_loss", "math500", "MATH-500 answer loss", False))
 
 
 def _order(method: str) -> tuple[int, str]:
@@ -59,6 +69,21 @@ class Group:
     def seed_sd(self, name: str) -> float | None:
         vals = [r["heldout"][name]["loss"] for r in self.runs if (r.get("heldout") or {}).get(name)]
         return float(np.std(vals, ddof=1)) if len(vals) > 1 else None
+
+    def item_values(self, key: str, sub: str | None) -> np.ndarray | None:
+        """[seeds, items] per-item values (accuracy 0/1, or a loss; NaN where missing), or None when a
+        seed lacks them or the seeds disagree on the items."""
+        arrs = []
+        for r in self.runs:
+            m = r.get(key)
+            if m is not None and sub is not None:
+                m = m.get(sub)
+            if not m or not m.get("items"):
+                return None
+            arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
+        if len({a.shape for a in arrs}) != 1:
+            return None
+        return np.stack(arrs)
 
     def mean_of(self, *keys: str) -> float | None:
         vals = []
@@ -96,6 +121,34 @@ def paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
     point = float((a[:, :, 0].sum(1) / a[:, :, 1].sum(1)).mean() - (b[:, :, 0].sum(1) / b[:, :, 1].sum(1)).mean())
     lo, hi = np.percentile(resampled(a, idx) - resampled(b, idx), [2.5, 97.5])
     return point, float(lo), float(hi)
+
+
+def item_interval(values: np.ndarray | None, resamples: int):
+    """(seed-mean of the per-item mean, low, high): percentile bootstrap over items (NaN items left out
+    of every mean)."""
+    if values is None:
+        return None
+    keep = ~np.isnan(values).any(axis=0)
+    v = values[:, keep]
+    if v.shape[1] == 0:
+        return None
+    idx = np.random.default_rng(0).integers(0, v.shape[1], size=(resamples, v.shape[1]))
+    lo, hi = np.percentile(v[:, idx].mean(-1).mean(0), [2.5, 97.5])
+    return float(v.mean()), float(lo), float(hi)
+
+
+def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
+    """(a - b, low, high) on the same resampled items, both seed-means; None when the items differ."""
+    if a is None or b is None or a.shape[1] != b.shape[1]:
+        return None
+    keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
+    a, b = a[:, keep], b[:, keep]
+    if a.shape[1] == 0:
+        return None
+    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
+    diff = a[:, idx].mean(-1).mean(0) - b[:, idx].mean(-1).mean(0)
+    lo, hi = np.percentile(diff, [2.5, 97.5])
+    return float(a.mean(1).mean() - b.mean(1).mean()), float(lo), float(hi)
 
 
 def groups_of(results: dict) -> dict[tuple[str, float], Group]:
@@ -142,6 +195,85 @@ def table(groups: dict, resamples: int) -> str:
             a = g.mean_of("gsm8k_accuracy", "accuracy")
             row.append("" if a is None else f"{100 * a:.1f}%")
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _measures(groups: dict) -> list[tuple]:
+    return [m for m in ITEMS if any(g.item_values(m[0], m[1]) is not None for g in groups.values())]
+
+
+def fmt_item(ci, accuracy: bool) -> str:
+    if ci is None:
+        return "n/a"
+    if accuracy:
+        return f"{100 * ci[0]:.1f} [{100 * ci[1]:.1f}, {100 * ci[2]:.1f}]"
+    return fmt(ci)
+
+
+def item_table(groups: dict, resamples: int) -> str:
+    """Accuracy and answer-span loss per row, with 95% intervals over items (accuracy in %)."""
+    measures = _measures(groups)
+    if not measures:
+        return ""
+    head = ["method", "rho", "seeds"] + [f"{label} [95% CI]" + (" %" if hi else "") for _, _, label, hi in measures]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        row = [g.method, "-" if g.method in ("base", "full") else f"{g.rho:g}", str(len(g.runs))]
+        row += [fmt_item(item_interval(g.item_values(k, sub), resamples), hi) for k, sub, _, hi in measures]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def versus(groups: dict, resamples: int, ref: str = "random") -> str:
+    """Every row minus ``ref`` at the same retention, paired over items (accuracy in points) and over
+    held-out examples (losses); ``beats`` marks an interval entirely on the winning side of 0."""
+    measures = _measures(groups)
+    cols = [(m, label) for m in measures for label in [m[2]]] + [(None, f"{label} loss") for _, label in FILES]
+    lines = [f"| minus {ref} | rho | " + " | ".join(c[1] + " (paired 95% CI)" for c in cols) + " | beats "
+             f"{ref} on |", "|---|---|" + "---|" * (len(cols) + 1)]
+    for (method, rho), g in sorted(groups.items(), key=lambda kv: (_order(kv[0][0]), -kv[0][1])):
+        base_key = (ref, rho) if (ref, rho) in groups else None
+        if method == ref or method == "base" or base_key is None and method != "full":
+            continue
+        refs = [k for k in groups if k[0] == ref] if method == "full" else [base_key]
+        for rk in refs:
+            other = groups[rk]
+            cells, wins = [], []
+            for m, label in cols:
+                if m is not None:
+                    key, sub, _, higher = m
+                    d = item_paired(g.item_values(key, sub), other.item_values(key, sub), resamples)
+                    cells.append(fmt_item(d, higher) if higher else fmt(d))
+                else:
+                    name = next(n for n, lab in FILES if f"{lab} loss" == label)
+                    d = paired(g.items(name), other.items(name), resamples)
+                    higher = False
+                    cells.append(fmt(d))
+                if d is not None and ((higher and d[1] > 0) or (not higher and d[2] < 0)):
+                    wins.append(label)
+            lines.append(f"| {method} | {rk[1]:g} | " + " | ".join(cells) + f" | {', '.join(wins) or '-'} |")
+    return "\n".join(lines)
+
+
+def costs(results: dict, groups: dict) -> str:
+    """GPU seconds: the shared steps once, and per run (mean over seeds) select..compact, train, eval."""
+    shared = results.get("shared") or {}
+    lines = []
+    if shared:
+        lines.append("shared steps (s): " + ", ".join(f"{k} {v}" for k, v in shared.items()))
+        lines.append("")
+    lines += ["| method | rho | select..compact s | train s | eval s | train s / full's |", "|---|---|---|---|---|---|"]
+    full = groups.get(("full", 1.0))
+    full_train = full.mean_of("seconds", "train") if full else None
+    for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        prep = [sum((r.get("seconds") or {}).get(k, 0) for k in ("select", "close", "inspect", "compact")) for r in g.runs]
+        train = g.mean_of("seconds", "train")
+        ratio = f"{train / full_train:.2f}" if train and full_train else ""
+        lines.append(f"| {g.method} | {'-' if g.method in ('base', 'full') else f'{g.rho:g}'} | "
+                     f"{fmt_int(np.mean(prep)) if g.method != 'base' else ''} | {fmt_int(train)} | "
+                     f"{fmt_int(g.mean_of('seconds', 'eval'))} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -203,15 +335,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.results.is_file():
         print(f"grid_table.py: error: {args.results}: no such file", file=sys.stderr)
         return 2
-    groups = groups_of(json.loads(args.results.read_text()))
+    results = json.loads(args.results.read_text())
+    groups = groups_of(results)
     if not groups:
         print(f"grid_table.py: error: {args.results}: no runs recorded", file=sys.stderr)
         return 2
     print(table(groups, args.resamples))
-    diff = differences(groups, args.resamples)
-    if diff:
-        print()
-        print(diff)
+    for part in (item_table(groups, args.resamples), versus(groups, args.resamples),
+                 differences(groups, args.resamples), costs(results, groups)):
+        if part:
+            print()
+            print(part)
     png = args.plot or args.results.with_name("finding3.png")
     if plot(groups, png, args.resamples):
         print(f"\nFinding-3 plot: {png}", file=sys.stderr)

@@ -1,0 +1,121 @@
+"""Carry a large file to a lent GPU machine in pieces, and rebuild it there (the tree a device call
+carries is capped at 64 MiB, so a 491 MB GGUF goes in about nine calls to one warm machine).
+
+Here (split):
+    python3 bench/results/carry_file.py split FILE --name qwen --target /tmp/models/qwen.gguf [--mib 52]
+        -> .carry/qwen-01/ .. .carry/qwen-NN/, each one zstd piece plus the manifest (name, sha256 of
+           FILE, pieces, target); carry one folder per device call
+There (after each call, keep the piece; once all are there, rebuild):
+    python3 bench/results/carry_file.py stash .carry/qwen-03          # copies it to /tmp/stash
+    python3 bench/results/carry_file.py assemble [/tmp/stash]         # every complete file: target
+                                                                        written, sha256 checked
+Needs only the standard library and ``zstandard`` (a carried wheel on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+STASH = Path("/tmp/stash")
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def split(src: Path, name: str, target: str, mib: int, out: Path) -> int:
+    import zstandard
+
+    packed = out / f".{name}.zst"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fin, open(packed, "wb") as fout:
+        zstandard.ZstdCompressor(level=3, threads=-1).copy_stream(fin, fout)
+    size, step = packed.stat().st_size, mib << 20
+    count = (size + step - 1) // step
+    manifest = {"name": name, "sha256": sha256(src), "bytes": src.stat().st_size, "pieces": count, "target": target}
+    with open(packed, "rb") as fh:
+        for k in range(1, count + 1):
+            folder = out / f"{name}-{k:02d}"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            (folder / f"{name}.zst.part{k:02d}").write_bytes(fh.read(step))
+            (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
+    packed.unlink()
+    print(f"{src} ({manifest['bytes']:,} bytes) -> {count} pieces of <= {mib} MiB in {out}/{name}-NN/", file=sys.stderr)
+    return 0
+
+
+def stash(folder: Path, into: Path = STASH) -> int:
+    into.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        shutil.copy2(f, into / f.name)
+    print(f"stashed {', '.join(sorted(f.name for f in folder.iterdir()))}", file=sys.stderr)
+    return 0
+
+
+def assemble(into: Path = STASH) -> int:
+    import zstandard
+
+    status = 0
+    for man in sorted(into.glob("*.manifest.json")):
+        m = json.loads(man.read_text())
+        parts = [into / f"{m['name']}.zst.part{k:02d}" for k in range(1, m["pieces"] + 1)]
+        missing = [p.name for p in parts if not p.is_file()]
+        target = Path(m["target"])
+        if target.is_file() and target.stat().st_size == m["bytes"] and sha256(target) == m["sha256"]:
+            print(f"{m['name']}: {target} already in place", file=sys.stderr)
+            continue
+        if missing:
+            print(f"{m['name']}: waiting for {len(missing)} of {m['pieces']} pieces ({', '.join(missing)})", file=sys.stderr)
+            status = 3
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        dec = zstandard.ZstdDecompressor().decompressobj()
+        with open(tmp, "wb") as out:
+            for p in parts:
+                out.write(dec.decompress(p.read_bytes()))
+        got = sha256(tmp)
+        if got != m["sha256"]:
+            tmp.unlink()
+            print(f"{m['name']}: sha256 {got} != {m['sha256']}: pieces damaged", file=sys.stderr)
+            status = 4
+            continue
+        os.replace(tmp, target)
+        print(f"{m['name']}: {target} ({m['bytes']:,} bytes, sha256 ok)", file=sys.stderr)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("split")
+    s.add_argument("file", type=Path)
+    s.add_argument("--name", required=True)
+    s.add_argument("--target", required=True, help="where the device writes the rebuilt file")
+    s.add_argument("--mib", type=int, default=52)
+    s.add_argument("--out", type=Path, default=Path(".carry"))
+    st = sub.add_parser("stash")
+    st.add_argument("folders", type=Path, nargs="+")
+    a = sub.add_parser("assemble")
+    a.add_argument("stash", type=Path, nargs="?", default=STASH)
+    args = ap.parse_args(argv)
+    if args.cmd == "split":
+        return split(args.file, args.name, args.target, args.mib, args.out)
+    if args.cmd == "stash":
+        return max(stash(f) for f in args.folders)
+    return assemble(args.stash)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
