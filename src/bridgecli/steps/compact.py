@@ -26,6 +26,7 @@ import msgspec
 import numpy as np
 
 from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
+from ..display import printable
 from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
@@ -218,7 +219,10 @@ def explain_drops(stats: "CompactStats") -> str:
 
 
 def render_text(example: Example, row: Row, supervise: list[int]) -> str:
-    """A human view: the executed prompt, then the response with supervised runs in [[ ]]."""
+    """A human view: the executed prompt, then the response with supervised runs in [[ ]]. Control
+    characters of the data are shown escaped (:func:`~bridgecli.display.printable`): the id on its
+    ``###`` line wholly (a newline in an id cannot start a line of its own), the text all but its line
+    breaks and tabs."""
     kinds = np.frombuffer(example.tokens.kinds, dtype=np.uint8)
     spans = example.tokens.spans()
     keep = set(selection_of(example).prompt_keep)
@@ -245,10 +249,11 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     n_p = int((kinds == PROMPT).sum())
     n_r = int((kinds == RESPONSE).sum())
     head = (
-        f"### {example.id}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
+        f"### {printable(example.id)}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
         f"executed {len(row.input_ids)}/{len(kinds)} tokens"
     )
-    return f"{head}\n{''.join(prompt_parts)}\n--- response ---\n{''.join(resp_parts)}\n"
+    prompt_text, resp_text = printable("".join(prompt_parts), lines=True), printable("".join(resp_parts), lines=True)
+    return f"{head}\n{prompt_text}\n--- response ---\n{resp_text}\n"
 
 
 def run_compact(opts: CompactOptions) -> CompactStats:
