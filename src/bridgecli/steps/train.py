@@ -91,9 +91,18 @@ def read_rows(
 
 
 def _int_list(val: Any, p: Path, where: str, name: str) -> list[int]:
-    if not isinstance(val, list) or not all(isinstance(x, int) for x in val):
+    """``val`` when it is a list of integers. JSON ``true``/``false`` are refused: Python reads them as
+    bools, which are ints (``True == 1``), but they are no token id or label."""
+    if not isinstance(val, list):
         raise InputError("expected a list of integers", file=str(p), record=where, field=name)
+    if not set(map(type, val)) <= _INT:
+        k, bad = next((k, x) for k, x in enumerate(val) if type(x) is not int)
+        shown = ("true" if bad else "false") if isinstance(bad, bool) else repr(bad)[:40]
+        raise InputError(f"expected a list of integers, entry {k} is {shown}", file=str(p), record=where, field=name)
     return val
+
+
+_INT = {int}
 
 
 def _install(tmp: Path, out: Path) -> None:
