@@ -35,6 +35,7 @@ BAD = [
     (["train"], ["x.jsonl", "--lora", "--lora-r", "0"], 2, "--lora-r"),
     (["train"], ["x.jsonl", "--lora-dropout", "nan"], 2, "--lora-dropout applies only with --lora"),
     (["train"], ["x.jsonl", "--lora", "--lora-targets", ""], 2, "--lora-targets"),
+    (["train"], ["x.jsonl", "--max-length", "0"], 2, "--max-length"),
     (["eval"], ["runs/x", "--few-shot", "-1"], 2, "--few-shot"),
     (["eval"], ["runs/x", "--task", ","], 2, "--task"),
     (["compare"], ["runs/x", "--target"], 2, "--target"),

@@ -145,3 +145,45 @@ def test_stdout_errors_and_atomic_output(tmp_path, reference, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / name), format=fmt))
     assert list(tmp_path.iterdir()) == []  # nothing half-written, no temporary left
+
+
+def _with_model(tmp_path, source: str) -> Path:
+    """The golden stream with another model source in its header."""
+    import msgspec
+
+    from bridgecli.format.reader import open_reader
+    from bridgecli.format.writer import open_writer
+
+    out = tmp_path / "relabelled.bridge"
+    with open_reader(STREAM) as reader:
+        header = msgspec.structs.replace(reader.header, model=msgspec.structs.replace(reader.header.model,
+                                                                                      source=source))
+        with open_writer(out, header) as writer:
+            for ex in reader:
+                writer.write(ex)
+    return out
+
+
+def test_rows_over_the_model_limit_are_reported(tmp_path, reference):
+    """compact knows the model from the stream's header and reads its limit from the model's files."""
+    lengths = sorted(len(r["input_ids"]) for r in reference)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": lengths[1] - 1}))
+    result = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(model))), "-o",
+                                      str(tmp_path / "rows.jsonl")])
+    assert result.exit_code == 0, result.output
+    longest = max(reference, key=lambda r: len(r["input_ids"]))
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warning == [f"warning: 2 of 3 rows are longer than {lengths[1] - 1:,} tokens, the model's limit "
+                       f"(max_position_embeddings of {model}) (the longest, {longest['id']}, has {lengths[2]:,}): "
+                       "`bridge train` refuses them, or clips them with --clip-long-rows"]
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 3  # written all the same
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": lengths[2]}))
+    quiet = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(model))), "-o",
+                                     str(tmp_path / "rows.jsonl")])
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    gone = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(tmp_path / "moved"))), "-o",
+                                    str(tmp_path / "rows.jsonl")])
+    assert gone.exit_code == 0 and "warning" not in gone.stderr  # no model files here: nothing to say
+

@@ -50,6 +50,8 @@ def train(
     resume: bool = opt(T, "resume", rich_help_panel=_RUN),
     overwrite: bool = opt(T, "overwrite", rich_help_panel=_RUN),
     allow_empty: bool = opt(T, "allow_empty"),
+    max_length: Optional[int] = opt(T, "max_length"),
+    clip_long_rows: bool = opt(T, "clip_long_rows"),
 ):
     """SFT from theta_old: AdamW, cosine schedule, token-mean loss over the selected positions of each step.
 
@@ -67,6 +69,8 @@ def train(
             resume=resume,
             overwrite=overwrite,
             allow_empty=allow_empty,
+            max_length=max_length,
+            clip_long_rows=clip_long_rows,
             sft=C(
                 epochs=epochs,
                 lr=lr if lr is not None else default_lr(lora),

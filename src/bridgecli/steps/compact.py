@@ -50,6 +50,12 @@ class CompactStats:
     tokens_after: int = 0
     supervised: int = 0
     response_tokens: int = 0
+    #: the longest row training takes (the model's limit; None: not known here) and what it is
+    limit: int | None = None
+    limit_source: str = ""
+    #: rows longer than ``limit``, and the longest row written: (length, id)
+    too_long: int = 0
+    longest: tuple[int, str] = (0, "")
 
 
 def supervision_of(example: Example) -> list[int]:
@@ -256,6 +262,34 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     return f"{head}\n{prompt_text}\n--- response ---\n{resp_text}\n"
 
 
+def row_limit(header) -> tuple[int, str] | None:
+    """(the longest row the stream's model trains on, what that number is) from the model's files
+    (:func:`~bridgecli.training.limits.model_limit_of`, no model loads), else the ``--max-length``
+    that ``score`` recorded; None when neither is known here."""
+    from ..training.limits import model_limit_of
+
+    found = model_limit_of(header.model.source)
+    if found is not None:
+        return found[0], f"the model's limit ({found[1]} of {header.model.source})"
+    for step in header.steps:
+        value = step.params.get("max_length") if step.step == "score" else None
+        if type(value) is int and value > 0:
+            return value, "the --max-length score recorded"
+    return None
+
+
+def long_rows_warning(stats: CompactStats) -> str | None:
+    """One line about the rows longer than ``stats.limit``, or None when there are none."""
+    if not stats.too_long or stats.limit is None:
+        return None
+    length, id_ = stats.longest
+    return (
+        f"warning: {stats.too_long} of {stats.rows} rows are longer than {stats.limit:,} tokens, "
+        f"{stats.limit_source} (the longest, {id_}, has {length:,}): `bridge train` refuses them, "
+        f"or clips them with --clip-long-rows"
+    )
+
+
 def run_compact(opts: CompactOptions) -> CompactStats:
     check(opts)
     if opts.format == "text" and opts.columns != "trl":
@@ -269,6 +303,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         if header.stage == "selection":
             note("no closure step in this stream: supervising the token-level selection")
         fingerprint = header.model.tokenizer_fingerprint or ""
+        limit = row_limit(header)
+        if limit is not None:
+            stats.limit, stats.limit_source = limit
         # jsonl lines are encoded where the row is made (in the workers with --workers)
         encoded = opts.format in ("jsonl", "text")
 
@@ -318,6 +355,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 stats.response_tokens += response
                 stats.tokens_after += after
                 stats.supervised += supervised
+                if after > stats.longest[0]:
+                    stats.longest = (after, id_)
+                if stats.limit is not None and after > stats.limit:
+                    stats.too_long += 1
                 sink(output)
             if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
                 what = (
@@ -338,6 +379,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
             f"({shown}): {explain_drops(stats)}"
         )
+    warning = long_rows_warning(stats)
+    if warning is not None:
+        note(warning)
     if stats.tokens_before:
         note(
             f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
