@@ -187,3 +187,55 @@ def test_rows_over_the_model_limit_are_reported(tmp_path, reference):
                                     str(tmp_path / "rows.jsonl")])
     assert gone.exit_code == 0 and "warning" not in gone.stderr  # no model files here: nothing to say
 
+
+def test_hf_sweeps_the_scratch_folders_of_killed_runs_only(tmp_path):
+    """`--format hf` works in a `.bridge-compact.*` folder next to the output; a SIGKILL leaves it. The
+    next run removes those that no process holds, never a running one's (held by its lock)."""
+    import fcntl
+    import os
+
+    old = 3600
+    stale = tmp_path / ".bridge-compact.abcd_123"
+    stale.mkdir()
+    (stale / "rows.parquet").write_bytes(b"x" * 100)
+    live = tmp_path / ".bridge-compact.live0001"
+    live.mkdir()
+    other = tmp_path / ".bridge-compactor.zzzz9999"  # not one of ours
+    other.mkdir()
+    for p in (stale, live, other):
+        os.utime(p, (p.stat().st_atime - old, p.stat().st_mtime - old))
+    held = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "rows"), format="hf"))
+        assert not stale.exists() and live.exists() and other.exists()
+        leftover = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".bridge-compact."))
+        assert leftover == [live.name]
+        _killed_run_is_swept(tmp_path, live)
+    finally:
+        os.close(held)
+    run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "rows"), format="hf"))
+    assert not live.exists()  # its holder is gone
+
+
+def _killed_run_is_swept(tmp_path, live):
+    import os
+    import subprocess
+    import sys
+
+
+    # a run killed mid-write leaves its folder; the next run sweeps it once it is older than a few seconds
+    code = ("import os, sys\nfrom bridgecli.steps import compact as c\nfrom bridgecli.steps.compact import *\n"
+            "real = c.columns_of\n"
+            "def kill(*a, **k):\n    os.kill(os.getpid(), 9)\n"
+            "c.columns_of = kill\n"
+            f"run_compact(CompactOptions(inp={str(STREAM)!r}, out={str(tmp_path / 'k')!r}, format='hf'))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    assert done.returncode == -9
+    killed = [p for p in tmp_path.iterdir() if p.name.startswith(".bridge-compact.") and p != live]
+    assert len(killed) == 1
+    os.utime(killed[0], (killed[0].stat().st_atime - 3600, killed[0].stat().st_mtime - 3600))
+    run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "k"), format="hf"))
+    assert not killed[0].exists() and live.exists()

@@ -16,6 +16,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -140,7 +143,7 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         return
     import datasets
 
-    with atomic_dir(out) as folder, tempfile.TemporaryDirectory(prefix=".bridge-compact.", dir=folder.parent) as work:
+    with atomic_dir(out) as folder, _work_dir(folder.parent) as work:
         rows = Path(work) / "rows.parquet"
         writer = _TableWriter(rows, preset)
         try:
@@ -150,6 +153,29 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         with _quiet_datasets(datasets):
             table = datasets.Dataset.from_parquet(str(rows), cache_dir=str(Path(work) / "cache"))
             table.save_to_disk(str(folder))
+
+
+#: the scratch folders of ``--format hf`` (rows.parquet and the datasets cache), next to the output
+WORK_PREFIX = ".bridge-compact."
+
+
+@contextmanager
+def _work_dir(parent: Path) -> Iterator[Path]:
+    """A scratch folder in ``parent`` for the time of the block, locked while it exists (like the io
+    module's temporary outputs), and removed after. The scratch folders that killed runs left there
+    (SIGKILL runs no cleanup) are swept first: only those that no running process holds and that
+    are older than :data:`bridgecli.io.STALE_AFTER`, so a live run's is never touched."""
+    from ..io import _hold, sweep_stale
+
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=parent))
+    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _hold(held)
+        sweep_stale(parent, re.escape(WORK_PREFIX) + r"[a-z0-9_]{8}")
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        os.close(held)
 
 
 def _jsonl(record: dict, *, row: bool = False) -> str:
