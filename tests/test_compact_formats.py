@@ -145,3 +145,97 @@ def test_stdout_errors_and_atomic_output(tmp_path, reference, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / name), format=fmt))
     assert list(tmp_path.iterdir()) == []  # nothing half-written, no temporary left
+
+
+def _with_model(tmp_path, source: str) -> Path:
+    """The golden stream with another model source in its header."""
+    import msgspec
+
+    from bridgecli.format.reader import open_reader
+    from bridgecli.format.writer import open_writer
+
+    out = tmp_path / "relabelled.bridge"
+    with open_reader(STREAM) as reader:
+        header = msgspec.structs.replace(reader.header, model=msgspec.structs.replace(reader.header.model,
+                                                                                      source=source))
+        with open_writer(out, header) as writer:
+            for ex in reader:
+                writer.write(ex)
+    return out
+
+
+def test_rows_over_the_model_limit_are_reported(tmp_path, reference):
+    """compact knows the model from the stream's header and reads its limit from the model's files."""
+    lengths = sorted(len(r["input_ids"]) for r in reference)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": lengths[1] - 1}))
+    result = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(model))), "-o",
+                                      str(tmp_path / "rows.jsonl")])
+    assert result.exit_code == 0, result.output
+    longest = max(reference, key=lambda r: len(r["input_ids"]))
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert warning == [f"warning: 2 of 3 rows are longer than {lengths[1] - 1:,} tokens, the model's limit "
+                       f"(max_position_embeddings of {model}) (the longest, {longest['id']}, has {lengths[2]:,}): "
+                       "`bridge train` refuses them, or clips them with --clip-long-rows"]
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 3  # written all the same
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": lengths[2]}))
+    quiet = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(model))), "-o",
+                                     str(tmp_path / "rows.jsonl")])
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr
+    gone = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(tmp_path / "moved"))), "-o",
+                                    str(tmp_path / "rows.jsonl")])
+    assert gone.exit_code == 0 and "warning" not in gone.stderr  # no model files here: nothing to say
+
+
+def test_hf_sweeps_the_scratch_folders_of_killed_runs_only(tmp_path):
+    """`--format hf` works in a `.bridge-compact.*` folder next to the output; a SIGKILL leaves it. The
+    next run removes those that no process holds, never a running one's (held by its lock)."""
+    import fcntl
+    import os
+
+    old = 3600
+    stale = tmp_path / ".bridge-compact.abcd_123"
+    stale.mkdir()
+    (stale / "rows.parquet").write_bytes(b"x" * 100)
+    live = tmp_path / ".bridge-compact.live0001"
+    live.mkdir()
+    other = tmp_path / ".bridge-compactor.zzzz9999"  # not one of ours
+    other.mkdir()
+    for p in (stale, live, other):
+        os.utime(p, (p.stat().st_atime - old, p.stat().st_mtime - old))
+    held = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "rows"), format="hf"))
+        assert not stale.exists() and live.exists() and other.exists()
+        leftover = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".bridge-compact."))
+        assert leftover == [live.name]
+        _killed_run_is_swept(tmp_path, live)
+    finally:
+        os.close(held)
+    run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "rows"), format="hf"))
+    assert not live.exists()  # its holder is gone
+
+
+def _killed_run_is_swept(tmp_path, live):
+    import os
+    import subprocess
+    import sys
+
+
+    # a run killed mid-write leaves its folder; the next run sweeps it once it is older than a few seconds
+    code = ("import os, sys\nfrom bridgecli.steps import compact as c\nfrom bridgecli.steps.compact import *\n"
+            "real = c.columns_of\n"
+            "def kill(*a, **k):\n    os.kill(os.getpid(), 9)\n"
+            "c.columns_of = kill\n"
+            f"run_compact(CompactOptions(inp={str(STREAM)!r}, out={str(tmp_path / 'k')!r}, format='hf'))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    assert done.returncode == -9
+    killed = [p for p in tmp_path.iterdir() if p.name.startswith(".bridge-compact.") and p != live]
+    assert len(killed) == 1
+    os.utime(killed[0], (killed[0].stat().st_atime - 3600, killed[0].stat().st_mtime - 3600))
+    run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "k"), format="hf"))
+    assert not killed[0].exists() and live.exists()

@@ -224,3 +224,18 @@ def test_the_workers_read_the_shards_frames(tmp_path, monkeypatch):
     monkeypatch.setattr(merge, "_payloads", counted)
     assert _merged([paths[0], late], tmp_path / "x", validate=False, workers=2) == ref
     assert "late" in ref[0][1] and read_here and min(i for _, i in read_here) > 100  # from the damaged frame on
+
+
+def test_bridge_merge_caps_workers_at_the_cpu_count(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+
+    paths = _shards(tmp_path, 40, 2, per_frame=16)
+    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 1)
+    res = CliRunner().invoke(app, ["merge", *map(str, paths), "-o", str(tmp_path / "m"), "--workers", "200"],
+                             env={"BRIDGE_NO_PROGRESS": "1"})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == ["--workers 200 lowered to 1, the number of CPUs this process may use",
+                                       "merged 40 examples"]
+    assert (tmp_path / "m").read_bytes() == _merged(paths, tmp_path / "ref")[1]

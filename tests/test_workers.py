@@ -67,8 +67,10 @@ def test_workers_give_the_same_bytes(scored, tmp_path):
     assert outs[1] == outs[2]
 
 
-def test_workers_report_the_same_error(scored, tmp_path):
+def test_workers_report_the_same_error(scored, tmp_path, monkeypatch):
     from test_show import write_stream
+
+    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 8)  # 3 workers even on 2 CPUs
 
     folder, exs, _ = scored
     bad = list(exs)
@@ -93,6 +95,37 @@ def test_workers_must_be_positive(scored, tmp_path):
     _, _, src = scored
     code, out = _run(["close", src, "-o", tmp_path / "x.bridge", "--workers", 0])
     assert code != 0 and "--workers" in out
+
+
+def test_workers_are_capped_at_the_cpu_count(scored, tmp_path, monkeypatch):
+    """200 processes for 5 records was accepted; more workers than CPUs are lowered, with one line."""
+    _, _, src = scored
+    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 2)
+    from bridgecli.steps.workers import _Pool
+
+    forks = []
+    real = _Pool.__init__
+
+    def counting(self, processes=None, *args, **kwargs):
+        forks.append(processes)
+        real(self, processes, *args, **kwargs)
+
+    monkeypatch.setattr("bridgecli.steps.workers._Pool.__init__", counting)
+    runner = CliRunner()
+    steps = (("select", src, "s.bridge"), ("close", tmp_path / "s.bridge", "c.bridge"),
+             ("compact", tmp_path / "c.bridge", "rows.jsonl"))
+    for step, inp, out in steps:
+        res = runner.invoke(app, [step, str(inp), "-o", str(tmp_path / out), "--workers", "200"],
+                            env={"BRIDGE_NO_PROGRESS": "1"})
+        assert res.exit_code == 0, res.output
+        notes = [line for line in res.stderr.splitlines() if "--workers" in line]
+        assert notes == ["--workers 200 lowered to 2, the number of CPUs this process may use"], res.stderr
+    assert forks == [2, 2, 2]
+    one = runner.invoke(app, ["compact", str(tmp_path / "c.bridge"), "-o", str(tmp_path / "one.jsonl")])
+    assert one.exit_code == 0 and (tmp_path / "one.jsonl").read_bytes() == (tmp_path / "rows.jsonl").read_bytes()
+    quiet = runner.invoke(app, ["close", str(tmp_path / "s.bridge"), "-o", str(tmp_path / "q.bridge"), "--workers",
+                                "2"], env={"BRIDGE_NO_PROGRESS": "1"})
+    assert quiet.exit_code == 0 and "lowered" not in quiet.stderr
 
 
 def test_workers_report_a_truncated_input_the_same(scored, tmp_path):

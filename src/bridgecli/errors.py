@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .display import printable
+
 
 class BridgeError(Exception):
     """Base class: a problem the user can fix. The CLI prints ``str(err)`` on one line and exits ``exit_code``."""
@@ -38,7 +40,8 @@ class BridgeError(Exception):
         text = ": ".join([", ".join(where), self.message]) if where else self.message
         if self.hint:
             text += f" ({self.hint})"
-        return " ".join(text.split("\n"))
+        # one line, and no control character from the data it names reaches the terminal
+        return printable(" ".join(text.split("\n")))
 
 
 class EmptyResultError(BridgeError):

@@ -26,7 +26,8 @@ MODEL_HELP = "HF model folder, .gguf file or HF id (default: the embedded SmolLM
 SEED_HELP = "Random seed (data order, splits)."
 ALLOW_EMPTY_HELP = "Accept an empty input or result (0 examples or rows) instead of failing."
 WORKERS_HELP = (
-    "Processes for the per-example work (1: this process). Output is identical for any number; about one per core."
+    "Processes for the per-example work (1: this process). Output is identical for any number; about one per "
+    "core (more than the CPUs this process may use is lowered to that)."
 )
 
 

@@ -217,8 +217,11 @@ def progress_bar(show: bool | None = None) -> Iterator[Progress]:
 
 
 def note(message: str) -> None:
-    """A one-line status message on stderr."""
-    stderr.print(message, highlight=False, soft_wrap=True)
+    """A one-line status message on stderr, printed as it is: no rich markup or emoji codes, and every
+    control character written as a visible escape (the ids and names it may quote are data)."""
+    from .display import printable
+
+    stderr.print(printable(message), highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 __all__ = ["LINE_EVERY", "enabled", "in_pipe", "make_progress", "mode", "note", "progress_bar"]

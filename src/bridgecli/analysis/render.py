@@ -4,6 +4,11 @@ Dropped prompt tokens are dim and struck through, kept prompt tokens plain, temp
 muted; supervised response tokens are highlighted with a colour whose strength follows their
 score (green positive, red negative); closure units are delimited. Every token carries its scores
 (HTML: on hover, via ``title``).
+
+The view keeps the stream's text and names as they are; each renderer shows them through
+:func:`bridgecli.display.printable`, so no control character of the data (an escape sequence that
+retitles or clears the terminal, a carriage return) reaches the terminal or the page: it is shown as
+``\x1b``, ``\r``, ...; the text keeps its line breaks and tabs, ids and names are one line.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..display import printable
 from ..format.records import Example, Header
 from ..format.spec import EOS, PROMPT, RESPONSE, TEMPLATE
 
@@ -47,6 +53,15 @@ class ExampleView:
 
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
+
+
+def _heading(view: ExampleView) -> str:
+    """``example ID (index K, stage S)``, with the stream's id and stage shown safely."""
+    return f"example {printable(view.id)} (index {view.index}, stage {printable(view.stage)})"
+
+
+def _summary(view: ExampleView, sep: str) -> str:
+    return sep.join(f"{printable(k)}: {printable(v)}" for k, v in view.summary.items())
 
 
 def build_view(example: Example, header: Header | None = None) -> ExampleView:
@@ -197,7 +212,7 @@ def render_plain(view: ExampleView) -> str:
             if kind is not None:
                 out.append(DROPPED_OPEN if kind == "dropped" else SUPERVISED_OPEN)
                 open_ = kind
-        out.append(text)
+        out.append(printable(text, lines=True))
 
     for t in view.tokens:
         if t.kind == "prompt":
@@ -214,9 +229,7 @@ def render_plain(view: ExampleView) -> str:
         else:
             mark(None, t.text)
     close()
-    title = f"example {view.id} (index {view.index}, stage {view.stage})  " + "  ".join(
-        f"{k}: {v}" for k, v in view.summary.items()
-    )
+    title = f"{_heading(view)}  {_summary(view, '  ')}"
     legend = (
         f"legend: kept prompt as is  {DROPPED_OPEN}dropped prompt{DROPPED_CLOSE}  "
         f"{SUPERVISED_OPEN}supervised{SUPERVISED_CLOSE}  not supervised as is  "
@@ -230,24 +243,25 @@ def render_terminal(view: ExampleView):
     from rich.console import Group
     from rich.text import Text
 
-    title = Text(f"example {view.id} (index {view.index}, stage {view.stage})  ", style="bold")
-    title.append("  ".join(f"{k}: {v}" for k, v in view.summary.items()), style="")
+    title = Text(f"{_heading(view)}  ", style="bold")  # Text: no markup is read from the data
+    title.append(_summary(view, "  "), style="")
     body = Text()
     for t in view.tokens:
+        text = printable(t.text, lines=True)
         if t.kind == "template":
-            body.append(t.text, style="grey50 italic")
+            body.append(text, style="grey50 italic")
         elif t.kind == "prompt":
-            body.append(t.text, style="" if t.kept else "dim strike")
+            body.append(text, style="" if t.kept else "dim strike")
         elif t.kind == "eos":
-            body.append(t.text, style="bold reverse")
+            body.append(text, style="bold reverse")
         else:
             multi = t.unit is not None and t.unit_size > 1
             if multi and t.unit_start:
                 body.append(UNIT_OPEN, style="cyan")
             if t.kept:
-                body.append(t.text, style=_rich_highlight(t.score, t.strength))
+                body.append(text, style=_rich_highlight(t.score, t.strength))
             else:
-                body.append(t.text, style="grey62")
+                body.append(text, style="grey62")
             if multi and t.unit_end:
                 body.append(UNIT_CLOSE, style="cyan")
     legend = Text("legend: ", style="dim")
@@ -267,7 +281,7 @@ def render_terminal(view: ExampleView):
         style="cyan",
     )
     if view.score_name:
-        legend.append(f"  (highlight strength: |{view.score_name}|)", style="dim")
+        legend.append(f"  (highlight strength: |{printable(view.score_name)}|)", style="dim")
     return Group(title, Text(""), body, Text(""), legend)
 
 
@@ -312,7 +326,7 @@ def _html_color(score: float | None, strength: float) -> str:
 
 
 def _title(info: dict) -> str:
-    return "&#10;".join(html.escape(f"{k}: {v}", quote=True) for k, v in info.items())
+    return "&#10;".join(html.escape(f"{printable(k)}: {printable(v)}", quote=True) for k, v in info.items())
 
 
 def render_html(view: ExampleView, title: str = "bridge show") -> str:
@@ -328,7 +342,7 @@ def render_html(view: ExampleView, title: str = "bridge show") -> str:
         elif t.kind != "response" and open_unit is not None:
             parts.append("</span>")
             open_unit = None
-        text = html.escape(t.text)
+        text = html.escape(printable(t.text, lines=True))
         attrs = f'data-pos="{t.pos}" title="{_title(t.info)}"'
         if t.kind == "template":
             cls, style = "tok template", ""
@@ -343,8 +357,8 @@ def render_html(view: ExampleView, title: str = "bridge show") -> str:
         parts.append(f'<span class="{cls}" {attrs}{style}>{text}</span>')
     if open_unit is not None:
         parts.append("</span>")
-    summary = " &middot; ".join(html.escape(f"{k}: {v}") for k, v in view.summary.items())
-    score_note = f" (strength: |{html.escape(view.score_name)}|)" if view.score_name else ""
+    summary = " &middot; ".join(html.escape(f"{printable(k)}: {printable(v)}") for k, v in view.summary.items())
+    score_note = f" (strength: |{html.escape(printable(view.score_name))}|)" if view.score_name else ""
     legend = (
         '<div class="legend">'
         '<span class="prompt kept">kept prompt</span>'
@@ -356,10 +370,10 @@ def render_html(view: ExampleView, title: str = "bridge show") -> str:
         f'<span class="unit chosen">closure unit (chosen)</span><span class="unit">closure unit (not chosen)</span>'
         f"{score_note} &middot; hover a token for its scores</div>"
     )
-    head = html.escape(f"example {view.id} (index {view.index}, stage {view.stage})")
+    head = html.escape(_heading(view))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<title>{html.escape(printable(title))}</title><style>{CSS}</style></head>\n<body>\n"
         f'<h1>{head}</h1>\n<div class="summary">{summary}</div>\n'
         f'<div class="text" id="example">{"".join(parts)}</div>\n{legend}\n</body></html>\n'
     )

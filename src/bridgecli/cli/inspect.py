@@ -7,16 +7,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..display import markup, printable
 from ..steps.inspect import summarize
 from .options import InputArg
 
 
 def _fmt(v) -> str:
+    """A value of the summary as a table cell: the stream's strings are data, shown with no markup and
+    no control character (bridgecli.display)."""
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    return str(v)
+        return markup(json.dumps(v))
+    return markup(v)
 
 
 def inspect(
@@ -43,8 +46,8 @@ def inspect(
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
-    console = Console()
-    t = Table(title=f"{info['file']}  (format {info['format']}, stage {info['stage']})", show_header=False)
+    console = Console(emoji=False)  # :name: in the data stays as it is
+    t = Table(title=markup(f"{info['file']}  (format {info['format']}, stage {info['stage']})"), show_header=False)
     t.add_column(style="bold")
     t.add_column()
     for key in (
@@ -58,21 +61,22 @@ def inspect(
     ):
         t.add_row(key, _fmt(info[key]))
     for key, val in info["model"].items():
-        t.add_row(f"model.{key}", _fmt(val))
+        t.add_row(f"model.{markup(key)}", _fmt(val))
     for section in ("scores", "selection", "closure"):
         for key, val in (info.get(section) or {}).items():
-            t.add_row(f"{section}.{key}", _fmt(val))
+            t.add_row(f"{section}.{markup(key)}", _fmt(val))
     console.print(t)
     steps = Table(title="steps", show_lines=True)
     steps.add_column("step", style="bold")
     steps.add_column("by / at")
     steps.add_column("parameters")
     for s in info["steps"]:
-        params = "\n".join(f"{k} = {_short(v)}" for k, v in s["params"].items())
-        steps.add_row(s["step"], f"{s['producer']}\n{s['time']}", params)
+        params = "\n".join(f"{markup(k)} = {_short(v)}" for k, v in s["params"].items())
+        steps.add_row(_fmt(s["step"]), f"{_fmt(s['producer'])}\n{_fmt(s['time'])}", params)
     console.print(steps)
 
 
 def _short(v, width: int = 48) -> str:
-    text = _fmt(v)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """:func:`_fmt`, cut to ``width`` characters (before markup is escaped, so no escape is cut)."""
+    text = printable(f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, (dict, list)) else v)
+    return markup(text if len(text) <= width else text[: width - 1] + "…")

@@ -7,7 +7,8 @@ import typer
 from .options import StreamOut
 
 WORKERS_HELP = (
-    "Processes compressing the merged stream (1: this process). Output is identical for any number; about one per core."
+    "Processes compressing the merged stream (1: this process). Output is identical for any number; about one "
+    "per core (more than the CPUs this process may use is lowered to that)."
 )
 
 
@@ -19,5 +20,6 @@ def merge(
     """Merge shard streams of one run into one stream ordered by example index."""
     from ..format.merge import merge_streams
     from ..progress import note
+    from ..steps.workers import cap_workers
 
-    note(f"merged {merge_streams(shards, output, workers=workers)} examples")
+    note(f"merged {merge_streams(shards, output, workers=cap_workers(workers))} examples")

@@ -9,12 +9,17 @@ import typer
 from ..steps.options import TrainOptions as T
 from ..training.config import LoraSettings as L
 from ..training.config import SFTConfig as C
-from ..training.config import default_lr, lora_settings
+from ..training.config import default_lr, lora_from_flags
 from .options import arg, opt
 
 _LORA = "LoRA (peft)"
 _EFF = "Efficiency"
 _RUN = "Checkpoints and resume"
+
+
+def _lora(name: str):
+    """A LoRA flag: None when not given (the step refuses one given without --lora), its default shown."""
+    return opt(L, name, default=None, show_default=f"{getattr(L(), name)} with --lora", rich_help_panel=_LORA)
 
 
 def train(
@@ -36,15 +41,17 @@ def train(
     pack_length: Optional[int] = opt(C, "pack_length", rich_help_panel=_EFF),
     gradient_checkpointing: bool = opt(C, "gradient_checkpointing", rich_help_panel=_EFF),
     lora: bool = opt(C, "lora", default=False, rich_help_panel=_LORA),
-    lora_r: int = opt(L, "r", rich_help_panel=_LORA),
-    lora_alpha: int = opt(L, "alpha", rich_help_panel=_LORA),
-    lora_dropout: float = opt(L, "dropout", rich_help_panel=_LORA),
-    lora_targets: str = opt(L, "targets", rich_help_panel=_LORA),
+    lora_r: Optional[int] = _lora("r"),
+    lora_alpha: Optional[int] = _lora("alpha"),
+    lora_dropout: Optional[float] = _lora("dropout"),
+    lora_targets: Optional[str] = _lora("targets"),
     save_every: Optional[int] = opt(C, "save_every", rich_help_panel=_RUN),
     keep_checkpoints: int = opt(C, "keep_checkpoints", rich_help_panel=_RUN),
     resume: bool = opt(T, "resume", rich_help_panel=_RUN),
     overwrite: bool = opt(T, "overwrite", rich_help_panel=_RUN),
     allow_empty: bool = opt(T, "allow_empty"),
+    max_length: Optional[int] = opt(T, "max_length"),
+    clip_long_rows: bool = opt(T, "clip_long_rows"),
 ):
     """SFT from theta_old: AdamW, cosine schedule, token-mean loss over the selected positions of each step.
 
@@ -52,7 +59,7 @@ def train(
     (or accelerate launch; FSDP through an accelerate config)."""
     from ..steps.train import run_train
 
-    settings = lora_settings(lora_targets, r=lora_r, alpha=lora_alpha, dropout=lora_dropout) if lora else None
+    settings = lora_from_flags(lora, lora_targets, r=lora_r, alpha=lora_alpha, dropout=lora_dropout)
     summary = run_train(
         T(
             data=data,
@@ -62,6 +69,8 @@ def train(
             resume=resume,
             overwrite=overwrite,
             allow_empty=allow_empty,
+            max_length=max_length,
+            clip_long_rows=clip_long_rows,
             sft=C(
                 epochs=epochs,
                 lr=lr if lr is not None else default_lr(lora),

@@ -16,6 +16,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import re
+import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ import msgspec
 import numpy as np
 
 from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
+from ..display import printable
 from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
@@ -51,6 +55,12 @@ class CompactStats:
     response_tokens: int = 0
     #: rows with per-token loss weights (a sampled selection)
     weighted: int = 0
+    #: the longest row training takes (the model's limit; None: not known here) and what it is
+    limit: int | None = None
+    limit_source: str = ""
+    #: rows longer than ``limit``, and the longest row written: (length, id)
+    too_long: int = 0
+    longest: tuple[int, str] = (0, "")
 
 
 def supervision_of(example: Example) -> list[int]:
@@ -139,7 +149,7 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         return
     import datasets
 
-    with atomic_dir(out) as folder, tempfile.TemporaryDirectory(prefix=".bridge-compact.", dir=folder.parent) as work:
+    with atomic_dir(out) as folder, _work_dir(folder.parent) as work:
         rows = Path(work) / "rows.parquet"
         writer = _TableWriter(rows, preset)
         try:
@@ -149,6 +159,29 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
         with _quiet_datasets(datasets):
             table = datasets.Dataset.from_parquet(str(rows), cache_dir=str(Path(work) / "cache"))
             table.save_to_disk(str(folder))
+
+
+#: the scratch folders of ``--format hf`` (rows.parquet and the datasets cache), next to the output
+WORK_PREFIX = ".bridge-compact."
+
+
+@contextmanager
+def _work_dir(parent: Path) -> Iterator[Path]:
+    """A scratch folder in ``parent`` for the time of the block, locked while it exists (like the io
+    module's temporary outputs), and removed after. The scratch folders that killed runs left there
+    (SIGKILL runs no cleanup) are swept first: only those that no running process holds and that
+    are older than :data:`bridgecli.io.STALE_AFTER`, so a live run's is never touched."""
+    from ..io import _hold, sweep_stale
+
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=parent))
+    held = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _hold(held)
+        sweep_stale(parent, re.escape(WORK_PREFIX) + r"[a-z0-9_]{8}")
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        os.close(held)
 
 
 def _jsonl(record: dict, *, row: bool = False) -> str:
@@ -224,7 +257,10 @@ def explain_drops(stats: "CompactStats") -> str:
 
 
 def render_text(example: Example, row: Row, supervise: list[int]) -> str:
-    """A human view: the executed prompt, then the response with supervised runs in [[ ]]."""
+    """A human view: the executed prompt, then the response with supervised runs in [[ ]]. Control
+    characters of the data are shown escaped (:func:`~bridgecli.display.printable`): the id on its
+    ``###`` line wholly (a newline in an id cannot start a line of its own), the text all but its line
+    breaks and tabs."""
     kinds = np.frombuffer(example.tokens.kinds, dtype=np.uint8)
     spans = example.tokens.spans()
     keep = set(selection_of(example).prompt_keep)
@@ -251,10 +287,39 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     n_p = int((kinds == PROMPT).sum())
     n_r = int((kinds == RESPONSE).sum())
     head = (
-        f"### {example.id}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
+        f"### {printable(example.id)}  prompt kept {len(keep)}/{n_p}, supervised {len(sup)}/{n_r}, "
         f"executed {len(row.input_ids)}/{len(kinds)} tokens"
     )
-    return f"{head}\n{''.join(prompt_parts)}\n--- response ---\n{''.join(resp_parts)}\n"
+    prompt_text, resp_text = printable("".join(prompt_parts), lines=True), printable("".join(resp_parts), lines=True)
+    return f"{head}\n{prompt_text}\n--- response ---\n{resp_text}\n"
+
+
+def row_limit(header) -> tuple[int, str] | None:
+    """(the longest row the stream's model trains on, what that number is) from the model's files
+    (:func:`~bridgecli.training.limits.model_limit_of`, no model loads), else the ``--max-length``
+    that ``score`` recorded; None when neither is known here."""
+    from ..training.limits import model_limit_of
+
+    found = model_limit_of(header.model.source)
+    if found is not None:
+        return found[0], f"the model's limit ({found[1]} of {header.model.source})"
+    for step in header.steps:
+        value = step.params.get("max_length") if step.step == "score" else None
+        if type(value) is int and value > 0:
+            return value, "the --max-length score recorded"
+    return None
+
+
+def long_rows_warning(stats: CompactStats) -> str | None:
+    """One line about the rows longer than ``stats.limit``, or None when there are none."""
+    if not stats.too_long or stats.limit is None:
+        return None
+    length, id_ = stats.longest
+    return (
+        f"warning: {stats.too_long} of {stats.rows} rows are longer than {stats.limit:,} tokens, "
+        f"{stats.limit_source} (the longest, {id_}, has {length:,}): `bridge train` refuses them, "
+        f"or clips them with --clip-long-rows"
+    )
 
 
 def run_compact(opts: CompactOptions) -> CompactStats:
@@ -270,6 +335,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
         if header.stage == "selection":
             note("no closure step in this stream: supervising the token-level selection")
         fingerprint = header.model.tokenizer_fingerprint or ""
+        limit = row_limit(header)
+        if limit is not None:
+            stats.limit, stats.limit_source = limit
         # jsonl lines are encoded where the row is made (in the workers with --workers)
         encoded = opts.format in ("jsonl", "text")
 
@@ -333,6 +401,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
                 stats.response_tokens += response
                 stats.tokens_after += after
                 stats.supervised += supervised
+                if after > stats.longest[0]:
+                    stats.longest = (after, id_)
+                if stats.limit is not None and after > stats.limit:
+                    stats.too_long += 1
                 sink(output)
             if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
                 what = (
@@ -358,6 +430,9 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             f"{stats.weighted} rows carry loss_weights (an importance-sampled selection): bridge train applies "
             "them; TRL, axolotl and torchtune ignore the column"
         )
+    warning = long_rows_warning(stats)
+    if warning is not None:
+        note(warning)
     if stats.tokens_before:
         note(
             f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "

@@ -286,6 +286,22 @@ class TrainOptions:
     live: bool | None = None  # None: when stderr is a terminal
     #: no row to train on: exit 0 without writing a model, instead of an error
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    #: the longest row (None: the model's limit, training/limits.py)
+    max_length: int | None = option(
+        None,
+        "Longest row in tokens (default and upper bound: the model's limit, max_position_embeddings, or its "
+        "tokenizer's model_max_length). A longer row is refused before the first step, naming it, unless "
+        "--clip-long-rows.",
+        "--max-length",
+        range=count(),
+    )
+    clip_long_rows: bool = option(
+        False,
+        "Cut rows longer than --max-length to their first N tokens instead of refusing them. The labels past N "
+        "go with them (supervised tokens there and the EOS are not trained); a row left with no supervised "
+        "label is dropped, and the counts are reported.",
+        "--clip-long-rows",
+    )
 
 
 # --------------------------------------------------------------------------------------------------- eval

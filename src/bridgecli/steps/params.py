@@ -30,7 +30,10 @@ def check_sft(cfg: Any, *, where: str = "") -> None:
     """An :class:`~bridgecli.training.config.SFTConfig` (train, warmup) and its LoRA settings."""
     check(cfg, prefix=where)
     if getattr(cfg, "lora", None) is not None:
+        from ..training.config import check_targets
+
         check(cfg.lora)
+        check_targets(cfg.lora.targets)
 
 
 def check_data_options(opts: Any) -> None:

@@ -26,6 +26,7 @@ from ..io import check_input
 from ..progress import note
 from ..training import lora as lora_mod
 from ..training.config import config_dict
+from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
 from ..training.sft import FitResult, fit, make_accelerator
 from .common import now
@@ -47,10 +48,16 @@ def check_vocab(path: str | Path, rows: list[Row], vocab_size: int, where: str |
 
 
 def read_rows(
-    path: str | Path, vocab_size: int | None, tokenizer_fp: str | None = None, model_name: str = "the model"
+    path: str | Path,
+    vocab_size: int | None,
+    tokenizer_fp: str | None = None,
+    model_name: str = "the model",
+    limit: RowLimit | None = None,
 ) -> list[Row]:
     """The JSONL rows of ``bridge compact``. A row's ``tokenizer_fingerprint`` (written by compact)
-    must equal ``tokenizer_fp`` when both are known: the check holds even without the side file."""
+    must equal ``tokenizer_fp`` when both are known: the check holds even without the side file.
+    ``limit``: a row longer than it is refused, or clipped (and dropped when that leaves it no
+    supervised label; counted in ``limit``)."""
     rows = []
     p = Path(path)
     if p.is_file():
@@ -87,7 +94,16 @@ def read_rows(
                 field="tokenizer_fingerprint",
                 hint="train the model the data was scored for, or re-run the pipeline",
             )
-        rows.append(Row(str(rec.get("id", where)), ids, labels, _weights(rec.get("loss_weights"), len(ids), p, where)))
+        row_id = str(rec["id"]) if "id" in rec else None
+        weights = _weights(rec.get("loss_weights"), len(ids), p, where)
+        if limit is not None:
+            fitted = limit.fit(ids, labels, file=str(p), where=where, row_id=row_id)
+            if fitted is None:
+                continue
+            ids, labels = fitted
+            if weights is not None:
+                weights = weights[: len(ids)]  # clipped as the ids are: the first tokens
+        rows.append(Row(row_id if row_id is not None else where, ids, labels, weights))
     return rows
 
 
@@ -108,9 +124,25 @@ def _weights(val: Any, n: int, p: Path, where: str) -> list[float] | None:
 
 
 def _int_list(val: Any, p: Path, where: str, name: str) -> list[int]:
-    if not isinstance(val, list) or not all(isinstance(x, int) for x in val):
+    """``val`` when it is a list of integers. JSON ``true``/``false`` are refused: Python reads them as
+    bools, which are ints (``True == 1``), but they are no token id or label."""
+    if not isinstance(val, list):
         raise InputError("expected a list of integers", file=str(p), record=where, field=name)
+    if not set(map(type, val)) <= _INT:
+        k, bad = next((k, x) for k, x in enumerate(val) if type(x) is not int)
+        shown = ("true" if bad else "false") if isinstance(bad, bool) else repr(bad)[:40]
+        raise InputError(f"expected a list of integers, entry {k} is {shown}", file=str(p), record=where, field=name)
     return val
+
+
+_INT = {int}
+
+
+def _loaded_limit(model) -> tuple[int, str] | None:
+    """The position limit in a loaded model's config (when its files did not give one)."""
+    to_dict = getattr(getattr(model, "config", None), "to_dict", None)
+    limit = limit_of_config(to_dict() if callable(to_dict) else None)
+    return (limit, "max_position_embeddings") if limit is not None else None
 
 
 def _install(tmp: Path, out: Path) -> None:
@@ -168,9 +200,17 @@ def run_train(opts: TrainOptions) -> dict:
 
 
 def _run_train(opts: TrainOptions) -> dict:
-    rows = read_rows(opts.data, None)  # read (and checked) before the model loads
+    side = read_rows_meta(opts.data)
+    model_spec = opts.model or (side.model if side is not None else None)
+    ref = resolve(model_spec)
+    # the longest row, from the model's files: a long row stops the run here, before any model work
+    limit = row_limit(opts.max_length, opts.clip_long_rows, model_limit(ref))
+    rows = read_rows(opts.data, None, limit=limit)  # read (and checked) before the model loads
+    clip_note = limit.summary() if limit is not None else None
     if not any(r.supervised for r in rows):
         what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
+        if limit is not None and limit.dropped:
+            what = f"no row keeps a supervised token after clipping to {limit.what}"
         if not opts.allow_empty:
             raise EmptyResultError(
                 f"nothing to train on: {what}",
@@ -186,6 +226,8 @@ def _run_train(opts: TrainOptions) -> dict:
     main = acc.is_main_process
     if acc.num_processes > 1:
         device = str(acc.device)
+    if clip_note and main:
+        note(clip_note)
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
         raise UsageError(
             "--lora is trained with DDP here, not FSDP (adapters are small)",
@@ -198,9 +240,6 @@ def _run_train(opts: TrainOptions) -> dict:
             shutil.rmtree(out)
     acc.wait_for_everyone()
 
-    side = read_rows_meta(opts.data)
-    model_spec = opts.model or (side.model if side is not None else None)
-    ref = resolve(model_spec)
     if main:
         note(
             f"training {ref.spec} (theta_old) on {opts.data} on {device}"
@@ -217,9 +256,22 @@ def _run_train(opts: TrainOptions) -> dict:
             hint="train the model the data was scored for, or re-run the pipeline",
         )
     model = load_model(ref, device=device)
+    late = limit is None
+    if limit is None:  # the model's files did not tell its limit: its loaded config does
+        limit = row_limit(opts.max_length, opts.clip_long_rows, _loaded_limit(model))
+    else:
+        limit = limit.fresh()
     rows = read_rows(
-        opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer), ref.spec
+        opts.data, model.get_input_embeddings().weight.shape[0], tokenizer_fingerprint(tokenizer), ref.spec, limit
     )
+    if late and limit is not None:
+        if main and limit.summary():
+            note(str(limit.summary()))
+        if not any(r.supervised for r in rows):
+            raise EmptyResultError(
+                f"nothing to train on: no row keeps a supervised token after clipping to {limit.what}",
+                file=str(opts.data),
+            )
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")

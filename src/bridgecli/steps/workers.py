@@ -164,7 +164,9 @@ def run_pool(
     compressed, while they hold whole, sound example records in whole batches (the parent only finds where
     each frame ends); from the first frame that does not, or holds an error, or the end record, the parent
     reads the records itself and hands out their payloads."""
-    pool = pool if pool is not None else start_pool(reader, validator, work, pack, workers)
+    if pool is None:
+        workers = cap_workers(workers)
+        pool = start_pool(reader, validator, work, pack, workers)
     with pool:
         start = yield from _frames_pooled(reader, validator, pool, 2 * workers + 2)
         yield from _payloads_pooled(reader, validator, pool, 3 * workers, start)
@@ -276,6 +278,7 @@ def map_stream_parallel(
     from ..progress import progress_bar
     from .common import naming, next_header, require_stage
 
+    workers = cap_workers(workers)
     with open_reader(inp) as reader:
         require_stage(reader.header, needs, reader.name, hint)
         header = next_header(reader.header, stage, step)
@@ -328,4 +331,17 @@ def _split_frame(frame: bytes) -> list[bytes]:
 
 
 def default_workers() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else the CPU count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cap_workers(workers: int, flag: str = "--workers") -> int:
+    """``workers`` lowered to :func:`default_workers` (more processes than CPUs only wait on each other
+    and hold memory), with a one-line note on stderr when it is."""
+    most = max(1, default_workers())
+    if workers <= most:
+        return workers
+    from ..progress import note
+
+    note(f"{flag} {workers} lowered to {most}, the number of CPUs this process may use")
+    return most

@@ -103,10 +103,53 @@ def config_dict(cfg: SFTConfig) -> dict:
 
 
 def lora_settings(targets: str | None = None, **kw) -> LoraSettings:
-    """Build :class:`LoraSettings` from CLI strings (``q_proj,v_proj`` or ``all-linear``)."""
-    if targets is None or targets.strip() in ("", ALL_LINEAR):
+    """Build :class:`LoraSettings` from CLI strings (``q_proj,v_proj`` or ``all-linear``; None: all-linear).
+    A value that names no module (``""``, ``,``) is a :class:`UsageError`, not all-linear."""
+    if targets is None or targets.strip() == ALL_LINEAR:
         return LoraSettings(targets=ALL_LINEAR, **kw)
-    return LoraSettings(targets=[t.strip() for t in targets.split(",") if t.strip()], **kw)
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    check_targets(names, given=targets)
+    return LoraSettings(targets=names, **kw)
+
+
+def lora_from_flags(
+    lora: bool,
+    targets: str | None = None,
+    *,
+    r: int | None = None,
+    alpha: int | None = None,
+    dropout: float | None = None,
+) -> LoraSettings | None:
+    """The LoRA settings of ``bridge train``'s flags (None: a flag not given, its default applies), or
+    None without ``--lora``. A LoRA flag given without ``--lora`` would be ignored, whatever its value:
+    it is a :class:`UsageError` instead. The values' ranges are checked with the other options
+    (``steps/params.check_sft``)."""
+    from ..errors import UsageError
+
+    values = {"r": r, "alpha": alpha, "dropout": dropout}
+    if not lora:
+        given = [f"--lora-{name}" for name, value in (*values.items(), ("targets", targets)) if value is not None]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --lora",
+                hint="add --lora to train LoRA adapters, or leave the LoRA flags out for full fine-tuning",
+            )
+        return None
+    return lora_settings(targets, **{name: value for name, value in values.items() if value is not None})
+
+
+def check_targets(targets: object, given: object = None) -> None:
+    """``targets`` is ``all-linear`` or a non-empty list of module names (each a non-empty string);
+    ``given``: what the user typed, for the message."""
+    from ..errors import UsageError
+
+    if targets == ALL_LINEAR:
+        return
+    if not isinstance(targets, list) or not targets or not all(isinstance(t, str) and t.strip() for t in targets):
+        raise UsageError(
+            f"--lora-targets must name at least one module, got {targets if given is None else given!r}",
+            hint=f"comma-separated module names such as q_proj,v_proj, or {ALL_LINEAR}, the default",
+        )
 
 
 __all__ = [
@@ -116,7 +159,9 @@ __all__ = [
     "LoraSettings",
     "RESUMABLE_CHANGES",
     "SFTConfig",
+    "check_targets",
     "config_dict",
     "default_lr",
+    "lora_from_flags",
     "lora_settings",
 ]
