@@ -89,7 +89,13 @@ def rates(d: dict) -> dict:
             issue("llama-3.2-1b", "first_run", "process, first run"),
             issue("llama-3.2-1b", "second_run", "process, later run"),
             # the first window only: this file has no token count to split the rest of the wall time
-            ("process", "H200", mg["steady_tokens_per_s_1gpu"][0], INPUTS["process_h200"], mg["first_window_s_1gpu"][0]),
+            (
+                "process",
+                "H200",
+                mg["steady_tokens_per_s_1gpu"][0],
+                INPUTS["process_h200"],
+                mg["first_window_s_1gpu"][0],
+            ),
             e2e("e2e_1b_h200", "score_first", "process, Triton tangents, first run"),
             e2e("e2e_1b_h200", "score_second", "process, Triton tangents, later run"),
             e2e("e2e_h100", "score_first", "process, streamed writer, first run", "H100", "llama-3.2-1b"),
@@ -118,8 +124,11 @@ def cpu_steps(d: dict, workers: int) -> dict:
     assert workers in many["workers"], f"{INPUTS['steps_16core']} has no run with --workers {workers}"
     out = {}
     for s in STEPS:
-        out[s] = {"one_core": one[s]["cli_examples_per_s"], "workers2_measured": two["steps"][s]["cli_examples_per_s"],
-                  f"workers{workers}": many["steps"][s][str(workers)]["examples_per_s"]}
+        out[s] = {
+            "one_core": one[s]["cli_examples_per_s"],
+            "workers2_measured": two["steps"][s]["cli_examples_per_s"],
+            f"workers{workers}": many["steps"][s][str(workers)]["examples_per_s"],
+        }
     return out
 
 
@@ -145,21 +154,38 @@ def project(d: dict) -> dict:
     host_rate = 1 / (1 / host["tokenise_tokens_per_s"] + 1 / host["write_tokens_per_s"])
     steps = cpu_steps(d, WORKERS)
     r = rates(d)
-    out = {"assumptions": {"tokens_per_example": tpe, "bytes_per_example": bpe, "merge_examples_per_s": merge,
-                           "merge_read_examples_per_s": serial,
-                           "host_tokens_per_s_per_core": host_rate, "workers": WORKERS},
-           "rates": {m: [dict(zip(("rate", "card", "tokens_per_s", "source", "one_time_s"), x)) for x in v]
-                     for m, v in r.items()},
-           "cpu_steps": steps, "scales": {}}
+    out = {
+        "assumptions": {
+            "tokens_per_example": tpe,
+            "bytes_per_example": bpe,
+            "merge_examples_per_s": merge,
+            "merge_read_examples_per_s": serial,
+            "host_tokens_per_s_per_core": host_rate,
+            "workers": WORKERS,
+        },
+        "rates": {
+            m: [dict(zip(("rate", "card", "tokens_per_s", "source", "one_time_s"), x)) for x in v] for m, v in r.items()
+        },
+        "cpu_steps": steps,
+        "scales": {},
+    }
     for name, n in SCALES.items():
         tokens = n * tpe
         scoring = {}
         for model, rs in r.items():
-            scoring[model] = [{"rate": lab, "card": card, "gpu_hours": tokens / tps / 3600,
-                               **{f"wall_s_{g}gpu": tokens / tps / g + once for g in GPUS}}
-                              for lab, card, tps, _, once in rs]
+            scoring[model] = [
+                {
+                    "rate": lab,
+                    "card": card,
+                    "gpu_hours": tokens / tps / 3600,
+                    **{f"wall_s_{g}gpu": tokens / tps / g + once for g in GPUS},
+                }
+                for lab, card, tps, _, once in rs
+            ]
         out["scales"][name] = {
-            "examples": n, "tokens": tokens, "stream_gb": n * bpe / 1e9,
+            "examples": n,
+            "tokens": tokens,
+            "stream_gb": n * bpe / 1e9,
             "scoring": scoring,
             "host_floor_gpu_hours": tokens / host_rate / 3600,
             "merge_s": n / merge,
@@ -183,59 +209,98 @@ def pipeline(sc: dict, r: dict, bytes_per_token: float) -> list[dict]:
     tps = next(x[2] for x in r[PIPELINE_RATE[0]] if x[0] == PIPELINE_RATE[1])
     out = []
     for g in GPUS:
-        stages = {"scoring": row[f"wall_s_{g}gpu"], "merge": sc["merge_s"] if g > 1 else 0.0,
-                  "cpu steps": sum(sc["steps_workers_s"].values())}
+        stages = {
+            "scoring": row[f"wall_s_{g}gpu"],
+            "merge": sc["merge_s"] if g > 1 else 0.0,
+            "cpu steps": sum(sc["steps_workers_s"].values()),
+        }
         # every rank holds its GPU until rank 0's merge is done
-        out.append({"gpus": g, **stages, "total": sum(stages.values()), "longest": max(stages, key=stages.get),
-                    "gpu_hours_held": g * (stages["scoring"] + stages["merge"]) / 3600,
-                    "write_mb_per_s": g * tps * bytes_per_token / 1e6})
+        out.append(
+            {
+                "gpus": g,
+                **stages,
+                "total": sum(stages.values()),
+                "longest": max(stages, key=stages.get),
+                "gpu_hours_held": g * (stages["scoring"] + stages["merge"]) / 3600,
+                "write_mb_per_s": g * tps * bytes_per_token / 1e6,
+            }
+        )
     return out
 
 
 def markdown(p: dict) -> str:
     a = p["assumptions"]
-    lines = ["### Inputs", "", "| input | value | from |", "|---|---|---|",
-             f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
-             f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
-             f"| rank 0's merge, {a['workers']} workers ({a['workers']}-core host) | {a['merge_examples_per_s']:,} "
-             f"examples/s | {INPUTS['merge_16core']} |",
-             f"| rank 0's merge: reading the shards in order alone, one process | {a['merge_read_examples_per_s']:,} "
-             f"examples/s | {INPUTS['merge_16core']} |",
-             f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |"]
+    lines = [
+        "### Inputs",
+        "",
+        "| input | value | from |",
+        "|---|---|---|",
+        f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
+        f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
+        f"| rank 0's merge, {a['workers']} workers ({a['workers']}-core host) | {a['merge_examples_per_s']:,} "
+        f"examples/s | {INPUTS['merge_16core']} |",
+        f"| rank 0's merge: reading the shards in order alone, one process | {a['merge_read_examples_per_s']:,} "
+        f"examples/s | {INPUTS['merge_16core']} |",
+        f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |",
+    ]
     for model, rs in p["rates"].items():
         for x in rs:
-            lines.append(f"| {model}: scoring, {x['rate']} | {x['tokens_per_s']:,.0f} tokens/s per {x['card']} | {x['source']} |")
+            lines.append(
+                f"| {model}: scoring, {x['rate']} | {x['tokens_per_s']:,.0f} tokens/s per {x['card']} | {x['source']} |"
+            )
     w = a["workers"]
     for s, v in p["cpu_steps"].items():
-        lines.append(f"| `{s}`: one core (2-core host) / 2 workers (2-core host) / {w} workers ({w}-core host) | "
-                     f"{v['one_core']:,} / {v['workers2_measured']:,} / {v[f'workers{w}']:,} examples/s | "
-                     f"{INPUTS['steps_one_core']}, {INPUTS['steps_workers2']}, {INPUTS['steps_16core']} |")
+        lines.append(
+            f"| `{s}`: one core (2-core host) / 2 workers (2-core host) / {w} workers ({w}-core host) | "
+            f"{v['one_core']:,} / {v['workers2_measured']:,} / {v[f'workers{w}']:,} examples/s | "
+            f"{INPUTS['steps_one_core']}, {INPUTS['steps_workers2']}, {INPUTS['steps_16core']} |"
+        )
     for name, sc in p["scales"].items():
-        lines += ["", f"### {name}: {sc['examples']:,} examples, {sc['tokens'] / 1e9:.3g}B tokens, "
-                      f"a {sc['stream_gb']:,.1f} GB scored stream", "",
-                  "| scoring | rate | GPU-hours | 1 GPU | 8 GPUs | 64 GPUs |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### {name}: {sc['examples']:,} examples, {sc['tokens'] / 1e9:.3g}B tokens, "
+            f"a {sc['stream_gb']:,.1f} GB scored stream",
+            "",
+            "| scoring | rate | GPU-hours | 1 GPU | 8 GPUs | 64 GPUs |",
+            "|---|---|---|---|---|---|",
+        ]
         for model, rows in sc["scoring"].items():
             for x in rows:
-                lines.append(f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
-                             + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS) + " |")
-        lines += ["", "| serial CPU work | one core | " + f"--workers {a['workers']} |", "|---|---|---|",
-                  f"| rank 0's merge (several GPUs only; its own workers) | | {hours(sc['merge_s'])} |",
-                  f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |"]
+                lines.append(
+                    f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
+                    + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS)
+                    + " |"
+                )
+        lines += [
+            "",
+            "| serial CPU work | one core | " + f"--workers {a['workers']} |",
+            "|---|---|---|",
+            f"| rank 0's merge (several GPUs only; its own workers) | | {hours(sc['merge_s'])} |",
+            f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |",
+        ]
         for s in STEPS:
             lines.append(f"| `{s}` | {hours(sc['steps_one_core_s'][s])} | {hours(sc['steps_workers_s'][s])} |")
         total1 = sum(sc["steps_one_core_s"].values())
         totalw = sum(sc["steps_workers_s"].values())
         lines.append(f"| select + close + compact | {hours(total1)} | {hours(totalw)} |")
-        lines.append(f"| host floor of scoring (tokenise + write, summed over ranks) | "
-                     f"{sc['host_floor_gpu_hours']:,.1f} core-hours | |")
-        lines += ["", f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}; the CPU steps with "
-                      f"--workers {a['workers']}:", "",
-                  "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | GPU-hours held | "
-                  "shards written at |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| host floor of scoring (tokenise + write, summed over ranks) | "
+            f"{sc['host_floor_gpu_hours']:,.1f} core-hours | |"
+        )
+        lines += [
+            "",
+            f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}; the CPU steps with --workers {a['workers']}:",
+            "",
+            "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | GPU-hours held | "
+            "shards written at |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for x in sc["pipeline"]:
-            lines.append(f"| {x['gpus']} | {hours(x['scoring'])} | {hours(x['merge']) if x['gpus'] > 1 else '-'} | "
-                         f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | {x['gpu_hours_held']:,.1f} | "
-                         f"{x['write_mb_per_s']:,.0f} MB/s |")
+            lines.append(
+                f"| {x['gpus']} | {hours(x['scoring'])} | {hours(x['merge']) if x['gpus'] > 1 else '-'} | "
+                f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | {x['gpu_hours_held']:,.1f} | "
+                f"{x['write_mb_per_s']:,.0f} MB/s |"
+            )
     return "\n".join(lines)
 
 
