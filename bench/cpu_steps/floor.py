@@ -3,7 +3,7 @@ example of reading a stream (zstd decompression, record CRC, framing), msgpack d
 encoding and compressing the output (zstd level 6, frames of 64, as the writer does), and of each step's
 per-example function; in this process, on the first ``-n`` records of the three streams.
 
-    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--src /work/main/src] [--json results/floor.json]
+    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--src /tmp/before/src] [--json results/floor.json]
 
 ``--out`` holds scores.bridge and the select and close outputs (bench_steps.py ``run`` writes
 selected.bridge and closed.bridge there).

@@ -16,7 +16,7 @@ Two sets of pairs:
 Prints, per grader and set, how many pairs it accepts and its time per pair, how often the two
 graders agree, and the pairs where they disagree; with ``--json`` writes all of it.
 
-    python bench/eval/math_graders.py ../shared/data/math/math500_test.jsonl [--json OUT.json]
+    python bench/eval/math_graders.py data/math/math500_test.jsonl [--json OUT.json]
 
 With ``--generations`` it grades a model's generations instead: each item of one or more
 ``bridge eval --task math`` result files (``eval-math.json``: per item ``reference`` and

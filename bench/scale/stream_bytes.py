@@ -13,7 +13,7 @@
    (what `bridge merge` does); and only reading the shards in index order, without writing: the
    floor that compressing frames in parallel could not go below.
 
-    OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data ../shared/data/gsm8k/train.jsonl \
+    OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data data/gsm8k/train.jsonl \
         --out bench/scale/results/stream_bytes_cpu.json
 
 The merge is timed by the wall clock and by the process's CPU time; on a busy machine the CPU

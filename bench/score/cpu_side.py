@@ -5,7 +5,7 @@ per-batch host work (building a batch, cutting out each example's rows, making i
 fast GPU these run on one CPU core per rank; if one is slower than the GPU scores, it caps
 `bridge score`.
 
-    python bench/score/cpu_side.py --data ../shared/data/gsm8k/train.jsonl --n 2000 [--out results/cpu_side.json]
+    python bench/score/cpu_side.py --data data/gsm8k/train.jsonl --n 2000 [--out results/cpu_side.json]
 
 Scores are synthetic (random a, c, loss; A rows that sum to <= 1, stored in float16), with the
 shapes the real examples give, so the writer compresses data of the real size and entropy class.

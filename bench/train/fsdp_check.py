@@ -1,6 +1,6 @@
 """`bridge train` under FSDP (and DDP) on several GPUs against one GPU, and an FSDP kill + --resume.
 
-    python bench/train/fsdp_check.py --data ../shared/data/gsm8k/train.jsonl --gpus 2 --out fsdp.json
+    python bench/train/fsdp_check.py --data data/gsm8k/train.jsonl --gpus 2 --out fsdp.json
 
 Tokenises the first --rows examples (whole prompt, whole response supervised), then trains the
 same model from the same weights for --steps optimizer steps with the same command:
