@@ -3,7 +3,7 @@
 between the exact interaction beta[j, i] = a_j(P) - a_j(P with prompt token i hidden) and the
 surrogate A[j, i] a_j, on the examples `bridge analyze fidelity` uses.
 
-    python bench/diagnostics/prompt_pairs.py ../shared/data/gsm8k/train.jsonl --from runs/diag/warm \\
+    python bench/diagnostics/prompt_pairs.py data/gsm8k/train.jsonl --from runs/diag/warm \\
         --n 20 --max-length 200 --cache runs/diag/cache
 
 With the same --cache as an earlier `bridge analyze fidelity` run, the exact matrices are read from

@@ -113,7 +113,7 @@ def compare(task: str, ours: dict, theirs: dict, contexts: list[str]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("data", help="the data folder (arc/, hellaswag/, mmlu/ as in shared/data)")
+    ap.add_argument("data", help="the data folder (holding arc/, hellaswag/, mmlu/)")
     ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--tasks", default="arc_easy,hellaswag,mmlu")
     ap.add_argument("--limit", type=int, default=20, help="items per task (ARC, HellaSwag)")
