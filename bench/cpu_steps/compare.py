@@ -8,7 +8,7 @@ CPU time (user + system) and peak RSS, and checks that the outputs are byte-iden
 by bench_steps.py's digests.
 
     python bench/cpu_steps/compare.py --main /tmp/before --out /tmp/cpu_steps --cpu 0 --repeat 3 \\
-        --json bench/cpu_steps/results/compare_20k_base.json
+        --json bench/cpu_steps/results/one_core.json
 
 On a shared machine the CPU time is the steadier measure: wall time also counts the time other
 processes held the core.
