@@ -6,7 +6,6 @@ the pass keeps and plans the passes."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from bridgecli.modeling.attribution import (
     token_bytes,
 )
 from bridgecli.modeling.params import tail_parameters
+from bridgecli.modeling.saved_bytes import saved_bytes
 from bridgecli.modeling.score_batch import make_batch
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
@@ -228,17 +228,10 @@ def test_pass_tokens_is_the_largest_pass_that_fits(shape, free, seq, chunk, more
     assert pass_tokens(shape, free, seq, chunk, True) >= pass_tokens(shape, free, seq, chunk, False)
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_atp", ROOT / "bench" / "score" / "bench_atp.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("dtype,hidden,inter,heads,kv", [(torch.float32, 32, 64, 4, 2), (torch.bfloat16, 64, 256, 4, 2),
                                                          (torch.float64, 48, 96, 6, 3)])
 def test_the_memory_model_bounds_the_bytes_the_pass_keeps(tokenizer, dtype, hidden, inter, heads, kv):
-    """Saved-tensor bytes of the gated pass (saved_tensors_hooks, bench_atp.saved_bytes) per padded
+    """Saved-tensor bytes of the gated pass (saved_tensors_hooks, modeling/saved_bytes.py) per padded
     token: at most the model's prediction, with and without recomputation; the recomputed pass keeps
     no L x L tensor but the boolean mask, the plain one keeps every gated layer's."""
     from transformers import LlamaConfig
@@ -249,13 +242,12 @@ def test_the_memory_model_bounds_the_bytes_the_pass_keeps(tokenizer, dtype, hidd
     torch.manual_seed(1)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
     exs = examples(tokenizer)
-    bench = _bench()
     kept = {}
     for recompute in ("never", "always"):
         scorer = scorer_of(model, tokenizer, v, atp_recompute=recompute)
         batch = make_batch(exs, scorer.pad_id)
         B, L = batch.input_ids.shape
-        by = bench.saved_bytes(scorer, batch, [chunk_ids(len(r), 1) for r in batch.resp])
+        by = saved_bytes(scorer, batch, [chunk_ids(len(r), 1) for r in batch.resp])
         total = sum(by.values())
         lxl = sum(n for k, n in by.items() if k.endswith("LxL"))
         predicted = token_bytes(scorer.shape, L, recompute == "always") * B * L

@@ -179,18 +179,19 @@ def test_bridge_merge_workers_gives_the_same_file(tmp_path):
     assert outs[0] == outs[1] == _merged(paths, tmp_path / "ref")[1]
 
 
-def test_the_merge_benchmark_runs_and_finds_identical_bytes(tmp_path, monkeypatch):
-    import importlib.util
+@pytest.mark.integration  # starts bench/scale/merge_scaling.py as a process of its own
+def test_the_merge_benchmark_runs_and_finds_identical_bytes(tmp_path):
     import json
+    import os
+    import subprocess
 
-    spec = importlib.util.spec_from_file_location("merge_scaling", ROOT / "bench" / "scale" / "merge_scaling.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "merge_scaling", bench)  # its pool's processes find its function there
-    spec.loader.exec_module(bench)
-    code = bench.main(["--make", "300", "--shards", "3", "--window", "32", "--workers", "1,2",
-                       "--json", str(tmp_path / "m.json")])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "scale" / "merge_scaling.py"), "--make", "300",
+                           "--shards", "3", "--window", "32", "--workers", "1,2", "--json", str(tmp_path / "m.json")],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
     res = json.loads((tmp_path / "m.json").read_text())
-    assert code == 0 and res["identical"] and res["examples"] == 300 and res["merged_bytes"] > 300 * 1000
+    assert res["identical"] and res["examples"] == 300 and res["merged_bytes"] > 300 * 1000
     for mode in ("as_written", "validated"):
         for w in ("1", "2"):
             run = res["modes"][mode][w]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # examples/compare.sh on a real GSM8K subset, every method, spread over the GPUs of one machine.
 #   bench/compare/real_subset.sh GSM8K_DIR [OUT_DIR]      (GSM8K_DIR holds train.jsonl and test.jsonl,
-#                                                          e.g. ../shared/data/gsm8k; OUT default runs/compare-gsm8k)
+#                                                          e.g. data/gsm8k; OUT default runs/compare-gsm8k)
 # Slices of GSM8K's train split (disjoint): WARM_N for the warmup, VAL_N for D_val, TRAIN_N scored and
 # selected. Each method trains with the paper's schedule (EPOCHS, 8 x 8 = 64 rows a step, lr 2e-5) and
 # is evaluated on the first EVAL_N test items. The shared steps run once on GPU 0, then the methods are

@@ -67,7 +67,8 @@ def make(data: str | None, n: int, out: Path, seed: int) -> None:
         import importlib.util
 
         spec = importlib.util.spec_from_file_location(
-            "make_sample", Path(__file__).resolve().parents[2] / "examples" / "make_sample.py")
+            "make_sample", Path(__file__).resolve().parents[2] / "examples" / "make_sample.py"
+        )
         make_sample = importlib.util.module_from_spec(spec)
         sys.modules["make_sample"] = make_sample  # (its dataclasses look their module up)
         spec.loader.exec_module(make_sample)
@@ -80,9 +81,14 @@ def make(data: str | None, n: int, out: Path, seed: int) -> None:
             for i in range(n):
                 r = records[i % len(records)]
                 fh.write(json.dumps({"id": f"ex-{i:07d}", "question": r["question"], "answer": r["answer"]}) + "\n")
-        header = Header(stage="scores", producer=PRODUCER, created=now(),
-                        model=ModelInfo(source="bench", fingerprint="bench", tokenizer_fingerprint="bench"),
-                        steps=[step_record("score", {"bench": True})], source="bench")
+        header = Header(
+            stage="scores",
+            producer=PRODUCER,
+            created=now(),
+            model=ModelInfo(source="bench", fingerprint="bench", tokenizer_fingerprint="bench"),
+            steps=[step_record("score", {"bench": True})],
+            source="bench",
+        )
         m_sum = n_sum = 0
         with open_writer(out / "scores.bridge", header) as w:
             for ex in iter_examples(src, tok, DataOptions()):
@@ -93,12 +99,19 @@ def make(data: str | None, n: int, out: Path, seed: int) -> None:
                 a = rng.normal(0, 1e-3, k).astype(np.float32)
                 c = rng.uniform(0, 1, k).astype(np.float32)
                 A = rng.dirichlet(np.ones(m + 8), size=k)[:, :m].astype(np.float16) if m else np.zeros((k, 0))
-                scores = Scores(scorer="bench", a=Array.of(a), c=Array.of(c), A=Array.of(A, "float16"),
-                                loss=Array.of(rng.uniform(0, 4, k).astype(np.float32)))
+                scores = Scores(
+                    scorer="bench",
+                    a=Array.of(a),
+                    c=Array.of(c),
+                    A=Array.of(A, "float16"),
+                    loss=Array.of(rng.uniform(0, 4, k).astype(np.float32)),
+                )
                 w.write(msgspec.structs.replace(ex, scores=scores))
     size = (out / "scores.bridge").stat().st_size
-    print(f"wrote {n} examples, {m_sum / n:.1f} prompt and {n_sum / n:.1f} response tokens each on average, "
-          f"{size / 1e6:.1f} MB: {out / 'scores.bridge'}")
+    print(
+        f"wrote {n} examples, {m_sum / n:.1f} prompt and {n_sum / n:.1f} response tokens each on average, "
+        f"{size / 1e6:.1f} MB: {out / 'scores.bridge'}"
+    )
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -121,8 +134,12 @@ def _cli(step: str, out: Path, cpu: str | None, workers: int, tag: str) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err}")
-    return {"command": " ".join(cmd[cmd.index("-m") - 1:]).replace(sys.executable, "python"), "wall_s": wall,
-            "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {
+        "command": " ".join(cmd[cmd.index("-m") - 1 :]).replace(sys.executable, "python"),
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+    }
 
 
 def _inproc(step: str, out: Path) -> float:
@@ -162,9 +179,13 @@ def run(out: Path, cpu: str | None, workers: int, repeat: int, inproc: bool, ste
     for step in steps:
         runs = [_cli(step, out, cpu, workers, "") for _ in range(repeat)]
         best = min(runs, key=lambda r: r["wall_s"])
-        entry = {"command": best["command"], "cli_wall_s": [round(r["wall_s"], 3) for r in runs],
-                 "cli_examples_per_s": round(n / best["wall_s"]), "cpu_s": round(best["cpu_s"], 3),
-                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1)}
+        entry = {
+            "command": best["command"],
+            "cli_wall_s": [round(r["wall_s"], 3) for r in runs],
+            "cli_examples_per_s": round(n / best["wall_s"]),
+            "cpu_s": round(best["cpu_s"], 3),
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
+        }
         if inproc and workers == 1:
             if cpu is not None:
                 os.sched_setaffinity(0, {int(c) for c in cpu.split(",")})
@@ -188,19 +209,21 @@ def digest_stream(path: Path) -> dict:
     from bridgecli.format.spec import PREAMBLE, RECORD_PREFIX
 
     raw = path.read_bytes()
-    body = raw[PREAMBLE.size:]
+    body = raw[PREAMBLE.size :]
     dobj = zstandard.ZstdDecompressor().decompressobj()
     head_frame = dobj.decompress(body)
     tail = dobj.unused_data  # every frame after the header's
-    length, _ = RECORD_PREFIX.unpack(head_frame[:RECORD_PREFIX.size])
-    header = msgspec.msgpack.decode(head_frame[RECORD_PREFIX.size:RECORD_PREFIX.size + length])
+    length, _ = RECORD_PREFIX.unpack(head_frame[: RECORD_PREFIX.size])
+    header = msgspec.msgpack.decode(head_frame[RECORD_PREFIX.size : RECORD_PREFIX.size + length])
     header["created"] = ""
     for s in header.get("steps", []):
         s["time"] = ""
     content = zstandard.ZstdDecompressor().stream_reader(tail, read_across_frames=True).read()
-    return {"header": hashlib.sha256(msgspec.json.encode(header)).hexdigest(),
-            "records": hashlib.sha256(content).hexdigest(),
-            "compressed_after_header": hashlib.sha256(tail).hexdigest()}
+    return {
+        "header": hashlib.sha256(msgspec.json.encode(header)).hexdigest(),
+        "records": hashlib.sha256(content).hexdigest(),
+        "compressed_after_header": hashlib.sha256(tail).hexdigest(),
+    }
 
 
 def digests(out: Path, tag: str = "") -> dict:
@@ -209,7 +232,9 @@ def digests(out: Path, tag: str = "") -> dict:
         p = out / (f"{tag}.{dst}" if tag else dst)
         if not p.exists():
             continue
-        res[step] = digest_stream(p) if dst.endswith(".bridge") else {"rows": hashlib.sha256(p.read_bytes()).hexdigest()}
+        res[step] = (
+            digest_stream(p) if dst.endswith(".bridge") else {"rows": hashlib.sha256(p.read_bytes()).hexdigest()}
+        )
     return res
 
 

@@ -8,7 +8,7 @@ CPU time (user + system) and peak RSS, and checks that the outputs are byte-iden
 by bench_steps.py's digests.
 
     python bench/cpu_steps/compare.py --main /tmp/before --out /tmp/cpu_steps --cpu 0 --repeat 3 \\
-        --json bench/cpu_steps/results/compare_20k_base.json
+        --json bench/cpu_steps/results/one_core.json
 
 On a shared machine the CPU time is the steadier measure: wall time also counts the time other
 processes held the core.
@@ -51,8 +51,11 @@ def one(src: Path, python: str, step: str, out: Path, tag: str, cpu: str | None)
     err = proc.stderr.read().decode()
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-            "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    return {
+        "wall_s": round(wall, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def after_header(path: Path) -> bytes:
@@ -60,7 +63,7 @@ def after_header(path: Path) -> bytes:
     import zstandard
 
     raw = path.read_bytes()
-    body = raw[bench_steps_preamble():]
+    body = raw[bench_steps_preamble() :]
     dobj = zstandard.ZstdDecompressor().decompressobj()
     dobj.decompress(body)
     return dobj.unused_data
@@ -102,9 +105,12 @@ def main(argv=None) -> int:
                 runs[tag].append(one(src, a.python, step, a.out, tag, a.cpu or None))
         entry = {"load": os.getloadavg()}
         for tag, rs in runs.items():
-            entry[tag] = {"runs": rs, "ex_per_s_wall": round(n / min(r["wall_s"] for r in rs)),
-                          "ex_per_s_cpu": round(n / min(r["cpu_s"] for r in rs)),
-                          "peak_rss_mb": max(r["peak_rss_mb"] for r in rs)}
+            entry[tag] = {
+                "runs": rs,
+                "ex_per_s_wall": round(n / min(r["wall_s"] for r in rs)),
+                "ex_per_s_cpu": round(n / min(r["cpu_s"] for r in rs)),
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+            }
         entry["speedup_cpu"] = round(entry["new"]["ex_per_s_cpu"] / entry["main"]["ex_per_s_cpu"], 2)
         entry["speedup_wall"] = round(entry["new"]["ex_per_s_wall"] / entry["main"]["ex_per_s_wall"], 2)
         res["steps"][step] = entry

@@ -3,7 +3,7 @@ example of reading a stream (zstd decompression, record CRC, framing), msgpack d
 encoding and compressing the output (zstd level 6, frames of 64, as the writer does), and of each step's
 per-example function; in this process, on the first ``-n`` records of the three streams.
 
-    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--src /work/main/src] [--json results/floor.json]
+    python bench/cpu_steps/floor.py --out /tmp/cpu_steps -n 2000 [--src /tmp/before/src] [--json results/floor.json]
 
 ``--out`` holds scores.bridge and the select and close outputs (bench_steps.py ``run`` writes
 selected.bridge and closed.bridge there).
@@ -57,12 +57,20 @@ def main(argv=None) -> dict:
     # compact passes row=True (its rows hold ints only) where _jsonl takes it (not in older checkouts)
     as_row = {"row": True} if "row" in inspect.signature(_jsonl).parameters else {}
     work = {
-        "select": ("scores.bridge", "scores",
-                   lambda ex: select_example(ex, selector, "bridge", 0.75, 0.75, {"rounds": 4})),
+        "select": (
+            "scores.bridge",
+            "scores",
+            lambda ex: select_example(ex, selector, "bridge", 0.75, 0.75, {"rounds": 4}),
+        ),
         "close": ("selected.bridge", "selection", lambda ex: close_example(ex, segmenter, "math", 0.0)),
-        "compact": ("closed.bridge", "closure",
-                    lambda ex: _jsonl(columns_of(compact_row(ex.id, ex.tokens, ex.selection.prompt_keep,
-                                                             ex.closure.supervise), "trl", "x"), **as_row)),
+        "compact": (
+            "closed.bridge",
+            "closure",
+            lambda ex: _jsonl(
+                columns_of(compact_row(ex.id, ex.tokens, ex.selection.prompt_keep, ex.closure.supervise), "trl", "x"),
+                **as_row,
+            ),
+        ),
     }
     res: dict = {"examples": a.n, "src": SRC, "load_before": os.getloadavg(), "us_per_example": {}}
     for step, (name, stage, fn) in work.items():
@@ -77,8 +85,10 @@ def main(argv=None) -> dict:
             payloads = [p for _, p in zip(range(a.n), StreamReader(fh, validate=False).payloads())]
         n = len(payloads)
         t = min(_timed(read) for _ in range(3))
-        row = {"read (decompress, CRC, framing)": round(t / n * 1e6, 1),
-               "msgpack decode": per_example(lambda p: decode_example(p, name, 0), payloads)}
+        row = {
+            "read (decompress, CRC, framing)": round(t / n * 1e6, 1),
+            "msgpack decode": per_example(lambda p: decode_example(p, name, 0), payloads),
+        }
         examples = [decode_example(p, name, 0) for p in payloads]
         row["validation"] = per_example(lambda ex: check_example(ex, stage), examples)
         row[f"{step}'s own work"] = per_example(fn, examples)
@@ -86,9 +96,10 @@ def main(argv=None) -> dict:
             outs = [fn(ex) for ex in examples]
             row["msgpack encode"] = per_example(encode_record, outs)
             encoded = [encode_record(ex) for ex in outs]
-            frames = [encoded[i:i + 64] for i in range(0, n, 64)]
-            row["zstd level 6 compression"] = round(min(_timed(lambda _: [compress_frame(f) for f in frames])
-                                                        for _ in range(3)) / n * 1e6, 1)
+            frames = [encoded[i : i + 64] for i in range(0, n, 64)]
+            row["zstd level 6 compression"] = round(
+                min(_timed(lambda _: [compress_frame(f) for f in frames]) for _ in range(3)) / n * 1e6, 1
+            )
             row["output bytes per example"] = round(sum(len(compress_frame(f)) for f in frames) / n)
         row["total"] = round(sum(v for k, v in row.items() if k != "output bytes per example"), 1)
         res["us_per_example"][step] = row

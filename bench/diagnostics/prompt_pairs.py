@@ -3,7 +3,7 @@
 between the exact interaction beta[j, i] = a_j(P) - a_j(P with prompt token i hidden) and the
 surrogate A[j, i] a_j, on the examples `bridge analyze fidelity` uses.
 
-    python bench/diagnostics/prompt_pairs.py ../shared/data/gsm8k/train.jsonl --from runs/diag/warm \\
+    python bench/diagnostics/prompt_pairs.py data/gsm8k/train.jsonl --from runs/diag/warm \\
         --n 20 --max-length 200 --cache runs/diag/cache
 
 With the same --cache as an earlier `bridge analyze fidelity` run, the exact matrices are read from
@@ -43,8 +43,15 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    src = Source(data=args.data, run=args.run, n=args.n, seed=args.seed, device="cpu",
-                 data_opts=DataOptions(max_length=args.max_length), cache=args.cache)
+    src = Source(
+        data=args.data,
+        run=args.run,
+        n=args.n,
+        seed=args.seed,
+        device="cpu",
+        data_opts=DataOptions(max_length=args.max_length),
+        cache=args.cache,
+    )
     loaded = load(src)
     examples = _score(loaded, pick_examples(src, loaded.ctx.tokenizer, loaded.meta), src.batch_size)
     exact = _exact_scores(loaded, src, args.perturb, None)
@@ -55,17 +62,26 @@ def main() -> None:
         _, beta = cache.prompt_matrix(exact, ex)  # [n, m]
         sur = A * a[:, None]
         big = np.abs(beta) >= np.quantile(np.abs(beta), 0.9)
-        rows.append({
-            "id": ex.id,
-            "pair_pearson": float(np.corrcoef(beta.ravel(), sur.ravel())[0, 1]),
-            "pair_spearman": spearman(beta.ravel(), sur.ravel()),
-            "full_state_spearman": spearman(beta.sum(0), sur.sum(0)),
-            "abs_beta_vs_attention": spearman(np.abs(beta).ravel(), A.ravel()),
-            "sign_agreement_top10": float(np.mean(np.sign(beta[big]) == np.sign(sur[big]))),
-            "effect_over_utility": float(np.abs(beta).sum(1).mean() / np.abs(a).mean()),
-        })
-    summary = {k: {"mean": float(np.mean([r[k] for r in rows])), "min": float(np.min([r[k] for r in rows])),
-                   "max": float(np.max([r[k] for r in rows])), "what": what} for k, what in STATS.items()}
+        rows.append(
+            {
+                "id": ex.id,
+                "pair_pearson": float(np.corrcoef(beta.ravel(), sur.ravel())[0, 1]),
+                "pair_spearman": spearman(beta.ravel(), sur.ravel()),
+                "full_state_spearman": spearman(beta.sum(0), sur.sum(0)),
+                "abs_beta_vs_attention": spearman(np.abs(beta).ravel(), A.ravel()),
+                "sign_agreement_top10": float(np.mean(np.sign(beta[big]) == np.sign(sur[big]))),
+                "effect_over_utility": float(np.abs(beta).sum(1).mean() / np.abs(a).mean()),
+            }
+        )
+    summary = {
+        k: {
+            "mean": float(np.mean([r[k] for r in rows])),
+            "min": float(np.min([r[k] for r in rows])),
+            "max": float(np.max([r[k] for r in rows])),
+            "what": what,
+        }
+        for k, what in STATS.items()
+    }
     for k, s in summary.items():
         print(f"{k:24s} mean {s['mean']:7.3f}  min {s['min']:7.3f}  max {s['max']:7.3f}   {s['what']}")
     print(f"{len(rows)} examples; exact matrices from the cache: {cache.hits}")

@@ -32,7 +32,7 @@ def count(path: str) -> dict:
             if len(resp) == 0:
                 continue
             lo = int(spans[resp[0], 0])
-            text = ex.text[lo:int(spans[resp[-1], 1])]
+            text = ex.text[lo : int(spans[resp[-1], 1])]
             pieces = atoms(text)
             chosen = set(ex.closure.chosen)
             for k in range(len(units) - 1):
@@ -42,7 +42,7 @@ def count(path: str) -> dict:
                     if (k in chosen) != (k + 1 in chosen):
                         out["cut_chosen_dropped"] += 1
                         if len(out["examples_cut"]) < 3:
-                            out["examples_cut"].append(text[a[0]:b[1]])
+                            out["examples_cut"].append(text[a[0] : b[1]])
     return out
 
 
@@ -52,9 +52,11 @@ def main(argv: list[str]) -> int:
         return 2
     for path in argv:
         r = count(path)
-        print(f"{r['file']}: {r['examples']} examples, {r['units']} units, {r['cut']} unit boundaries inside a "
-              f"word/number/<<...>>, {r['cut_chosen_dropped']} between a chosen and a dropped unit "
-              f"(e.g. {r['examples_cut']})")
+        print(
+            f"{r['file']}: {r['examples']} examples, {r['units']} units, {r['cut']} unit boundaries inside a "
+            f"word/number/<<...>>, {r['cut_chosen_dropped']} between a chosen and a dropped unit "
+            f"(e.g. {r['examples_cut']})"
+        )
     return 0
 
 

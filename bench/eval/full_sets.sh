@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every built-in eval task on its full set, bfloat16 on the GPU(s), then the paper's Table 1.
-#   bench/eval/full_sets.sh DATA_DIR [OUT_DIR] [MODEL]     (DATA_DIR laid out like ../shared/data;
+#   bench/eval/full_sets.sh DATA_DIR [OUT_DIR] [MODEL]     (DATA_DIR holding gsm8k/, math/, ... as below;
 #                                                           OUT default runs/eval-full; MODEL default smollm2)
 # The multiple-choice tasks run on GPU 0 and the generation tasks on the last GPU, at the same time
 # (on one GPU, both share it). Each writes OUT/eval-TASK.json; --resume keeps finished tasks, and the

@@ -42,10 +42,11 @@ def bridge_contexts(task: str, result: dict, data: str, few_shot: int) -> list[s
         for subject in tests:
             shots = mc.load_mmlu_csv(devs[subject])[:few_shot] if few_shot else []
             prefix[subject] = mc.mmlu_description(subject) + "".join(
-                s.query + s.choices[s.gold] + mc.FEW_SHOT_SEPARATOR for s in shots)
+                s.query + s.choices[s.gold] + mc.FEW_SHOT_SEPARATOR for s in shots
+            )
         return [prefix[r["subject"]] + r["query"] for r in items]
     loader = mc.load_hellaswag if task == "hellaswag" else mc.load_arc
-    shots = loader(data)[len(items):len(items) + few_shot] if few_shot else []
+    shots = loader(data)[len(items) : len(items) + few_shot] if few_shot else []
     prefix = "".join(s.query + s.choices[s.gold] + mc.FEW_SHOT_SEPARATOR for s in shots)
     return [prefix + r["query"] for r in items]
 
@@ -71,19 +72,37 @@ def compare(task: str, ours: dict, theirs: dict, contexts: list[str]) -> dict:
             # bridge's log-likelihoods with lm-eval's normalisation (choice characters, no leading space)
             lens = [max(1, len(c[1:] if c.startswith(" ") else c)) for c in x["choices"]]
             lm_norm = max(range(len(lens)), key=lambda k: x["loglik"][k] / lens[k])
-            why.append("normalisation: bridge counts the leading space, lm-eval does not"
-                       if lm_norm == y["pred_norm"] else f"pred_norm differs (log-likelihoods up to {diff:.2e})")
+            why.append(
+                "normalisation: bridge counts the leading space, lm-eval does not"
+                if lm_norm == y["pred_norm"]
+                else f"pred_norm differs (log-likelihoods up to {diff:.2e})"
+            )
         if x["pred"] != y["pred"] or x["pred_norm"] != y["pred_norm"] or why:
-            differences.append({"id": x["id"], "subject": x.get("subject"), "pred": [x["pred"], y["pred"]],
-                                "pred_norm": [x["pred_norm"], y["pred_norm"]], "gold": x["gold"],
-                                "max_loglik_diff": diff, "why": why})
+            differences.append(
+                {
+                    "id": x["id"],
+                    "subject": x.get("subject"),
+                    "pred": [x["pred"], y["pred"]],
+                    "pred_norm": [x["pred_norm"], y["pred_norm"]],
+                    "gold": x["gold"],
+                    "max_loglik_diff": diff,
+                    "why": why,
+                }
+            )
     n = len(a)
     return {
-        "task": task, "n": n,
-        "bridge": {"acc": ours["summary"]["acc"], "acc_norm": ours["summary"]["acc_norm"],
-                   "seconds": ours["summary"]["seconds"]},
-        "lm_eval": {"acc": theirs["summary"]["acc"], "acc_norm": theirs["summary"]["acc_norm"],
-                    "seconds": theirs["summary"]["seconds"]},
+        "task": task,
+        "n": n,
+        "bridge": {
+            "acc": ours["summary"]["acc"],
+            "acc_norm": ours["summary"]["acc_norm"],
+            "seconds": ours["summary"]["seconds"],
+        },
+        "lm_eval": {
+            "acc": theirs["summary"]["acc"],
+            "acc_norm": theirs["summary"]["acc_norm"],
+            "seconds": theirs["summary"]["seconds"],
+        },
         "agreement": {k: v / n for k, v in same.items()},
         "max_loglik_diff": max_diff,
         "contexts_equal": sum(c == y["context"] for c, y in zip(contexts, b)),
@@ -94,7 +113,7 @@ def compare(task: str, ours: dict, theirs: dict, contexts: list[str]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("data", help="the data folder (arc/, hellaswag/, mmlu/ as in shared/data)")
+    ap.add_argument("data", help="the data folder (holding arc/, hellaswag/, mmlu/)")
     ap.add_argument("--model", default=None, help="model (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--tasks", default="arc_easy,hellaswag,mmlu")
     ap.add_argument("--limit", type=int, default=20, help="items per task (ARC, HellaSwag)")
@@ -108,8 +127,13 @@ def main() -> int:
 
     tokenizer = load_tokenizer(args.model)
     model = load_model(args.model).eval()
-    report = {"model": args.model or "smollm2 (embedded default)", "few_shot": args.few_shot,
-              "lm_eval_version": lm_eval_engine.lm_eval_version(), "tolerance": TOLERANCE, "tasks": []}
+    report = {
+        "model": args.model or "smollm2 (embedded default)",
+        "few_shot": args.few_shot,
+        "lm_eval_version": lm_eval_engine.lm_eval_version(),
+        "tolerance": TOLERANCE,
+        "tasks": [],
+    }
     for task in args.tasks.split(","):
         rel, which = TASKS[task]
         data = str(Path(args.data) / rel)
@@ -120,10 +144,13 @@ def main() -> int:
         theirs = lm_eval_engine.evaluate(model, tokenizer, task, data, **kw)
         row = compare(task, ours, theirs, bridge_contexts(task, ours, data, args.few_shot))
         report["tasks"].append(row)
-        print(f"{task}: n={row['n']} bridge acc {row['bridge']['acc']:.3f} acc_norm {row['bridge']['acc_norm']:.3f} | "
-              f"lm-eval acc {row['lm_eval']['acc']:.3f} acc_norm {row['lm_eval']['acc_norm']:.3f} | "
-              f"agree pred {row['agreement']['pred']:.1%} pred_norm {row['agreement']['pred_norm']:.1%} | "
-              f"max |dLL| {row['max_loglik_diff']:.2e} | {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(
+            f"{task}: n={row['n']} bridge acc {row['bridge']['acc']:.3f} acc_norm {row['bridge']['acc_norm']:.3f} | "
+            f"lm-eval acc {row['lm_eval']['acc']:.3f} acc_norm {row['lm_eval']['acc_norm']:.3f} | "
+            f"agree pred {row['agreement']['pred']:.1%} pred_norm {row['agreement']['pred_norm']:.1%} | "
+            f"max |dLL| {row['max_loglik_diff']:.2e} | {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
         for d in row["differences"]:
             print(f"  {d}", file=sys.stderr)
     if args.json:

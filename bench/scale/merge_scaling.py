@@ -93,11 +93,20 @@ def main(argv=None) -> int:
         workers = [1, *workers]  # N=1's output is the reference
     modes = {"as_written": False, "validated": True}
     res: dict = {
-        "machine": {"cores": cores(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
-                    "cpu": platform.processor() or platform.machine(), "python": sys.executable},
+        "machine": {
+            "cores": cores(),
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "cpu": platform.processor() or platform.machine(),
+            "python": sys.executable,
+        },
         "commit": _SCALING.commit(),
         "load_before": os.getloadavg(),
-        "examples": a.make, "shards": a.shards, "window": a.window, "workers": workers, "modes": {},
+        "examples": a.make,
+        "shards": a.shards,
+        "window": a.window,
+        "workers": workers,
+        "modes": {},
     }
     ok = True
     with tempfile.TemporaryDirectory(prefix="merge_scaling.") as tmp:
@@ -106,8 +115,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         paths = make_shards(folder, a.make, a.shards, a.window)
         res["shard_bytes"] = sum(p.stat().st_size for p in paths)
-        print(f"made {a.shards} shards of {a.make} examples in all, {res['shard_bytes'] / 1e6:.0f} MB "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        print(
+            f"made {a.shards} shards of {a.make} examples in all, {res['shard_bytes'] / 1e6:.0f} MB "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
 
         t0, c0 = time.perf_counter(), time.process_time()
         with contextlib.ExitStack() as stack:
@@ -143,8 +155,11 @@ def main(argv=None) -> int:
                     "speedup": round(entry["1"]["wall_s"] / wall, 2) if "1" in entry else 1.0,
                     "identical_to_1": same,
                 }
-                print(f"{mode} N={w}: {a.make / wall:,.0f} examples/s ({wall:.2f} s, this process {cpu:.2f} s CPU)"
-                      f"{'' if same else ' DIFFERENT BYTES'}", flush=True)
+                print(
+                    f"{mode} N={w}: {a.make / wall:,.0f} examples/s ({wall:.2f} s, this process {cpu:.2f} s CPU)"
+                    f"{'' if same else ' DIFFERENT BYTES'}",
+                    flush=True,
+                )
             res["modes"][mode] = entry
     res["identical"] = ok
     res["load_after"] = os.getloadavg()

@@ -2,7 +2,7 @@
 """Project the time, GPU-hours and disk of BRIDGE at MetaMathQA's 395K examples and at 100M examples
 from rates measured elsewhere in this repo. Nothing is measured here and no rate is written here:
 every input is read from a results file (listed in INPUTS) or from bench/scale/quoted.json, which
-holds the few measured numbers that were recorded only in prose, each with its source.
+holds the one measured number that was recorded only in prose, with its source.
 
     python bench/scale/project.py            # the tables of docs/scale.md (Markdown)
     python bench/scale/project.py --json     # the same numbers as JSON
@@ -12,11 +12,14 @@ Assumptions (printed with the tables):
   GSM8K train records with the default tokenizer and chat template (bench/scale/results/
   stream_bytes_cpu.json). MetaMathQA rewrites GSM8K and MATH questions; its MATH-derived answers are
   longer, so this is likely an underestimate. Every time and GPU-hour below scales linearly with it.
+- scoring rates: the scorer alone on GSM8K-sized batches (kernel) and `bridge score` as a user runs
+  it (process, the loop's rate after its first window), both on one H200 (bench/score/).
 - GPU time = examples x tokens per example / rate. For the process rates, the wall time on G GPUs
   adds the one-time work of each rank (loading, tokenizer, the first window's compilation) as
   measured beside the rate: the run's wall time less its tokens at the loop's rate.
-- the CPU steps with --workers 16: the rate measured with 16 workers on a 16-core host
-  (bench/cpu_steps/scaling.py, wall clock, synthetic GSM8K-sized stream).
+- the CPU steps: one pinned core of a 16-core H200 host (bench/cpu_steps/compare.py), and with
+  --workers 16 the rate measured with 16 workers on a 16-core H100 host (bench/cpu_steps/scaling.py,
+  wall clock, synthetic GSM8K-sized stream).
 - rank 0's merge: with 16 workers compressing its frames, as measured on a 16-core host
   (bench/scale/merge_scaling.py, records as written); its floor, reading the shards in index order
   alone in one process, was measured there too.
@@ -30,19 +33,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 INPUTS = {
-    "kernel_h100": "bench/score/results/atp_cost_h100.json",
-    "kernel_h200": "bench/score/results/score_h200.json",
-    "process_h200": "bench/score/results/multi_gpu_2xh200.json",
-    "e2e_1b_h200": "bench/score/results/e2e_1b_kernels_h200.json",
-    "e2e_3b_h200": "bench/score/results/e2e_3b_kernels_h200.json",
+    "kernel_default": "bench/score/results/kernel_metamath_h200.json",
+    "kernel_1b": "bench/score/results/e2e_gsm8k_h200/1b_kernel.json",
+    "kernel_3b": "bench/score/results/kernel_gsm8k_h200.json",
+    "process_1b": "bench/score/results/e2e_gsm8k_h200/1b_score.json",
+    "process_3b": "bench/score/results/e2e_gsm8k_h200/3b.json",
     "host": "bench/score/results/cpu_side_2core.json",
     "stream": "bench/scale/results/stream_bytes_cpu.json",
-    "steps_one_core": "bench/cpu_steps/results/after_one_core_quiet.json",
-    "steps_workers2": "bench/cpu_steps/results/after_workers2_quiet.json",
+    "steps_one_core": "bench/cpu_steps/results/one_core_h200host.json",
     "steps_16core": "bench/cpu_steps/results/scaling_16core_h100host.json",
-    "e2e_h100": "bench/score/results/e2e_gsm8k_streamed_h100.json",
-    "e2e_1b_now": "bench/score/results/loop_h200_s25/1b_after_bucketing/new.json",
-    "e2e_3b_now": "bench/score/results/loop_h200_s25/3b_after_bucketing/new.json",
     "quoted": "bench/scale/quoted.json",
     "merge_16core": "bench/scale/results/merge_scaling_16core.json",
 }
@@ -59,68 +58,50 @@ def load(root: Path) -> dict:
 def rates(d: dict) -> dict:
     """Scoring rates (tokens/s on one GPU), each with its card, where it comes from, and the one-time
     seconds of a rank beside it (0 for the kernel rates, which are the ideal)."""
-    h100 = {c["case"].split("/")[0]: c["bridge_tokens_per_s"] for c in d["kernel_h100"]["cases"]}
-    h200 = {c["case"]: c["score_tokens_per_s"] for c in d["kernel_h200"]}
-    q = d["quoted"]
-    p = q["process_h100"]
-    dm = q["default_model_process_h100"]
-    mg = d["process_h200"]
+    dm = d["quoted"]["default_model_process_h100"]
 
-    def issue(shape, run, label):
-        r = p[shape][run]
-        one_time = r["wall_s"] - p["tokens"] / r["steady_tokens_per_s"]
-        return (label, "H100", r["steady_tokens_per_s"], "quoted.json: issue 15", one_time)
+    def kernel(key, case):
+        """bench/score/bench_score.py's run: the scorer alone, tokens over its seconds."""
+        r = next(x for x in d[key] if x["case"] == case)
+        return ("kernel", "H200", r["tokens"] / r["score_s"], INPUTS[key], 0.0)
 
-    def e2e(key, run, label, card="H200", shape=None):
+    def e2e(key, run, label):
         """bench/score/e2e.py's run: the loop's rate after the first window; one-time work = the
         process's wall time less its tokens at that rate."""
-        r = next(x for x in d[key] if shape is None or x["shape"] == shape)[run]
+        r = d[key][0][run]
         rate = r["after_first_tokens_per_s"]
-        return (label, card, rate, INPUTS[key], r["process_s"] - r["tokens"] / rate)
+        return (label, "H200", rate, INPUTS[key], r["process_s"] - r["tokens"] / rate)
 
     return {
         "default (SmolLM2-135M)": [
-            ("kernel", "H200", h200["smollm2-135m/metamath"], INPUTS["kernel_h200"], 0.0),
+            kernel("kernel_default", "smollm2-135m/metamath"),
             # one-time work is inside this rate (the whole run's tokens over its wall time)
             ("process (whole run)", "H100", dm["tokens"] / dm["wall_s"], "quoted.json: docs/benchmarks.md", 0.0),
         ],
         "Llama-3.2-1B shape": [
-            ("kernel", "H100", h100["llama-3.2-1b"], INPUTS["kernel_h100"], 0.0),
-            issue("llama-3.2-1b", "first_run", "process, first run"),
-            issue("llama-3.2-1b", "second_run", "process, later run"),
-            # the first window only: this file has no token count to split the rest of the wall time
-            ("process", "H200", mg["steady_tokens_per_s_1gpu"][0], INPUTS["process_h200"], mg["first_window_s_1gpu"][0]),
-            e2e("e2e_1b_h200", "score_first", "process, Triton tangents, first run"),
-            e2e("e2e_1b_h200", "score_second", "process, Triton tangents, later run"),
-            e2e("e2e_h100", "score_first", "process, streamed writer, first run", "H100", "llama-3.2-1b"),
-            e2e("e2e_h100", "score_second", "process, streamed writer, later run", "H100", "llama-3.2-1b"),
-            e2e("e2e_1b_now", "score_first", "process, now, first run"),
-            e2e("e2e_1b_now", "score_second", "process, now, later run"),
+            kernel("kernel_1b", "llama-3.2-1b/gsm8k"),
+            e2e("process_1b", "score_first", "process, first run"),
+            e2e("process_1b", "score_second", "process, later run"),
         ],
         "Llama-3.2-3B shape": [
-            ("kernel", "H100", h100["llama-3.2-3b"], INPUTS["kernel_h100"], 0.0),
-            issue("llama-3.2-3b", "first_run", "process, first run"),
-            issue("llama-3.2-3b", "second_run", "process, later run"),
-            e2e("e2e_3b_h200", "score_first", "process, Triton tangents, first run"),
-            e2e("e2e_3b_h200", "score_second", "process, Triton tangents, later run"),
-            e2e("e2e_h100", "score_first", "process, streamed writer, first run", "H100", "llama-3.2-3b"),
-            e2e("e2e_h100", "score_second", "process, streamed writer, later run", "H100", "llama-3.2-3b"),
-            e2e("e2e_3b_now", "score_first", "process, now, first run"),
-            e2e("e2e_3b_now", "score_second", "process, now, later run"),
+            kernel("kernel_3b", "llama-3.2-3b/gsm8k"),
+            e2e("process_3b", "score_first", "process, first run"),
+            e2e("process_3b", "score_second", "process, later run"),
         ],
     }
 
 
 def cpu_steps(d: dict, workers: int) -> dict:
-    one = d["steps_one_core"]["steps"]
-    two = d["steps_workers2"]
+    one = d["steps_one_core"]["steps"]  # compare.py: "new" is the checkout measured
     many = d["steps_16core"]
     assert workers in many["workers"], f"{INPUTS['steps_16core']} has no run with --workers {workers}"
-    out = {}
-    for s in STEPS:
-        out[s] = {"one_core": one[s]["cli_examples_per_s"], "workers2_measured": two["steps"][s]["cli_examples_per_s"],
-                  f"workers{workers}": many["steps"][s][str(workers)]["examples_per_s"]}
-    return out
+    return {
+        s: {
+            "one_core": one[s]["new"]["ex_per_s_wall"],
+            f"workers{workers}": many["steps"][s][str(workers)]["examples_per_s"],
+        }
+        for s in STEPS
+    }
 
 
 def hours(seconds: float) -> str:
@@ -145,21 +126,38 @@ def project(d: dict) -> dict:
     host_rate = 1 / (1 / host["tokenise_tokens_per_s"] + 1 / host["write_tokens_per_s"])
     steps = cpu_steps(d, WORKERS)
     r = rates(d)
-    out = {"assumptions": {"tokens_per_example": tpe, "bytes_per_example": bpe, "merge_examples_per_s": merge,
-                           "merge_read_examples_per_s": serial,
-                           "host_tokens_per_s_per_core": host_rate, "workers": WORKERS},
-           "rates": {m: [dict(zip(("rate", "card", "tokens_per_s", "source", "one_time_s"), x)) for x in v]
-                     for m, v in r.items()},
-           "cpu_steps": steps, "scales": {}}
+    out = {
+        "assumptions": {
+            "tokens_per_example": tpe,
+            "bytes_per_example": bpe,
+            "merge_examples_per_s": merge,
+            "merge_read_examples_per_s": serial,
+            "host_tokens_per_s_per_core": host_rate,
+            "workers": WORKERS,
+        },
+        "rates": {
+            m: [dict(zip(("rate", "card", "tokens_per_s", "source", "one_time_s"), x)) for x in v] for m, v in r.items()
+        },
+        "cpu_steps": steps,
+        "scales": {},
+    }
     for name, n in SCALES.items():
         tokens = n * tpe
         scoring = {}
         for model, rs in r.items():
-            scoring[model] = [{"rate": lab, "card": card, "gpu_hours": tokens / tps / 3600,
-                               **{f"wall_s_{g}gpu": tokens / tps / g + once for g in GPUS}}
-                              for lab, card, tps, _, once in rs]
+            scoring[model] = [
+                {
+                    "rate": lab,
+                    "card": card,
+                    "gpu_hours": tokens / tps / 3600,
+                    **{f"wall_s_{g}gpu": tokens / tps / g + once for g in GPUS},
+                }
+                for lab, card, tps, _, once in rs
+            ]
         out["scales"][name] = {
-            "examples": n, "tokens": tokens, "stream_gb": n * bpe / 1e9,
+            "examples": n,
+            "tokens": tokens,
+            "stream_gb": n * bpe / 1e9,
             "scoring": scoring,
             "host_floor_gpu_hours": tokens / host_rate / 3600,
             "merge_s": n / merge,
@@ -172,7 +170,7 @@ def project(d: dict) -> dict:
 
 
 #: the pipeline table's scoring rate: the 1B shape's later run on an H200 (a process, measured)
-PIPELINE_RATE = ("Llama-3.2-1B shape", "process, now, later run")
+PIPELINE_RATE = ("Llama-3.2-1B shape", "process, later run")
 
 
 def pipeline(sc: dict, r: dict, bytes_per_token: float) -> list[dict]:
@@ -183,59 +181,98 @@ def pipeline(sc: dict, r: dict, bytes_per_token: float) -> list[dict]:
     tps = next(x[2] for x in r[PIPELINE_RATE[0]] if x[0] == PIPELINE_RATE[1])
     out = []
     for g in GPUS:
-        stages = {"scoring": row[f"wall_s_{g}gpu"], "merge": sc["merge_s"] if g > 1 else 0.0,
-                  "cpu steps": sum(sc["steps_workers_s"].values())}
+        stages = {
+            "scoring": row[f"wall_s_{g}gpu"],
+            "merge": sc["merge_s"] if g > 1 else 0.0,
+            "cpu steps": sum(sc["steps_workers_s"].values()),
+        }
         # every rank holds its GPU until rank 0's merge is done
-        out.append({"gpus": g, **stages, "total": sum(stages.values()), "longest": max(stages, key=stages.get),
-                    "gpu_hours_held": g * (stages["scoring"] + stages["merge"]) / 3600,
-                    "write_mb_per_s": g * tps * bytes_per_token / 1e6})
+        out.append(
+            {
+                "gpus": g,
+                **stages,
+                "total": sum(stages.values()),
+                "longest": max(stages, key=stages.get),
+                "gpu_hours_held": g * (stages["scoring"] + stages["merge"]) / 3600,
+                "write_mb_per_s": g * tps * bytes_per_token / 1e6,
+            }
+        )
     return out
 
 
 def markdown(p: dict) -> str:
     a = p["assumptions"]
-    lines = ["### Inputs", "", "| input | value | from |", "|---|---|---|",
-             f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
-             f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
-             f"| rank 0's merge, {a['workers']} workers ({a['workers']}-core host) | {a['merge_examples_per_s']:,} "
-             f"examples/s | {INPUTS['merge_16core']} |",
-             f"| rank 0's merge: reading the shards in order alone, one process | {a['merge_read_examples_per_s']:,} "
-             f"examples/s | {INPUTS['merge_16core']} |",
-             f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |"]
+    lines = [
+        "### Inputs",
+        "",
+        "| input | value | from |",
+        "|---|---|---|",
+        f"| tokens per example (GSM8K-sized; MetaMathQA assumed alike) | {a['tokens_per_example']:.0f} | {INPUTS['stream']} |",
+        f"| stream bytes per example (real scorer, default model) | {a['bytes_per_example']:,.0f} | {INPUTS['stream']} |",
+        f"| rank 0's merge, {a['workers']} workers ({a['workers']}-core host) | {a['merge_examples_per_s']:,} "
+        f"examples/s | {INPUTS['merge_16core']} |",
+        f"| rank 0's merge: reading the shards in order alone, one process | {a['merge_read_examples_per_s']:,} "
+        f"examples/s | {INPUTS['merge_16core']} |",
+        f"| a rank's host work (tokenise + write), one core | {a['host_tokens_per_s_per_core']:,.0f} tokens/s | {INPUTS['host']} |",
+    ]
     for model, rs in p["rates"].items():
         for x in rs:
-            lines.append(f"| {model}: scoring, {x['rate']} | {x['tokens_per_s']:,.0f} tokens/s per {x['card']} | {x['source']} |")
+            lines.append(
+                f"| {model}: scoring, {x['rate']} | {x['tokens_per_s']:,.0f} tokens/s per {x['card']} | {x['source']} |"
+            )
     w = a["workers"]
     for s, v in p["cpu_steps"].items():
-        lines.append(f"| `{s}`: one core (2-core host) / 2 workers (2-core host) / {w} workers ({w}-core host) | "
-                     f"{v['one_core']:,} / {v['workers2_measured']:,} / {v[f'workers{w}']:,} examples/s | "
-                     f"{INPUTS['steps_one_core']}, {INPUTS['steps_workers2']}, {INPUTS['steps_16core']} |")
+        lines.append(
+            f"| `{s}`: one core / {w} workers ({w}-core hosts) | "
+            f"{v['one_core']:,} / {v[f'workers{w}']:,} examples/s | "
+            f"{INPUTS['steps_one_core']}, {INPUTS['steps_16core']} |"
+        )
     for name, sc in p["scales"].items():
-        lines += ["", f"### {name}: {sc['examples']:,} examples, {sc['tokens'] / 1e9:.3g}B tokens, "
-                      f"a {sc['stream_gb']:,.1f} GB scored stream", "",
-                  "| scoring | rate | GPU-hours | 1 GPU | 8 GPUs | 64 GPUs |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"### {name}: {sc['examples']:,} examples, {sc['tokens'] / 1e9:.3g}B tokens, "
+            f"a {sc['stream_gb']:,.1f} GB scored stream",
+            "",
+            "| scoring | rate | GPU-hours | 1 GPU | 8 GPUs | 64 GPUs |",
+            "|---|---|---|---|---|---|",
+        ]
         for model, rows in sc["scoring"].items():
             for x in rows:
-                lines.append(f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
-                             + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS) + " |")
-        lines += ["", "| serial CPU work | one core | " + f"--workers {a['workers']} |", "|---|---|---|",
-                  f"| rank 0's merge (several GPUs only; its own workers) | | {hours(sc['merge_s'])} |",
-                  f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |"]
+                lines.append(
+                    f"| {model} | {x['rate']} ({x['card']}) | {x['gpu_hours']:,.1f} | "
+                    + " | ".join(hours(x[f"wall_s_{g}gpu"]) for g in GPUS)
+                    + " |"
+                )
+        lines += [
+            "",
+            "| serial CPU work | one core | " + f"--workers {a['workers']} |",
+            "|---|---|---|",
+            f"| rank 0's merge (several GPUs only; its own workers) | | {hours(sc['merge_s'])} |",
+            f"| its floor: reading the shards in order alone | {hours(sc['merge_read_s'])} | |",
+        ]
         for s in STEPS:
             lines.append(f"| `{s}` | {hours(sc['steps_one_core_s'][s])} | {hours(sc['steps_workers_s'][s])} |")
         total1 = sum(sc["steps_one_core_s"].values())
         totalw = sum(sc["steps_workers_s"].values())
         lines.append(f"| select + close + compact | {hours(total1)} | {hours(totalw)} |")
-        lines.append(f"| host floor of scoring (tokenise + write, summed over ranks) | "
-                     f"{sc['host_floor_gpu_hours']:,.1f} core-hours | |")
-        lines += ["", f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}; the CPU steps with "
-                      f"--workers {a['workers']}:", "",
-                  "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | GPU-hours held | "
-                  "shards written at |", "|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| host floor of scoring (tokenise + write, summed over ranks) | "
+            f"{sc['host_floor_gpu_hours']:,.1f} core-hours | |"
+        )
+        lines += [
+            "",
+            f"Pipeline with {PIPELINE_RATE[0]}, {PIPELINE_RATE[1]}; the CPU steps with --workers {a['workers']}:",
+            "",
+            "| GPUs | scoring | rank 0's merge | select + close + compact | total | longest | GPU-hours held | "
+            "shards written at |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for x in sc["pipeline"]:
-            lines.append(f"| {x['gpus']} | {hours(x['scoring'])} | {hours(x['merge']) if x['gpus'] > 1 else '-'} | "
-                         f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | {x['gpu_hours_held']:,.1f} | "
-                         f"{x['write_mb_per_s']:,.0f} MB/s |")
+            lines.append(
+                f"| {x['gpus']} | {hours(x['scoring'])} | {hours(x['merge']) if x['gpus'] > 1 else '-'} | "
+                f"{hours(x['cpu steps'])} | {hours(x['total'])} | {x['longest']} | {x['gpu_hours_held']:,.1f} | "
+                f"{x['write_mb_per_s']:,.0f} MB/s |"
+            )
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@
    (what `bridge merge` does); and only reading the shards in index order, without writing: the
    floor that compressing frames in parallel could not go below.
 
-    OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data ../shared/data/gsm8k/train.jsonl \
+    OMP_NUM_THREADS=1 python bench/scale/stream_bytes.py --data data/gsm8k/train.jsonl \
         --out bench/scale/results/stream_bytes_cpu.json
 
 The merge is timed by the wall clock and by the process's CPU time; on a busy machine the CPU
@@ -58,14 +58,28 @@ def main() -> None:
         raise SystemExit(f"{args.data} has {len(lines)} records, {need} needed")
     with tempfile.TemporaryDirectory(prefix="bridge-scale-") as tmp:
         tmp = Path(tmp)
-        (tmp / "warm.jsonl").write_text("".join(lines[:args.warm]))
-        (tmp / "val.jsonl").write_text("".join(lines[args.warm:2 * args.warm]))
-        (tmp / "data.jsonl").write_text("".join(lines[2 * args.warm:need]))
-        run_warmup(WarmupOptions(data=str(tmp / "warm.jsonl"), val=str(tmp / "val.jsonl"), out=tmp / "warmup",
-                                 device="cpu", sft=SFTConfig(epochs=1, batch_size=4, grad_accum=1, max_steps=1)))
+        (tmp / "warm.jsonl").write_text("".join(lines[: args.warm]))
+        (tmp / "val.jsonl").write_text("".join(lines[args.warm : 2 * args.warm]))
+        (tmp / "data.jsonl").write_text("".join(lines[2 * args.warm : need]))
+        run_warmup(
+            WarmupOptions(
+                data=str(tmp / "warm.jsonl"),
+                val=str(tmp / "val.jsonl"),
+                out=tmp / "warmup",
+                device="cpu",
+                sft=SFTConfig(epochs=1, batch_size=4, grad_accum=1, max_steps=1),
+            )
+        )
         t0 = time.perf_counter()
-        run_score(ScoreOptions(data=str(tmp / "data.jsonl"), out=str(tmp / "s.bridge"), run=tmp / "warmup",
-                               device="cpu", window=args.window))
+        run_score(
+            ScoreOptions(
+                data=str(tmp / "data.jsonl"),
+                out=str(tmp / "s.bridge"),
+                run=tmp / "warmup",
+                device="cpu",
+                window=args.window,
+            )
+        )
         score_s = time.perf_counter() - t0
         header, examples = read_all(tmp / "s.bridge")
         size = (tmp / "s.bridge").stat().st_size
@@ -105,21 +119,29 @@ def main() -> None:
             readers = [stack.enter_context(open_reader(p)) for p in paths]
             assert sum(1 for _ in _in_order([_as_is(r) for r in readers], readers)) == args.merge_examples
         merge_s["read_only"], merge_cpu_s["read_only"] = time.perf_counter() - t0, time.process_time() - c0
-        same = all((tmp / f"merged-{h}.bridge").read_bytes() == (tmp / "merged-validated.bridge").read_bytes()
-                   for h, _ in hows)
+        same = all(
+            (tmp / f"merged-{h}.bridge").read_bytes() == (tmp / "merged-validated.bridge").read_bytes() for h, _ in hows
+        )
         merged_size = (tmp / "merged-validated.bridge").stat().st_size
 
     result = {
-        "data": args.data, "model": header.model.source, "device": "cpu", "scored_examples": len(examples),
-        "tokens": tokens, "response_tokens": response,
+        "data": args.data,
+        "model": header.model.source,
+        "device": "cpu",
+        "scored_examples": len(examples),
+        "tokens": tokens,
+        "response_tokens": response,
         "tokens_per_example": round(tokens / len(examples), 1),
         "response_tokens_per_example": round(response / len(examples), 1),
         "A_entries_per_example": round(prompt_cols / len(examples), 1),
-        "stream_bytes": size, "header_and_end_bytes": overhead,
+        "stream_bytes": size,
+        "header_and_end_bytes": overhead,
         "bytes_per_example": round((size - overhead) / len(examples), 1),
         "bytes_per_response_token": round((size - overhead) / max(response, 1), 1),
         "score_s_cpu": round(score_s, 2),
-        "merge_examples": args.merge_examples, "merge_shards": args.shards, "merged_bytes": merged_size,
+        "merge_examples": args.merge_examples,
+        "merge_shards": args.shards,
+        "merged_bytes": merged_size,
         "merge_s": {k: round(v, 3) for k, v in merge_s.items()},
         "merge_examples_per_s": {k: round(args.merge_examples / v) for k, v in merge_s.items()},
         # the rate of one core of its own: on a busy machine the wall-clock rate is lower
@@ -127,9 +149,12 @@ def main() -> None:
         "merge_examples_per_cpu_s": {k: round(args.merge_examples / v) for k, v in merge_cpu_s.items()},
         "merge_mb_per_s": {k: round(merged_size / v / 1e6, 1) for k, v in merge_s.items()},
         "merges_identical": same,
-        "merged_bytes_per_example": round(merged_size / args.merge_examples, 1), "merge_frame": frame,
-        "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-        "threads": os.environ.get("OMP_NUM_THREADS"), "load_after": list(os.getloadavg()),
+        "merged_bytes_per_example": round(merged_size / args.merge_examples, 1),
+        "merge_frame": frame,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_after": list(os.getloadavg()),
     }
     print(json.dumps(result, indent=2))
     if args.out:

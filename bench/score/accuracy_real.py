@@ -58,8 +58,16 @@ def main(argv=None):
     val = head(data, work / "val.jsonl", 24, 32)
     test = head(data, work / "test.jsonl", 32, 32 + args.n)
     t0 = time.time()
-    run_warmup(WarmupOptions(data=str(warm), val=str(val), out=work / "warmup", model=args.model, device="cuda",
-                             sft=SFTConfig(epochs=1, lr=2e-5, batch_size=8, grad_accum=1, bf16=True)))
+    run_warmup(
+        WarmupOptions(
+            data=str(warm),
+            val=str(val),
+            out=work / "warmup",
+            model=args.model,
+            device="cuda",
+            sft=SFTConfig(epochs=1, lr=2e-5, batch_size=8, grad_accum=1, bf16=True),
+        )
+    )
     t_warm = time.time() - t0
     ckpt = str(work / "warmup" / "checkpoint")
     tok = load_tokenizer(ckpt)
@@ -83,17 +91,25 @@ def main(argv=None):
     def compare(fast, ref):
         rows = []
         for e, f, r in zip(exs, fast, ref):
-            rows.append({
-                "id": e.id, "n": len(f.a.numpy()),
-                "spearman_a": spearman(f.a.numpy(), r.a.numpy()),
-                "A_maxabs": float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max()),
-                "c_maxabs": float(np.abs(f.c.numpy() - r.c.numpy()).max()),
-                "a_rel_err": float(np.linalg.norm(f.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())),
-            })
+            rows.append(
+                {
+                    "id": e.id,
+                    "n": len(f.a.numpy()),
+                    "spearman_a": spearman(f.a.numpy(), r.a.numpy()),
+                    "A_maxabs": float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max()),
+                    "c_maxabs": float(np.abs(f.c.numpy() - r.c.numpy()).max()),
+                    "a_rel_err": float(np.linalg.norm(f.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())),
+                }
+            )
         sp = [r["spearman_a"] for r in rows]
-        return {"spearman_min": min(sp), "spearman_mean": float(np.mean(sp)),
-                "A_maxabs": max(r["A_maxabs"] for r in rows), "c_maxabs": max(r["c_maxabs"] for r in rows),
-                "a_rel_err_mean": float(np.mean([r["a_rel_err"] for r in rows])), "examples": rows}
+        return {
+            "spearman_min": min(sp),
+            "spearman_mean": float(np.mean(sp)),
+            "A_maxabs": max(r["A_maxabs"] for r in rows),
+            "c_maxabs": max(r["c_maxabs"] for r in rows),
+            "a_rel_err_mean": float(np.mean([r["a_rel_err"] for r in rows])),
+            "examples": rows,
+        }
 
     ref = score(torch.float32, tf32=False, fused=False)
     ref_bf16w = score(torch.float32, tf32=False, fused=False, round_bf16=True)
@@ -102,8 +118,12 @@ def main(argv=None):
         "bf16 vs float32 of the bf16-rounded weights": compare(score(torch.bfloat16, False, True), ref_bf16w),
         "float32 + TF32 (--dtype float32 --tf32) vs float32": compare(score(torch.float32, True, True), ref),
     }
-    summary = {"device": torch.cuda.get_device_name(), "examples": len(exs), "warmup_s": t_warm,
-               "policies": {k: {m: x for m, x in v.items() if m != "examples"} for k, v in policies.items()}}
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "examples": len(exs),
+        "warmup_s": t_warm,
+        "policies": {k: {m: x for m, x in v.items() if m != "examples"} for k, v in policies.items()},
+    }
     for name, res in summary["policies"].items():
         print(f"{name:50s} " + " ".join(f"{k}={x:.5f}" for k, x in res.items()), flush=True)
     Path(args.out).write_text(json.dumps({"summary": summary, "policies": policies}, indent=2))

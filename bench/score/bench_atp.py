@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from bench_score import CASES, SHAPES, buckets, direction, make_examples, make_model  # noqa: E402
 
-from bridgecli.modeling import dual_llama, gated_llama, scoring  # noqa: E402
+from bridgecli.modeling import dual_llama  # noqa: E402
 from bridgecli.modeling.attribution import (  # noqa: E402
     AttributionScorer,
     _free_bytes,
@@ -54,7 +54,7 @@ from bridgecli.modeling.attribution import (  # noqa: E402
     pass_bytes,
     token_bytes,
 )
-from bridgecli.modeling.params import blocks_of  # noqa: E402
+from bridgecli.modeling.saved_bytes import saved_bytes  # noqa: E402
 from bridgecli.modeling.score_batch import make_batch  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
 
@@ -71,10 +71,15 @@ def profile_tables(fn, path: Path, rows: int = 45) -> dict:
         torch.cuda.synchronize()
     avg = prof.key_averages()
     path.write_text(avg.table(sort_by="cuda_time_total", row_limit=rows) + "\n")
-    families = (("gemm", ("gemm", "xmma", "cutlass", "nvjet", "cublas")), ("softmax", ("softmax",)),
-                ("triton", ("triton",)), ("flash/sdpa", ("flash", "fmha", "attention")),
-                ("reduce", ("reduce",)), ("copy", ("copy", "cat", "index")),
-                ("elementwise", ("elementwise", "vectorized")))
+    families = (
+        ("gemm", ("gemm", "xmma", "cutlass", "nvjet", "cublas")),
+        ("softmax", ("softmax",)),
+        ("triton", ("triton",)),
+        ("flash/sdpa", ("flash", "fmha", "attention")),
+        ("reduce", ("reduce",)),
+        ("copy", ("copy", "cat", "index")),
+        ("elementwise", ("elementwise", "vectorized")),
+    )
     out: dict[str, float] = defaultdict(float)
     for e in avg:
         if e.device_type != DeviceType.CUDA:
@@ -119,8 +124,10 @@ def compile_report() -> dict:
     from torch._dynamo.utils import compile_times, counters
 
     names, values = compile_times(repr="csv", aggregate=True)
-    return {"seconds": {n: round(float(v), 3) for n, v in zip(names, values)},
-            "counters": {k: dict(counters[k]) for k in ("aot_autograd", "inductor")}}
+    return {
+        "seconds": {n: round(float(v), 3) for n, v in zip(names, values)},
+        "counters": {k: dict(counters[k]) for k in ("aot_autograd", "inductor")},
+    }
 
 
 def bench_model(shape: str, dtype: torch.dtype, device: str, layers: int | None):
@@ -136,10 +143,21 @@ def bench_model(shape: str, dtype: torch.dtype, device: str, layers: int | None)
     return model.eval()
 
 
-def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repeats: int, chunks: int,
-             recompute: str = "auto", profile_dir: Path | None = None, generic: bool = False,
-             device: str = "cuda", dtype: torch.dtype = torch.bfloat16, layers: int | None = None,
-             compare: bool = False) -> dict:
+def run_case(
+    name: str,
+    n: int,
+    bridge_tokens: int,
+    atp_tokens: int | None,
+    repeats: int,
+    chunks: int,
+    recompute: str = "auto",
+    profile_dir: Path | None = None,
+    generic: bool = False,
+    device: str = "cuda",
+    dtype: torch.dtype = torch.bfloat16,
+    layers: int | None = None,
+    compare: bool = False,
+) -> dict:
     """One case: the bridge scorer and the atp scorer (its fast path, or with ``generic`` its generic
     path; with ``compare`` both), timed in interleaved rounds over their own batches."""
     shape, p_len, r_len = CASES[name]
@@ -150,9 +168,15 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     bridge = BridgeScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device=device))
 
     def atp_scorer(fast: bool) -> AttributionScorer:
-        options = {"scorer_options": {"chunks": chunks}, "atp_recompute": recompute, "fast_tail": fast,
-                   "atp_fast": fast}
-        return AttributionScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device=device, options=options))
+        options = {
+            "scorer_options": {"chunks": chunks},
+            "atp_recompute": recompute,
+            "fast_tail": fast,
+            "atp_fast": fast,
+        }
+        return AttributionScorer(
+            ScoringContext(model=model, tokenizer=tok, direction=v, device=device, options=options)
+        )
 
     atp = atp_scorer(not generic)
     cuda = device == "cuda"
@@ -170,24 +194,51 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     times, peaks, warmups = interleaved(runs, repeats, cuda)
     med = statistics.median
     t_bridge, t_atp = times["bridge"], times["atp"]
-    out = {"case": name, "device": device, "dtype": str(dtype).removeprefix("torch."), "layers": layers,
-           "atp_path": "generic" if atp.gated_fast is None else "fast", "examples": n, "tokens": tokens,
-           "chunks": chunks, "recompute": recompute, "bridge_max_tokens": bridge_tokens, "atp_max_tokens": atp_tokens,
-           "atp_passes": passes, "bridge_s": med(t_bridge), "atp_s": med(t_atp),
-           "ratio_atp_over_bridge": med(t_atp) / med(t_bridge), "bridge_tokens_per_s": tokens / med(t_bridge),
-           "atp_tokens_per_s": tokens / med(t_atp), "bridge_runs_s": t_bridge, "atp_runs_s": t_atp,
-           "repeats": repeats, "warmup_s": warmups}
+    out = {
+        "case": name,
+        "device": device,
+        "dtype": str(dtype).removeprefix("torch."),
+        "layers": layers,
+        "atp_path": "generic" if atp.gated_fast is None else "fast",
+        "examples": n,
+        "tokens": tokens,
+        "chunks": chunks,
+        "recompute": recompute,
+        "bridge_max_tokens": bridge_tokens,
+        "atp_max_tokens": atp_tokens,
+        "atp_passes": passes,
+        "bridge_s": med(t_bridge),
+        "atp_s": med(t_atp),
+        "ratio_atp_over_bridge": med(t_atp) / med(t_bridge),
+        "bridge_tokens_per_s": tokens / med(t_bridge),
+        "atp_tokens_per_s": tokens / med(t_atp),
+        "bridge_runs_s": t_bridge,
+        "atp_runs_s": t_atp,
+        "repeats": repeats,
+        "warmup_s": warmups,
+    }
     if "atp_generic" in times:
         t_gen = times["atp_generic"]
-        out.update({"atp_generic_s": med(t_gen), "ratio_atp_generic_over_bridge": med(t_gen) / med(t_bridge),
-                    "atp_generic_runs_s": t_gen, "speedup_fast_over_generic": med(t_gen) / med(t_atp)})
+        out.update(
+            {
+                "atp_generic_s": med(t_gen),
+                "ratio_atp_generic_over_bridge": med(t_gen) / med(t_bridge),
+                "atp_generic_runs_s": t_gen,
+                "speedup_fast_over_generic": med(t_gen) / med(t_atp),
+            }
+        )
     if free is not None:
         plan_tokens, plan_recompute = atp._plan(free, longest)
         predicted = pass_bytes(atp.shape, min(atp_tokens, plan_tokens), longest, atp.row_chunk, plan_recompute)
-        out.update({"atp_plan_at_longest": [plan_tokens, plan_recompute],
-                    "peak_mem_bridge_gb": peaks["bridge"] / 2**30, "peak_mem_atp_gb": peaks["atp"] / 2**30,
-                    "atp_peak_over_weights_gb": (peaks["atp"] - base) / 2**30,
-                    "atp_predicted_pass_gb": predicted / 2**30})
+        out.update(
+            {
+                "atp_plan_at_longest": [plan_tokens, plan_recompute],
+                "peak_mem_bridge_gb": peaks["bridge"] / 2**30,
+                "peak_mem_atp_gb": peaks["atp"] / 2**30,
+                "atp_peak_over_weights_gb": (peaks["atp"] - base) / 2**30,
+                "atp_predicted_pass_gb": predicted / 2**30,
+            }
+        )
         if "atp_generic" in peaks:
             out["peak_mem_atp_generic_gb"] = peaks["atp_generic"] / 2**30
     if profile_dir is not None and cuda:
@@ -202,83 +253,6 @@ def run_case(name: str, n: int, bridge_tokens: int, atp_tokens: int | None, repe
     return out
 
 
-def saved_bytes(scorer: AttributionScorer, batch, groups) -> dict[str, int]:
-    """Bytes of the tensors the gated pass (``scorer.gated_grads``) saves for its reverse pass, by
-    component: each storage counted once, the model's parameters, v and the fast path's fused weights
-    left out, tensors saved while a reverse pass recomputes left out."""
-    label = ["other"]
-    blocks = blocks_of(scorer.ctx.model)
-    handles = []
-    for i, blk in enumerate(blocks):
-        name = "tail" if i in scorer.tail_set else "prefix"
-        handles.append(blk.register_forward_pre_hook(lambda m, a, name=name: label.__setitem__(0, name)))
-        handles.append(blk.register_forward_hook(lambda m, a, o: label.__setitem__(0, "other")))
-    # the hand-written gated pass (gated_llama.py) calls no HF block from its first gated block on
-    block_calls = {cls: cls.__call__ for cls in (gated_llama.GatedBlock, gated_llama.GatedDualBlock)}
-
-    def labelled(cls, name):
-        def call(*args, **kwargs):
-            label[0] = name
-            try:
-                return block_calls[cls](*args, **kwargs)
-            finally:
-                label[0] = "other"
-
-        return call
-
-    gated_llama.GatedBlock.__call__ = labelled(gated_llama.GatedBlock, "prefix")  # type: ignore[method-assign]
-    gated_llama.GatedDualBlock.__call__ = labelled(gated_llama.GatedDualBlock, "tail")  # type: ignore[method-assign]
-    head_fn = scoring.token_ce_with_tangent
-
-    def head(*args, **kwargs):
-        label[0] = "lm_head"
-        try:
-            return head_fn(*args, **kwargs)
-        finally:
-            label[0] = "other"
-
-    def ptr(t: torch.Tensor) -> int:
-        try:
-            return t.untyped_storage().data_ptr()
-        except RuntimeError:  # a few views of forward-AD tangents
-            return t.data_ptr()
-
-    own = {ptr(p) for p in scorer.ctx.model.parameters()}
-    own |= {ptr(t) for d in (scorer.primals, scorer.tangents) for ps in d.values() for t in ps.values()}
-    if scorer.gated_fast is not None:  # its fused weights, made once per scorer
-        own |= {ptr(t) for t in scorer.gated_fast.weights()}
-    L = batch.input_ids.shape[1]
-    seen: dict[int, tuple[str, int]] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        if torch._C._current_graph_task_id() != -1:  # inside a reverse pass (recomputation)
-            return t
-        p = ptr(t)
-        if p and p not in own and p not in seen:
-            lxl = t.dim() >= 2 and t.shape[-1] == L and t.shape[-2] == L
-            try:
-                nbytes = t.untyped_storage().nbytes()
-            except RuntimeError:
-                nbytes = t.numel() * t.element_size()
-            seen[p] = (label[0] + (" LxL" if lxl else ""), nbytes)
-        return t
-
-    scoring.token_ce_with_tangent = head
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            scorer.gated_grads(batch, groups)
-    finally:
-        scoring.token_ce_with_tangent = head_fn
-        for cls, fn in block_calls.items():
-            cls.__call__ = fn  # type: ignore[method-assign]
-        for h in handles:
-            h.remove()
-    out: dict[str, int] = defaultdict(int)
-    for comp, nbytes in seen.values():
-        out[comp] += nbytes
-    return dict(out)
-
-
 def saved_case(name: str, layers: int, tail: int, n: int, generic: bool = False) -> list[dict]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -290,8 +264,14 @@ def saved_case(name: str, layers: int, tail: int, n: int, generic: bool = False)
     v = direction(model, k=tail)
     rows = []
     for recompute in ("never", "always"):
-        scorer = AttributionScorer(ScoringContext(model=model, tokenizer=SimpleNamespace(pad_token_id=0), direction=v,
-                                                  options={"atp_recompute": recompute, "fast_tail": not generic}))
+        scorer = AttributionScorer(
+            ScoringContext(
+                model=model,
+                tokenizer=SimpleNamespace(pad_token_id=0),
+                direction=v,
+                options={"atp_recompute": recompute, "fast_tail": not generic},
+            )
+        )
         batch = make_batch(exs, 0)
         B, L = batch.input_ids.shape
         groups = [chunk_ids(len(r), 1) for r in batch.resp]
@@ -300,15 +280,27 @@ def saved_case(name: str, layers: int, tail: int, n: int, generic: bool = False)
         seconds = time.perf_counter() - t0
         per_token = {k: v / (B * L) for k, v in sorted(by.items())}
         full = SHAPES[shape]["num_hidden_layers"]
-        per_block = {"prefix": sum(v for k, v in per_token.items() if k.startswith("prefix")) / max(1, layers - tail),
-                     "tail": sum(v for k, v in per_token.items() if k.startswith("tail")) / tail}
+        per_block = {
+            "prefix": sum(v for k, v in per_token.items() if k.startswith("prefix")) / max(1, layers - tail),
+            "tail": sum(v for k, v in per_token.items() if k.startswith("tail")) / tail,
+        }
         rest = sum(v for k, v in per_token.items() if not k.startswith(("prefix", "tail")))
-        row = {"case": name, "atp_path": "generic" if scorer.gated_fast is None else "fast", "layers": layers,
-               "tail": tail, "batch": [B, L], "recompute": recompute,
-               "bytes_per_token": sum(per_token.values()), "by_component": per_token, "per_block": per_block,
-               "predicted_bytes_per_token": token_bytes(scorer.shape, L, recompute == "always"),
-               f"full_{full}_layers_bytes_per_token": per_block["prefix"] * (full - tail) + per_block["tail"] * tail + rest,
-               "seconds_cpu": seconds}
+        row = {
+            "case": name,
+            "atp_path": "generic" if scorer.gated_fast is None else "fast",
+            "layers": layers,
+            "tail": tail,
+            "batch": [B, L],
+            "recompute": recompute,
+            "bytes_per_token": sum(per_token.values()),
+            "by_component": per_token,
+            "per_block": per_block,
+            "predicted_bytes_per_token": token_bytes(scorer.shape, L, recompute == "always"),
+            f"full_{full}_layers_bytes_per_token": per_block["prefix"] * (full - tail)
+            + per_block["tail"] * tail
+            + rest,
+            "seconds_cpu": seconds,
+        }
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
@@ -324,40 +316,76 @@ def main(argv=None):
     ap.add_argument("--chunks", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--saved-bytes", action="store_true", help="measure saved bytes per token on the CPU")
-    ap.add_argument("--layers", type=int, default=None,
-                    help="blocks of a cut-down model (default: the full model; --saved-bytes: 6)")
-    ap.add_argument("--atp-generic", action="store_true",
-                    help="the atp scorer's generic path through HF's modules (fast_tail off for atp)")
-    ap.add_argument("--atp-compare", action="store_true",
-                    help="time (and profile) the atp scorer's generic path too, interleaved with the fast one")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="blocks of a cut-down model (default: the full model; --saved-bytes: 6)",
+    )
+    ap.add_argument(
+        "--atp-generic",
+        action="store_true",
+        help="the atp scorer's generic path through HF's modules (fast_tail off for atp)",
+    )
+    ap.add_argument(
+        "--atp-compare",
+        action="store_true",
+        help="time (and profile) the atp scorer's generic path too, interleaved with the fast one",
+    )
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for relative timings of a small shape")
     ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    ap.add_argument("--cpu-compile", action="store_true",
-                    help="--device cpu: compile the fused functions with inductor on the CPU too (as on CUDA)")
-    ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="after timing, profile one run of each scorer; op tables to DIR")
+    ap.add_argument(
+        "--cpu-compile",
+        action="store_true",
+        help="--device cpu: compile the fused functions with inductor on the CPU too (as on CUDA)",
+    )
+    ap.add_argument(
+        "--profile", default=None, metavar="DIR", help="after timing, profile one run of each scorer; op tables to DIR"
+    )
     ap.add_argument("--out", default="bench/score/results/atp_cost.json")
     args = ap.parse_args(argv)
     if args.cpu_compile:
         dual_llama._Compiled.device_types = ("cuda", "cpu")
     if args.saved_bytes:
-        rows = [r for c in args.cases.split(",")
-                for r in saved_case(c, args.layers or 6, 4, min(args.examples, 2), args.atp_generic)]
+        rows = [
+            r
+            for c in args.cases.split(",")
+            for r in saved_case(c, args.layers or 6, 4, min(args.examples, 2), args.atp_generic)
+        ]
         report = {"device": "cpu", "torch": torch.__version__, "saved_bytes": rows}
     else:
         dtype = getattr(torch, args.dtype)
-        rows = [run_case(c, args.examples, args.bridge_max_tokens, args.atp_max_tokens, args.repeats, args.chunks,
-                         args.recompute, Path(args.profile) if args.profile else None, args.atp_generic,
-                         args.device, dtype, args.layers, args.atp_compare) for c in args.cases.split(",")]
+        rows = [
+            run_case(
+                c,
+                args.examples,
+                args.bridge_max_tokens,
+                args.atp_max_tokens,
+                args.repeats,
+                args.chunks,
+                args.recompute,
+                Path(args.profile) if args.profile else None,
+                args.atp_generic,
+                args.device,
+                dtype,
+                args.layers,
+                args.atp_compare,
+            )
+            for c in args.cases.split(",")
+        ]
         name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
         report = {"device": name, "torch": torch.__version__, "cases": rows, "compile": compile_report()}
         for r in rows:
             mem = f" {r['peak_mem_bridge_gb']:.1f} | {r['peak_mem_atp_gb']:.1f} |" if "peak_mem_atp_gb" in r else ""
-            print(f"| {r['case']} ({r['atp_path']}) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "
-                  f"**{r['ratio_atp_over_bridge']:.2f}** |{mem}")
+            print(
+                f"| {r['case']} ({r['atp_path']}) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_s']:.2f} | "
+                f"**{r['ratio_atp_over_bridge']:.2f}** |{mem}"
+            )
             if "atp_generic_s" in r:
-                print(f"| {r['case']} (generic) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_generic_s']:.2f} | "
-                      f"**{r['ratio_atp_generic_over_bridge']:.2f}** |")
+                print(
+                    f"| {r['case']} (generic) | {r['tokens']} | {r['bridge_s']:.2f} | {r['atp_generic_s']:.2f} | "
+                    f"**{r['ratio_atp_generic_over_bridge']:.2f}** |"
+                )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 

@@ -38,18 +38,49 @@ from bridgecli.format.writer import StreamWriter  # noqa: E402
 from bridgecli.modeling.params import tail_parameters  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext  # noqa: E402
 
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 SHAPES = {
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
-                         tie_word_embeddings=True),
-    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                         num_attention_heads=32, num_key_value_heads=8, head_dim=64, rope_theta=500000.0,
-                         rope_scaling=LLAMA3_ROPE, tie_word_embeddings=True),
-    "llama-3.2-3b": dict(vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
-                         num_attention_heads=24, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
-                         rope_scaling=LLAMA3_ROPE, tie_word_embeddings=True),
+    "smollm2-135m": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-1b": dict(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_ROPE,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-3b": dict(
+        vocab_size=128256,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        rope_theta=500000.0,
+        rope_scaling=LLAMA3_ROPE,
+        tie_word_embeddings=True,
+    ),
 }
 CASES = {
     "smollm2-135m/metamath": ("smollm2-135m", 80, 250),
@@ -82,8 +113,14 @@ def make_examples(n: int, prompt: int, response: int, vocab: int, seed: int = 0)
         r = int(round(response * rng.uniform(0.75, 1.25)))
         kinds = [0] * 6 + [1] * p + [0] * 3 + [2] * r + [3]
         ids = rng.integers(10, vocab, size=len(kinds)).tolist()
-        out.append(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=ids, kinds=bytes(kinds),
-                                                                        offsets=[0, 0] * len(kinds))))
+        out.append(
+            Example(
+                id=str(i),
+                index=i,
+                text="",
+                tokens=Tokens(input_ids=ids, kinds=bytes(kinds), offsets=[0, 0] * len(kinds)),
+            )
+        )
     return out
 
 
@@ -115,8 +152,8 @@ def padded(batch, device="cuda"):
     ids = torch.zeros(len(batch), L, dtype=torch.long)
     mask = torch.zeros(len(batch), L, dtype=torch.long)
     for i, e in enumerate(batch):
-        ids[i, :len(e.tokens.input_ids)] = torch.tensor(e.tokens.input_ids)
-        mask[i, :len(e.tokens.input_ids)] = 1
+        ids[i, : len(e.tokens.input_ids)] = torch.tensor(e.tokens.input_ids)
+        mask[i, : len(e.tokens.input_ids)] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -169,8 +206,10 @@ def breakdown(scorer, batches) -> dict:
                 losses, a, tail_rows = scorer._fast_tail(batch, hidden, calls)
             else:
                 with fwAD.dual_level():
-                    dual = {i: {k: fwAD.make_dual(p, scorer.tangents[i][k]) for k, p in ps.items()}
-                            for i, ps in scorer.primals.items()}
+                    dual = {
+                        i: {k: fwAD.make_dual(p, scorer.tangents[i][k]) for k, p in ps.items()}
+                        for i, ps in scorer.primals.items()
+                    }
                     out, tail_rows = scorer._tail(batch, dual, hidden, calls)
                     losses, a = fwAD.unpack_dual(out)
         torch.cuda.synchronize()
@@ -183,8 +222,15 @@ def breakdown(scorer, batches) -> dict:
     return t
 
 
-def run_case(name: str, n: int, max_tokens: int, repeats: int, exact_n: int, want_profile: bool = False,
-             timing_only: bool = False) -> dict:
+def run_case(
+    name: str,
+    n: int,
+    max_tokens: int,
+    repeats: int,
+    exact_n: int,
+    want_profile: bool = False,
+    timing_only: bool = False,
+) -> dict:
     shape, p_len, r_len = CASES[name]
     model = make_model(shape)
     exs = make_examples(n, p_len, r_len, model.config.vocab_size)
@@ -222,10 +268,16 @@ def run_case(name: str, n: int, max_tokens: int, repeats: int, exact_n: int, wan
     if want_profile:
         profile(scorer, batches)
     if timing_only:
-        return {"case": name, "tokens": tokens, "forward_s": statistics.median(t_fwd),
-                "forward_no_head_s": statistics.median(t_fnh), "score_s": statistics.median(t_score),
-                "ratio_score_over_forward": statistics.median(t_score) / statistics.median(t_fwd),
-                "peak_mem_score_gb": mem_score / 2**30, **parts}
+        return {
+            "case": name,
+            "tokens": tokens,
+            "forward_s": statistics.median(t_fwd),
+            "forward_no_head_s": statistics.median(t_fnh),
+            "score_s": statistics.median(t_score),
+            "ratio_score_over_forward": statistics.median(t_score) / statistics.median(t_fwd),
+            "peak_mem_score_gb": mem_score / 2**30,
+            **parts,
+        }
 
     # exact per-token backward on a small subset, against the JVP path on the same subset
     sub = sorted(exs, key=lambda e: len(e.tokens.input_ids))[:exact_n]
@@ -247,58 +299,82 @@ def run_case(name: str, n: int, max_tokens: int, repeats: int, exact_n: int, wan
     model32 = make_model(shape, dtype=torch.bfloat16).float()  # same weights as `model`, upcast
     v32 = {k: t.float() for k, t in v.items()}
     torch.backends.cuda.matmul.allow_tf32 = True
-    scorer32 = BridgeScorer(ScoringContext(model=model32, tokenizer=SimpleNamespace(pad_token_id=0),
-                                           direction=v32, device="cuda"))
+    scorer32 = BridgeScorer(
+        ScoringContext(model=model32, tokenizer=SimpleNamespace(pad_token_id=0), direction=v32, device="cuda")
+    )
     t_tf32 = timed(lambda: [scorer32.score(b) for b in batches], repeats)
     tf32 = scorer32.score(check)
-    del scorer32
+    scorer32 = None  # frees its GPU memory (the lambda above holds the name, not the object)
     # reference: the same weights in float32, no TF32, math attention
     torch.backends.cuda.matmul.allow_tf32 = False
     os.environ["BRIDGE_FUSED_ATTENTION"] = "0"
     try:
-        ref = BridgeScorer(ScoringContext(model=model32, tokenizer=SimpleNamespace(pad_token_id=0),
-                                          direction=v32, device="cuda")).score(check)
+        ref = BridgeScorer(
+            ScoringContext(model=model32, tokenizer=SimpleNamespace(pad_token_id=0), direction=v32, device="cuda")
+        ).score(check)
     finally:
         os.environ.pop("BRIDGE_FUSED_ATTENTION")
     del model32
     sp_ref = [spearman(f.a.numpy(), r.a.numpy()) for f, r in zip(fast, ref)]
     sp_tf32 = [spearman(f.a.numpy(), r.a.numpy()) for f, r in zip(tf32, ref)]
-    a_diff = max(float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max())
-                 for f, r in zip(fast, ref))
+    a_diff = max(
+        float(np.abs(f.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max()) for f, r in zip(fast, ref)
+    )
 
     med = statistics.median
     out = {
-        "case": name, "shape": shape, "prompt": p_len, "response": r_len, "examples": n,
-        "batches": len(batches), "tokens": tokens, "response_tokens": resp_tokens, "max_tokens_per_batch": max_tokens,
-        "forward_s": med(t_fwd), "forward_no_head_s": med(t_fnh), "score_s": med(t_score),
+        "case": name,
+        "shape": shape,
+        "prompt": p_len,
+        "response": r_len,
+        "examples": n,
+        "batches": len(batches),
+        "tokens": tokens,
+        "response_tokens": resp_tokens,
+        "max_tokens_per_batch": max_tokens,
+        "forward_s": med(t_fwd),
+        "forward_no_head_s": med(t_fnh),
+        "score_s": med(t_score),
         "ratio_score_over_forward": med(t_score) / med(t_fwd),
         "ratio_score_over_forward_no_head": med(t_score) / med(t_fnh),
-        "score_tokens_per_s": tokens / med(t_score), "forward_tokens_per_s": tokens / med(t_fwd),
-        "peak_mem_forward_gb": mem_fwd / 2**30, "peak_mem_score_gb": mem_score / 2**30,
-        "exact_examples": len(sub), "exact_s": t_exact[0], "jvp_same_subset_s": med(t_sub),
-        "speedup_jvp_over_exact": t_exact[0] / med(t_sub), "spearman_jvp_vs_exact_min": min(sp_exact),
+        "score_tokens_per_s": tokens / med(t_score),
+        "forward_tokens_per_s": tokens / med(t_fwd),
+        "peak_mem_forward_gb": mem_fwd / 2**30,
+        "peak_mem_score_gb": mem_score / 2**30,
+        "exact_examples": len(sub),
+        "exact_s": t_exact[0],
+        "jvp_same_subset_s": med(t_sub),
+        "speedup_jvp_over_exact": t_exact[0] / med(t_sub),
+        "spearman_jvp_vs_exact_min": min(sp_exact),
         "bytes_per_scored_token": len(buf.getvalue()) / resp_tokens,
-        "spearman_bf16_fused_vs_fp32_math_min": min(sp_ref), "A_maxabs_bf16_vs_fp32": a_diff,
-        "tf32_score_s": med(t_tf32), "ratio_tf32_score_over_bf16_forward": med(t_tf32) / med(t_fwd),
+        "spearman_bf16_fused_vs_fp32_math_min": min(sp_ref),
+        "A_maxabs_bf16_vs_fp32": a_diff,
+        "tf32_score_s": med(t_tf32),
+        "ratio_tf32_score_over_bf16_forward": med(t_tf32) / med(t_fwd),
         "spearman_tf32_vs_fp32_min": min(sp_tf32),
-        "repeats": repeats, **parts,
+        "repeats": repeats,
+        **parts,
     }
-    del model, scorer, exact
+    model = scorer = exact = None  # frees the GPU memory (the closures above hold the names)
     torch.cuda.empty_cache()
     return out
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| case | tokens | forward s | score s | score/forward | score/decoder | score tok/s | peak GB | "
-            "exact/JVP speed-up | Spearman bf16 vs fp32 | tf32 score/forward | Spearman tf32 vs fp32 | B/token |")
+    head = (
+        "| case | tokens | forward s | score s | score/forward | score/decoder | score tok/s | peak GB | "
+        "exact/JVP speed-up | Spearman bf16 vs fp32 | tf32 score/forward | Spearman tf32 vs fp32 | B/token |"
+    )
     lines = [head, "|" + "|".join(["---"] * 13) + "|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['tokens']} | {r['forward_s']:.3f} | {r['score_s']:.3f} | "
-                     f"**{r['ratio_score_over_forward']:.2f}** | {r['ratio_score_over_forward_no_head']:.2f} | "
-                     f"{r['score_tokens_per_s']:.0f} | {r['peak_mem_score_gb']:.1f} | "
-                     f"{r['speedup_jvp_over_exact']:.0f}x | {r['spearman_bf16_fused_vs_fp32_math_min']:.5f} | "
-                     f"{r['ratio_tf32_score_over_bf16_forward']:.2f} | {r['spearman_tf32_vs_fp32_min']:.5f} | "
-                     f"{r['bytes_per_scored_token']:.1f} |")
+        lines.append(
+            f"| {r['case']} | {r['tokens']} | {r['forward_s']:.3f} | {r['score_s']:.3f} | "
+            f"**{r['ratio_score_over_forward']:.2f}** | {r['ratio_score_over_forward_no_head']:.2f} | "
+            f"{r['score_tokens_per_s']:.0f} | {r['peak_mem_score_gb']:.1f} | "
+            f"{r['speedup_jvp_over_exact']:.0f}x | {r['spearman_bf16_fused_vs_fp32_math_min']:.5f} | "
+            f"{r['ratio_tf32_score_over_bf16_forward']:.2f} | {r['spearman_tf32_vs_fp32_min']:.5f} | "
+            f"{r['bytes_per_scored_token']:.1f} |"
+        )
     return "\n".join(lines)
 
 

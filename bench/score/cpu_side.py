@@ -5,7 +5,7 @@ per-batch host work (building a batch, cutting out each example's rows, making i
 fast GPU these run on one CPU core per rank; if one is slower than the GPU scores, it caps
 `bridge score`.
 
-    python bench/score/cpu_side.py --data ../shared/data/gsm8k/train.jsonl --n 2000 [--out results/cpu_side.json]
+    python bench/score/cpu_side.py --data data/gsm8k/train.jsonl --n 2000 [--out results/cpu_side.json]
 
 Scores are synthetic (random a, c, loss; A rows that sum to <= 1, stored in float16), with the
 shapes the real examples give, so the writer compresses data of the real size and entropy class.
@@ -33,8 +33,12 @@ def main() -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=2000, help="examples to read")
     ap.add_argument("--model", default=None, help="tokenizer source (default: the embedded SmolLM2)")
-    ap.add_argument("--batch-examples", type=int, default=150,
-                    help="examples in the one batch whose host-side work is timed (~32K tokens of GSM8K)")
+    ap.add_argument(
+        "--batch-examples",
+        type=int,
+        default=150,
+        help="examples in the one batch whose host-side work is timed (~32K tokens of GSM8K)",
+    )
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args()
 
@@ -50,9 +54,13 @@ def main() -> None:
     for ex in examples:
         m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
         rows = rng.dirichlet(np.ones(m + 1), size=n)[:, :m] if m else np.zeros((n, 0))
-        sc = Scores(scorer="bridge", a=Array.of(rng.normal(size=n).astype(np.float32)),
-                    c=Array.of(rng.random(n).astype(np.float32)), A=Array.of(rows.astype(np.float16)),
-                    loss=Array.of(rng.random(n).astype(np.float32)))
+        sc = Scores(
+            scorer="bridge",
+            a=Array.of(rng.normal(size=n).astype(np.float32)),
+            c=Array.of(rng.random(n).astype(np.float32)),
+            A=Array.of(rows.astype(np.float16)),
+            loss=Array.of(rng.random(n).astype(np.float32)),
+        )
         scored.append(ex.__class__(**{**{f: getattr(ex, f) for f in ex.__struct_fields__}, "scores": sc}))
     header = Header(stage="scores", producer="bench", created="", model=ModelInfo("bench", "", ""))
     t0 = time.perf_counter()
@@ -70,7 +78,7 @@ def main() -> None:
     from bridgecli.modeling.score_batch import make_batch
     from bridgecli.modeling.scoring import split_rows
 
-    group = examples[:args.batch_examples]
+    group = examples[: args.batch_examples]
     group_tokens = sum(len(e.tokens.input_ids) for e in group)
     t0 = time.perf_counter()
     batch = make_batch(group, 0, "cpu")
@@ -78,19 +86,33 @@ def main() -> None:
     rows = torch.rand(len(group), batch.input_ids.shape[1], batch.input_ids.shape[1])
     t0 = time.perf_counter()
     for A, c in split_rows(rows, batch, 4):
-        Scores(scorer="bridge", a=Array.of(np.zeros(len(c), np.float32)), c=Array.of(c), A=Array.of(A, "float16"),
-               loss=Array.of(np.zeros(len(c), np.float32)))
+        Scores(
+            scorer="bridge",
+            a=Array.of(np.zeros(len(c), np.float32)),
+            c=Array.of(c),
+            A=Array.of(A, "float16"),
+            loss=Array.of(np.zeros(len(c), np.float32)),
+        )
     t_rows = time.perf_counter() - t0
 
     result = {
-        "data": args.data, "examples": len(examples), "tokens": tokens, "response_tokens": response,
-        "tokenise_s": round(t_tok, 3), "tokenise_tokens_per_s": round(tokens / t_tok),
-        "write_s": round(t_write, 3), "write_tokens_per_s": round(tokens / t_write),
+        "data": args.data,
+        "examples": len(examples),
+        "tokens": tokens,
+        "response_tokens": response,
+        "tokenise_s": round(t_tok, 3),
+        "tokenise_tokens_per_s": round(tokens / t_tok),
+        "write_s": round(t_write, 3),
+        "write_tokens_per_s": round(tokens / t_write),
         "bytes_per_response_token": round(len(buf.getvalue()) / max(response, 1), 1),
-        "batch_examples": len(group), "batch_tokens": group_tokens, "batch_padded_length": batch.input_ids.shape[1],
-        "make_batch_s": round(t_batch, 4), "rows_and_records_s": round(t_rows, 4),
+        "batch_examples": len(group),
+        "batch_tokens": group_tokens,
+        "batch_padded_length": batch.input_ids.shape[1],
+        "make_batch_s": round(t_batch, 4),
+        "rows_and_records_s": round(t_rows, 4),
         "batch_host_tokens_per_s": round(group_tokens / (t_batch + t_rows)),
-        "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
         "threads": os.environ.get("OMP_NUM_THREADS"),
     }
     print(json.dumps(result, indent=2))

@@ -44,8 +44,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
 
 #: a tiny shape for CPU runs of this script and of host_profile.py (not a real model)
-TINY = dict(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=5, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, rope_theta=10000.0, tie_word_embeddings=True)
+TINY = dict(
+    vocab_size=49152,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=5,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    rope_theta=10000.0,
+    tie_word_embeddings=True,
+)
 
 SUMMARY = re.compile(
     r"scoring took ([\d.]+) s for (\d+) tokens \(([\d,]+) tokens/s(?:, rank \d+)?"
@@ -78,8 +87,13 @@ def build(shape: str, tok_dir: str, folder: Path, device: str, vocab: str = "sha
     cfg_kw = dict(shapes()[shape])
     if vocab == "tokenizer" or cfg_kw["vocab_size"] < len(tok):
         cfg_kw["vocab_size"] = len(tok)
-    cfg = LlamaConfig(max_position_embeddings=8192, rms_norm_eps=1e-5, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, **cfg_kw)
+    cfg = LlamaConfig(
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        **cfg_kw,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(cfg).to(torch.bfloat16)
@@ -125,8 +139,13 @@ def summary(stderr: str) -> dict:
     if not m:
         return {}
     num = lambda s: float(s.replace(",", "")) if s else None  # noqa: E731
-    return {"loop_s": num(m[1]), "tokens": int(m[2]), "loop_tokens_per_s": num(m[3]),
-            "after_first_tokens_per_s": num(m[4]), "first_window_s": num(m[5])}
+    return {
+        "loop_s": num(m[1]),
+        "tokens": int(m[2]),
+        "loop_tokens_per_s": num(m[3]),
+        "after_first_tokens_per_s": num(m[4]),
+        "first_window_s": num(m[5]),
+    }
 
 
 TIMING = re.compile(r"^bridge: timing: (.+) at ([\d.]+) s$", re.M)
@@ -143,7 +162,7 @@ def after_header(path: Path) -> bytes:
 
     from bridgecli.format.spec import PREAMBLE
 
-    data = path.read_bytes()[PREAMBLE.size:]
+    data = path.read_bytes()[PREAMBLE.size :]
     dobj = zstandard.ZstdDecompressor().decompressobj()
     dobj.decompress(data)
     return dobj.unused_data
@@ -175,9 +194,22 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     limits = ["--window", str(args.window), "--batch-size", str(args.batch_size), "--max-tokens", str(args.max_tokens)]
     if "forward" in args.runs:
         env = child_env(env0, None, None)
-        wall, out, _ = timed([py, str(HERE / "e2e_forward.py"), "--model", str(run / "checkpoint"), "--data",
-                              str(data), "--device", args.device, *limits], env, log_dir / f"{shape}-forward.log",
-                             args.timeout)
+        wall, out, _ = timed(
+            [
+                py,
+                str(HERE / "e2e_forward.py"),
+                "--model",
+                str(run / "checkpoint"),
+                "--data",
+                str(data),
+                "--device",
+                args.device,
+                *limits,
+            ],
+            env,
+            log_dir / f"{shape}-forward.log",
+            args.timeout,
+        )
         res["forward"] = {"process_s": round(wall, 2), **json.loads(out.strip().splitlines()[-1])}
     outs = {}
     for name in ("score_first", "score_second"):
@@ -188,8 +220,19 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
         env = child_env(env0, args.src, caches, args.score_env)
         outs[name] = folder / f"{name}.bridge"
         outs[name].unlink(missing_ok=True)
-        cmd = [py, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(outs[name]), *limits,
-               *shlex.split(args.score_args)]
+        cmd = [
+            py,
+            "-m",
+            "bridgecli",
+            "score",
+            str(data),
+            "--from",
+            str(run),
+            "-o",
+            str(outs[name]),
+            *limits,
+            *shlex.split(args.score_args),
+        ]
         wall, _, err = timed(cmd, env, log_dir / f"{shape}-{name}.log", args.timeout)
         r = {"process_s": round(wall, 2), **summary(err), "timings": timings(err)}
         if "forward" in res:
@@ -200,9 +243,24 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     if args.profile:
         env = child_env(env0, args.src, caches, args.score_env)
         prof_dir = Path(args.profile_dir) / shape
-        wall, out, _ = timed([py, str(HERE / "e2e_profile.py"), "--from", str(run), "--data", str(data),
-                              "--windows", str(args.profile_windows), "--out", str(prof_dir), *limits],
-                             env, log_dir / f"{shape}-profile.log", args.timeout)
+        wall, out, _ = timed(
+            [
+                py,
+                str(HERE / "e2e_profile.py"),
+                "--from",
+                str(run),
+                "--data",
+                str(data),
+                "--windows",
+                str(args.profile_windows),
+                "--out",
+                str(prof_dir),
+                *limits,
+            ],
+            env,
+            log_dir / f"{shape}-profile.log",
+            args.timeout,
+        )
         res["profile"] = {"process_s": round(wall, 2), **json.loads(out.strip().splitlines()[-1])}
     if args.cprofile:
         res["cprofile"] = cprofile_run(shape, args, run, data, caches, env0, log_dir, limits)
@@ -224,8 +282,22 @@ def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
     pfile = prof_dir / "score_later.prof"
     out = Path(args.work) / shape / "cprofile.bridge"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), "-m", "bridgecli", "score", str(data), "--from",
-           str(run), "-o", str(out), *limits]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cProfile",
+        "-o",
+        str(pfile),
+        "-m",
+        "bridgecli",
+        "score",
+        str(data),
+        "--from",
+        str(run),
+        "-o",
+        str(out),
+        *limits,
+    ]
     wall, _, err = timed(cmd, env, log_dir / f"{shape}-cprofile.log", args.timeout)
     out.unlink(missing_ok=True)
     import io
@@ -237,17 +309,22 @@ def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| shape | forward process s (loop tok/s) | score, first run s (ratio) | first window s | "
-             "tok/s after it | score, later run s (ratio) | first window s | tok/s after it | same bytes |",
-             "|" + "---|" * 9]
+    lines = [
+        "| shape | forward process s (loop tok/s) | score, first run s (ratio) | first window s | "
+        "tok/s after it | score, later run s (ratio) | first window s | tok/s after it | same bytes |",
+        "|" + "---|" * 9,
+    ]
     f = lambda x, d=1: "-" if x is None else f"{x:,.{d}f}"  # noqa: E731
     for r in rows:
         fw = r.get("forward", {})
         cells = [r["shape"], f"{f(fw.get('process_s'))} ({f(fw.get('loop_tokens_per_s'), 0)})"]
         for k in ("score_first", "score_second"):
             s = r.get(k, {})
-            cells += [f"{f(s.get('process_s'))} ({f(s.get('ratio_to_forward'), 2)}x)", f(s.get("first_window_s")),
-                      f(s.get("after_first_tokens_per_s"), 0)]
+            cells += [
+                f"{f(s.get('process_s'))} ({f(s.get('ratio_to_forward'), 2)}x)",
+                f(s.get("first_window_s")),
+                f(s.get("after_first_tokens_per_s"), 0),
+            ]
         cells.append(str(r.get("same_bytes_after_header", "-")))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -266,13 +343,25 @@ def main(argv=None):
     ap.add_argument("--vocab", choices=("shape", "tokenizer"), default="shape")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--src", default=None, help="run the scorer from this src/ folder (a baseline checkout)")
-    ap.add_argument("--score-env", action="append", default=[], metavar="KEY=VALUE",
-                    help="environment of the scoring processes (repeatable), e.g. BRIDGE_COMPILE=0")
-    ap.add_argument("--score-args", default="", metavar="ARGS",
-                    help="more bridge score arguments, e.g. '--scorer atp --scorer-option fast=1'")
+    ap.add_argument(
+        "--score-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment of the scoring processes (repeatable), e.g. BRIDGE_COMPILE=0",
+    )
+    ap.add_argument(
+        "--score-args",
+        default="",
+        metavar="ARGS",
+        help="more bridge score arguments, e.g. '--scorer atp --scorer-option fast=1'",
+    )
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--cprofile", action="store_true",
-                    help="one more later run under cProfile: where a warm process's time goes (first window)")
+    ap.add_argument(
+        "--cprofile",
+        action="store_true",
+        help="one more later run under cProfile: where a warm process's time goes (first window)",
+    )
     ap.add_argument("--profile-windows", type=int, default=3)
     ap.add_argument("--profile-dir", default=None, help="default: next to --out, <out stem>_profile/")
     ap.add_argument("--work", default="/tmp/bridge-e2e")
@@ -300,8 +389,14 @@ def main(argv=None):
         except Exception as exc:  # keep what the other shapes measured
             r = {"shape": shape, "error": str(exc)[-3000:]}
         r["shape_total_s"] = round(time.perf_counter() - t0, 1)
-        r.update(examples=args.n, window=args.window, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                 src=args.src or "this checkout", score_env=args.score_env)
+        r.update(
+            examples=args.n,
+            window=args.window,
+            batch_size=args.batch_size,
+            max_tokens=args.max_tokens,
+            src=args.src or "this checkout",
+            score_env=args.score_env,
+        )
         rows.append(r)
         print(json.dumps(r), flush=True)
         out.write_text(json.dumps(rows, indent=2) + "\n")  # after every shape: a timeout keeps the rest

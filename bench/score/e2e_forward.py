@@ -76,13 +76,23 @@ def main(argv=None):
                 first = (time.perf_counter(), tokens)
     t_loop = time.perf_counter() - t0
     after = (tokens - first[1]) / (t0 + t_loop - first[0]) if first and tokens > first[1] else None
-    print(json.dumps({
-        "import_s": round(t_import, 2), "load_s": round(t_load, 2), "tokenise_s": round(t_tok, 2),
-        "loop_s": round(t_loop, 2), "examples": len(examples), "tokens": tokens, "batches": batches,
-        "loop_tokens_per_s": round(tokens / t_loop), "first_window_s": round(first[0] - t0, 2) if first else None,
-        "after_first_tokens_per_s": round(after) if after else None,
-        "total_in_process_s": round(time.perf_counter() - T_START, 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "import_s": round(t_import, 2),
+                "load_s": round(t_load, 2),
+                "tokenise_s": round(t_tok, 2),
+                "loop_s": round(t_loop, 2),
+                "examples": len(examples),
+                "tokens": tokens,
+                "batches": batches,
+                "loop_tokens_per_s": round(tokens / t_loop),
+                "first_window_s": round(first[0] - t0, 2) if first else None,
+                "after_first_tokens_per_s": round(after) if after else None,
+                "total_in_process_s": round(time.perf_counter() - T_START, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ def busy_union(intervals: list[tuple[float, float]]) -> float:
 def gpu_activity(trace_file: str) -> dict:
     """GPU busy time (union of kernels, copies and memsets) and its gaps, from a chrome trace."""
     events = json.loads(Path(trace_file).read_text()).get("traceEvents", [])
-    gpu = [(e["ts"], e["ts"] + e.get("dur", 0)) for e in events
-           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [
+        (e["ts"], e["ts"] + e.get("dur", 0))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
     if not gpu:
         return {"gpu_events": 0}
     gpu.sort()
@@ -50,9 +53,12 @@ def gpu_activity(trace_file: str) -> dict:
         end = max(end, e)
     gaps_ms = [g / 1e3 for g in gaps]
     return {
-        "gpu_events": len(gpu), "gpu_span_ms": round(span / 1e3, 1), "gpu_busy_ms": round(busy / 1e3, 1),
+        "gpu_events": len(gpu),
+        "gpu_span_ms": round(span / 1e3, 1),
+        "gpu_busy_ms": round(busy / 1e3, 1),
         "gpu_idle_fraction_in_span": round(1 - busy / span, 4) if span else None,
-        "gaps_over_1ms": sum(g > 1 for g in gaps_ms), "gaps_over_1ms_total_ms": round(sum(g for g in gaps_ms if g > 1), 1),
+        "gaps_over_1ms": sum(g > 1 for g in gaps_ms),
+        "gaps_over_1ms_total_ms": round(sum(g for g in gaps_ms if g > 1), 1),
         "gaps_over_10ms": sum(g > 10 for g in gaps_ms),
         "largest_gaps_ms": [round(g, 2) for g in sorted(gaps_ms, reverse=True)[:10]],
     }
@@ -64,8 +70,11 @@ def gap_owners(trace_file: str, min_gap_ms: float = 2.0, top: int = 15) -> dict:
     :func:`label_host_work`) and for CUDA runtime calls (e.g. a synchronising copy). Nested labels
     each count their overlap."""
     events = json.loads(Path(trace_file).read_text()).get("traceEvents", [])
-    gpu = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events
-                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    gpu = sorted(
+        (e["ts"], e["ts"] + e.get("dur", 0))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
     gaps, end = [], gpu[0][1] if gpu else 0.0
     for s, e in gpu[1:]:
         if s - end > min_gap_ms * 1e3:
@@ -164,8 +173,14 @@ def main(argv=None):
 
     step._Ahead.take = take
     label_host_work(step)
-    opts = step.ScoreOptions(data=args.data, out=os.path.join(tempfile.gettempdir(), "e2e_profile.bridge"),
-                             run=args.run, window=args.window, batch_size=args.batch_size, max_tokens=args.max_tokens)
+    opts = step.ScoreOptions(
+        data=args.data,
+        out=os.path.join(tempfile.gettempdir(), "e2e_profile.bridge"),
+        run=args.run,
+        window=args.window,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+    )
     state["t0"] = time.perf_counter()  # the loop starts soon after loading; the first take marks it
     original_run = step._run_windows
 

@@ -25,8 +25,14 @@ def lines(out: Path, names: list[str]) -> list[str]:
                     continue
                 d = row[k]
                 t = d.get("timings", {})
-                gap = t["first batch queued"] - t["first window read and tokenised"] if "first batch queued" in t else None
-                handed = next((k.rsplit(" ", 1)[1] for k in t if k.startswith("tokenising handed over at record")), None)
+                gap = (
+                    t["first batch queued"] - t["first window read and tokenised"]
+                    if "first batch queued" in t
+                    else None
+                )
+                handed = next(
+                    (k.rsplit(" ", 1)[1] for k in t if k.startswith("tokenising handed over at record")), None
+                )
                 res.append(
                     f"{row['shape']} {name:11s} {k:12s} process {d.get('process_s')} s ratio {d.get('ratio_to_forward')} "
                     f"first window {d.get('first_window_s')} after {d.get('after_first_tokens_per_s')} "

@@ -90,9 +90,14 @@ def main(argv=None):
             if fn == name and file.endswith(suffix):
                 cum[part] = cum.get(part, 0.0) + ct
     compute = cum.get("  prefix blocks (compute)", 0) + cum.get("  dual tail + head (compute)", 0)
-    res = {"examples": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "compute_s": round(compute, 3),
-           "host_us_per_example": round((wall - compute) / n * 1e6),
-           "parts_us_per_example": {k: round(v / n * 1e6) for k, v in cum.items()}}
+    res = {
+        "examples": n,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "compute_s": round(compute, 3),
+        "host_us_per_example": round((wall - compute) / n * 1e6),
+        "parts_us_per_example": {k: round(v / n * 1e6) for k, v in cum.items()},
+    }
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(args.top)
     print(buf.getvalue())

@@ -61,8 +61,19 @@ def shape_case(shape: str, L: int, tokens: int) -> dict:
     pos = torch.arange(L, device=dev, dtype=torch.float32)
     inv = 1.0 / (10000 ** (torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D))
     ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
-    return dict(B=B, L=L, hid=hid, inter=inter, H=H, Hk=Hk, D=D, vocab=cfg["vocab_size"], r=r,
-                cos=ang.cos().to(dt)[None, None].expand(B, 1, L, D), sin=ang.sin().to(dt)[None, None].expand(B, 1, L, D))
+    return dict(
+        B=B,
+        L=L,
+        hid=hid,
+        inter=inter,
+        H=H,
+        Hk=Hk,
+        D=D,
+        vocab=cfg["vocab_size"],
+        r=r,
+        cos=ang.cos().to(dt)[None, None].expand(B, 1, L, D),
+        sin=ang.sin().to(dt)[None, None].expand(B, 1, L, D),
+    )
 
 
 def kernels(c: dict) -> dict:
@@ -102,10 +113,13 @@ def compile_costs(shapes: list[str], lengths: list[int], tokens: int) -> list[di
             for name, fn in kernels(c).items():
                 first = timed(fn)
                 second = timed(fn)
-                rows.append({"shape": shape, "L": L, "B": c["B"], "kernel": name, "first_ms": first,
-                             "second_ms": second})
-                print(f"{shape} L={L:5d} B={c['B']:4d} {name:20s} first {first:9.1f} ms  second {second:8.2f} ms",
-                      file=sys.stderr)
+                rows.append(
+                    {"shape": shape, "L": L, "B": c["B"], "kernel": name, "first_ms": first, "second_ms": second}
+                )
+                print(
+                    f"{shape} L={L:5d} B={c['B']:4d} {name:20s} first {first:9.1f} ms  second {second:8.2f} ms",
+                    file=sys.stderr,
+                )
             del c
     return rows
 
@@ -127,14 +141,20 @@ def sweep(shapes: list[str], buckets: list[int], tokens: int) -> list[dict]:
             if key in seen:
                 continue
             seen.add(key)
-            res = {"shape": shape, "bucket": key[0], "head_dim": key[1], "groups": key[2], "L": L, "B": c["B"],
-                   "configs": {}}
+            res = {
+                "shape": shape,
+                "bucket": key[0],
+                "head_dim": key[1],
+                "groups": key[2],
+                "L": L,
+                "B": c["B"],
+                "configs": {},
+            }
             for cfg in jvp_attention.candidate_configs(c["D"]):
                 bm, bn, w, st = cfg
 
                 def call(bm=bm, bn=bn, w=w, st=st):
-                    jvp_attention.attention_tangent(*_attn_args(c), block_m=bm, block_n=bn, num_warps=w,
-                                                    num_stages=st)
+                    jvp_attention.attention_tangent(*_attn_args(c), block_m=bm, block_n=bn, num_warps=w, num_stages=st)
 
                 try:
                     ms = triton.testing.do_bench(call, warmup=5, rep=30)
@@ -183,10 +203,14 @@ def main(argv=None):
     t0 = time.perf_counter()
     import bridgecli.modeling.jvp_attention  # noqa: F401  (imports counted apart from the kernels)
 
-    report: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-                    "triton_cache": os.environ.get("TRITON_CACHE_DIR"),
-                    "autotune_env": os.environ.get("BRIDGE_ATTN_AUTOTUNE"),
-                    "import_s": round(time.perf_counter() - t0, 2)}
+    report: dict = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "triton_cache": os.environ.get("TRITON_CACHE_DIR"),
+        "autotune_env": os.environ.get("BRIDGE_ATTN_AUTOTUNE"),
+        "import_s": round(time.perf_counter() - t0, 2),
+    }
     t1 = time.perf_counter()
     report["compile"] = compile_costs(shapes, [int(x) for x in args.lengths.split(",")], args.tokens)
     report["compile_total_s"] = round(time.perf_counter() - t1, 2)
@@ -198,8 +222,9 @@ def main(argv=None):
         report["sweep"] = sweep(shapes, [int(x) for x in args.buckets.split(",")], args.tokens)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps({k: report[k] for k in ("device", "import_s", "compile_total_s",
-                                             "extra_first_call_ms_by_kernel")}))
+    print(
+        json.dumps({k: report[k] for k in ("device", "import_s", "compile_total_s", "extra_first_call_ms_by_kernel")})
+    )
 
 
 if __name__ == "__main__":

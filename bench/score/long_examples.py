@@ -43,8 +43,11 @@ def main(argv=None) -> None:
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".")
     with os.fdopen(fd, "w") as fh:
         for i in range(args.n):
-            rec = {"id": f"long-{i}", "question": fill("question", args.prompt_tokens),
-                   "answer": fill("answer", args.response_tokens)}
+            rec = {
+                "id": f"long-{i}",
+                "question": fill("question", args.prompt_tokens),
+                "answer": fill("answer", args.response_tokens),
+            }
             fh.write(json.dumps(rec) + "\n")
     os.replace(tmp, out)
 

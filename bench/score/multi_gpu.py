@@ -30,9 +30,19 @@ def build(tok_dir: str, work: Path) -> Path:
     from bridgecli.modeling.params import tail_parameters
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                      num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=8192,
-                      tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     run = work / "run"
@@ -41,7 +51,7 @@ def build(tok_dir: str, work: Path) -> Path:
     tok.save_pretrained(run / "checkpoint")
     tail = tail_parameters(model, 4)
     v = {n: torch.randn(p.shape) for n, p in tail.items()}
-    norm = float(torch.sqrt(sum((t ** 2).sum() for t in v.values())))
+    norm = float(torch.sqrt(sum((t**2).sum() for t in v.values())))
     save_direction(Direction({n: t / norm for n, t in v.items()}, DirectionMeta(layers=4, lam=0.2)), run)
     (run / "warmup.json").write_text(json.dumps({"base_model": str(run / "checkpoint")}))
     return run
@@ -68,15 +78,37 @@ def main(argv=None):
     env = {**os.environ, "BRIDGE_NO_PROGRESS": "1"}
     base = ["score", args.data, "--from", str(run), "--max-tokens", "32768"]
     one, log1 = timed([sys.executable, "-m", "bridgecli", *base, "-o", str(work / "one.bridge")], env)
-    many, logn = timed([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus),
-                        "-m", "bridgecli", *base, "-o", str(work / "many.bridge")], env)
+    many, logn = timed(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(args.gpus),
+            "-m",
+            "bridgecli",
+            *base,
+            "-o",
+            str(work / "many.bridge"),
+        ],
+        env,
+    )
     rate = lambda log: [float(x.replace(",", "")) for x in re.findall(r"\(([\d,]+) tokens/s", log)]  # noqa: E731
     steady = lambda log: [float(x.replace(",", "")) for x in re.findall(r"([\d,]+) tokens/s after the first", log)]  # noqa: E731
     first = lambda log: [float(x) for x in re.findall(r"first window, which took ([\d.]+) s", log)]  # noqa: E731
-    res = {"device": torch.cuda.get_device_name(), "gpus": args.gpus, "wall_1gpu_s": one, "wall_ngpu_s": many,
-           "wall_speedup": one / many, "tokens_per_s_1gpu": rate(log1), "tokens_per_s_per_rank": rate(logn),
-           "steady_tokens_per_s_1gpu": steady(log1), "steady_tokens_per_s_per_rank": steady(logn),
-           "first_window_s_1gpu": first(log1), "first_window_s_per_rank": first(logn)}
+    res = {
+        "device": torch.cuda.get_device_name(),
+        "gpus": args.gpus,
+        "wall_1gpu_s": one,
+        "wall_ngpu_s": many,
+        "wall_speedup": one / many,
+        "tokens_per_s_1gpu": rate(log1),
+        "tokens_per_s_per_rank": rate(logn),
+        "steady_tokens_per_s_1gpu": steady(log1),
+        "steady_tokens_per_s_per_rank": steady(logn),
+        "first_window_s_1gpu": first(log1),
+        "first_window_s_per_rank": first(logn),
+    }
     res["loop_speedup"] = sum(res["tokens_per_s_per_rank"]) / res["tokens_per_s_1gpu"][0]
     if res["steady_tokens_per_s_1gpu"] and len(res["steady_tokens_per_s_per_rank"]) == args.gpus:
         res["steady_loop_speedup"] = sum(res["steady_tokens_per_s_per_rank"]) / res["steady_tokens_per_s_1gpu"][0]

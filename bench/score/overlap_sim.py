@@ -44,9 +44,13 @@ def fake_scores(ex) -> Scores:
     rng = np.random.default_rng(ex.index)
     m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
     A = (rng.random((n, m)) / max(m, 1)).astype(np.float16)
-    return Scores(scorer="bridge", a=Array.of(rng.normal(size=n).astype(np.float32)),
-                  c=Array.of(rng.random(n).astype(np.float32)), A=Array.of(A, "float16"),
-                  loss=Array.of(rng.random(n).astype(np.float32)))
+    return Scores(
+        scorer="bridge",
+        a=Array.of(rng.normal(size=n).astype(np.float32)),
+        c=Array.of(rng.random(n).astype(np.float32)),
+        A=Array.of(A, "float16"),
+        loss=Array.of(rng.random(n).astype(np.float32)),
+    )
 
 
 class SimDevice:
@@ -124,8 +128,12 @@ def run_once(kind: str, data: str, tokenizer, n: int, rate: float, out: Path, to
         step._run_windows(scorer, examples, Dist(), opts, 32768, writer, n, skip=0, commit=output.commit)
     wall = time.perf_counter() - t0
     output.finish(writer)
-    res = {"loop": kind, "wall_s": round(wall, 3), "device_busy_s": round(device.busy, 3),
-           "device_idle_fraction": round(1 - device.busy / wall, 3)}
+    res = {
+        "loop": kind,
+        "wall_s": round(wall, 3),
+        "device_busy_s": round(device.busy, 3),
+        "device_idle_fraction": round(1 - device.busy / wall, 3),
+    }
     if startup is not None:
         res["child_start_s"] = round(startup, 3)
     return res
@@ -165,8 +173,13 @@ def main(argv=None):
                 print(json.dumps(res), flush=True)
         same = all(after_header(outs["serial"]) == after_header(outs[k]) for k in kinds)
     best = {k: min(x["wall_s"] for x in rows if x["loop"] == k) for k in kinds}
-    summary = {"examples": args.n, "rate": args.rate, "best_wall_s": best, "same_bytes_after_header": same,
-               "runs": rows}
+    summary = {
+        "examples": args.n,
+        "rate": args.rate,
+        "best_wall_s": best,
+        "same_bytes_after_header": same,
+        "runs": rows,
+    }
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")

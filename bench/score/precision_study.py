@@ -49,8 +49,11 @@ def main(argv=None):
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--out", default="precision.json")
-    ap.add_argument("--bf16-weights", action="store_true",
-                    help="round the checkpoint to bf16 first (the reference then computes those weights in fp32)")
+    ap.add_argument(
+        "--bf16-weights",
+        action="store_true",
+        help="round the checkpoint to bf16 first (the reference then computes those weights in fp32)",
+    )
     args = ap.parse_args(argv)
     ckpt = str(Path(args.run) / "checkpoint")
     tok = load_tokenizer(ckpt)
@@ -66,8 +69,9 @@ def main(argv=None):
             with torch.no_grad():
                 for p in model.parameters():
                     p.copy_(p.to(torch.bfloat16).float())
-        scores = BridgeScorer(ScoringContext(model=model, tokenizer=tok, direction=v, device="cuda",
-                                             options=options)).score(exs)
+        scores = BridgeScorer(
+            ScoringContext(model=model, tokenizer=tok, direction=v, device="cuda", options=options)
+        ).score(exs)
         del model
         torch.cuda.empty_cache()
         if ref is None:
@@ -75,17 +79,27 @@ def main(argv=None):
             continue
         sp = [spearman(s.a.numpy(), r.a.numpy()) for s, r in zip(scores, ref)]
         results[name] = {
-            "spearman_min": min(sp), "spearman_mean": float(np.mean(sp)),
-            "a_rel_err": float(np.mean([np.linalg.norm(s.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())
-                                        for s, r in zip(scores, ref)])),
-            "A_maxabs": max(float(np.abs(s.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max())
-                            for s, r in zip(scores, ref)),
+            "spearman_min": min(sp),
+            "spearman_mean": float(np.mean(sp)),
+            "a_rel_err": float(
+                np.mean(
+                    [
+                        np.linalg.norm(s.a.numpy() - r.a.numpy()) / np.linalg.norm(r.a.numpy())
+                        for s, r in zip(scores, ref)
+                    ]
+                )
+            ),
+            "A_maxabs": max(
+                float(np.abs(s.A.numpy().astype(np.float32) - r.A.numpy().astype(np.float32)).max())
+                for s, r in zip(scores, ref)
+            ),
             "c_maxabs": max(float(np.abs(s.c.numpy() - r.c.numpy()).max()) for s, r in zip(scores, ref)),
         }
         print(f"{name:32s} " + " ".join(f"{k}={v:.5f}" for k, v in results[name].items()), flush=True)
         Path(args.out).write_text(json.dumps(results, indent=2))
-    Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "n": len(exs),
-                                          "policies": results}, indent=2))
+    Path(args.out).write_text(
+        json.dumps({"device": torch.cuda.get_device_name(), "n": len(exs), "policies": results}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ def main(argv=None) -> None:
     def record(message, category, filename, lineno, file=None, line=None):
         if not state["on"] or "synchronizing" not in str(message):
             return
-        frames = [f for f in traceback.extract_stack()[:-1] if "bridgecli" in f.filename or "transformers" in f.filename]
+        frames = [
+            f for f in traceback.extract_stack()[:-1] if "bridgecli" in f.filename or "transformers" in f.filename
+        ]
         key = tuple(f"{Path(f.filename).name}:{f.lineno} {f.name}: {(f.line or '').strip()}" for f in frames[-8:])
         stacks[key] = stacks.get(key, 0) + 1
 
@@ -79,10 +81,14 @@ def main(argv=None) -> None:
         pass
     watched_batches = max(0, state["batches"] - 2)
     res = {
-        "shape": args.shape, "examples": args.n, "batches_watched": watched_batches,
+        "shape": args.shape,
+        "examples": args.n,
+        "batches_watched": watched_batches,
         "device": torch.cuda.get_device_name(),
-        "syncs": [{"count": n, "per_batch": round(n / max(1, watched_batches), 2), "stack": list(k)}
-                  for k, n in sorted(stacks.items(), key=lambda kv: -kv[1])],
+        "syncs": [
+            {"count": n, "per_batch": round(n / max(1, watched_batches), 2), "stack": list(k)}
+            for k, n in sorted(stacks.items(), key=lambda kv: -kv[1])
+        ],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(res, indent=1))

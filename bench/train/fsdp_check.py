@@ -1,6 +1,6 @@
 """`bridge train` under FSDP (and DDP) on several GPUs against one GPU, and an FSDP kill + --resume.
 
-    python bench/train/fsdp_check.py --data ../shared/data/gsm8k/train.jsonl --gpus 2 --out fsdp.json
+    python bench/train/fsdp_check.py --data data/gsm8k/train.jsonl --gpus 2 --out fsdp.json
 
 Tokenises the first --rows examples (whole prompt, whole response supervised), then trains the
 same model from the same weights for --steps optimizer steps with the same command:
@@ -95,8 +95,9 @@ def losses(folder: Path) -> list[float]:
 def killed_then_resumed(cmd: list[str], out: Path, step: int, env: dict) -> dict:
     """Start ``cmd`` (fresh), SIGKILL its process group once the step-``step`` checkpoint is complete,
     then run it again with --resume."""
-    proc = subprocess.Popen([*cmd, "--overwrite"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [*cmd, "--overwrite"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     mark = out / "checkpoints" / f"step-{step:06d}" / "trainer_state.json"
     deadline = time.monotonic() + 300
     while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -124,8 +125,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--work", default="/tmp/bridge-fsdp")
     ap.add_argument("--out", default="fsdp.json")
-    ap.add_argument("--runs", default="one,ddp,fsdp2,fsdp1,fsdp2-resumed",
-                    help="comma-separated: one, ddp, fsdp2, fsdp1, fsdp2-resumed, and NAME-again for any of them")
+    ap.add_argument(
+        "--runs",
+        default="one,ddp,fsdp2,fsdp1,fsdp2-resumed",
+        help="comma-separated: one, ddp, fsdp2, fsdp1, fsdp2-resumed, and NAME-again for any of them",
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -137,8 +141,26 @@ def main(argv=None) -> dict:
     rows = work / "rows.jsonl"
     n_rows = write_rows(args.data, args.model, args.rows, rows)
     env = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
-    train = ["-m", "bridgecli", "train", str(rows), "--model", args.model, "--max-steps", str(args.steps),
-             "--epochs", "1", "--batch-size", "8", "--grad-accum", "8", "--seed", "3", "--lr", "1e-4"]
+    train = [
+        "-m",
+        "bridgecli",
+        "train",
+        str(rows),
+        "--model",
+        args.model,
+        "--max-steps",
+        str(args.steps),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--grad-accum",
+        "8",
+        "--seed",
+        "3",
+        "--lr",
+        "1e-4",
+    ]
     for v in (1, 2):
         (work / f"fsdp{v}.yaml").write_text(FSDP_YAML.format(n=args.gpus, version=v, extra=V1_EXTRA if v == 1 else ""))
     launch = {
@@ -148,8 +170,14 @@ def main(argv=None) -> dict:
         "fsdp1": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(work / "fsdp1.yaml")],
     }
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    res: dict = {"device": device, "gpus": args.gpus, "rows": n_rows, "steps": args.steps, "model": args.model,
-                 "runs": {}}
+    res: dict = {
+        "device": device,
+        "gpus": args.gpus,
+        "rows": n_rows,
+        "steps": args.steps,
+        "model": args.model,
+        "runs": {},
+    }
     mid = args.steps // 2
     for name in runs:
         kind = name.removesuffix("-again")
@@ -163,8 +191,9 @@ def main(argv=None) -> dict:
             cmd = [*launch[kind], *train, "-o", str(out), "--overwrite"]
             cmd += ["--save-every", "2"] if kind == "fsdp2" else []
             t0 = time.time()
-            proc = subprocess.run(cmd, env={**env, "CUDA_VISIBLE_DEVICES": "0"} if kind == "one" else env,
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                cmd, env={**env, "CUDA_VISIBLE_DEVICES": "0"} if kind == "one" else env, capture_output=True, text=True
+            )
             res["runs"][name] = {"wall_s": round(time.time() - t0, 1), "rc": proc.returncode}
             if proc.returncode != 0:
                 res["runs"][name]["error"] = proc.stderr[-3000:]
@@ -177,8 +206,13 @@ def main(argv=None) -> dict:
         res["update_norm_one"] = update
         res["runs"]["one"]["losses"] = losses(work / "one")
         for name in [r for r in runs if r in ok and r != "one"]:
-            base = name.removesuffix("-again") if name.endswith("-again") else \
-                "fsdp2" if name == "fsdp2-resumed" else "one"
+            base = (
+                name.removesuffix("-again")
+                if name.endswith("-again")
+                else "fsdp2"
+                if name == "fsdp2-resumed"
+                else "one"
+            )
             if base not in ok:
                 continue
             lb, ln = losses(work / base), losses(work / name)

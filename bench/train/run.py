@@ -39,46 +39,111 @@ sys.path.insert(0, str(ROOT / "src"))
 
 SHAPES = {
     # name: LlamaConfig keyword arguments (vocab from the tokenizer, or --vocab)
-    "tiny": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, tie_word_embeddings=True),
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, tie_word_embeddings=True, rms_norm_eps=1e-5),
-    "smollm2-360m": dict(hidden_size=960, intermediate_size=2560, num_hidden_layers=32, num_attention_heads=15,
-                         num_key_value_heads=5, tie_word_embeddings=True, rms_norm_eps=1e-5),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, tie_word_embeddings=True, rms_norm_eps=1e-5),
+    "tiny": dict(
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    ),
+    "smollm2-360m": dict(
+        hidden_size=960,
+        intermediate_size=2560,
+        num_hidden_layers=32,
+        num_attention_heads=15,
+        num_key_value_heads=5,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    ),
+    "llama-3.2-1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-5,
+    ),
 }
 PRESETS = {
     # CPU: a small body needs a small vocabulary, or the output head (the same supervised positions
     # in both runs) is most of the work; token ids are folded into --vocab (timing only)
-    "cpu": dict(shape="tiny", rows=128, steps=8, skip_steps=2, device="cpu", max_tokens_per_batch=4096,
-                batch_size=4, grad_accum=4, vocab=4096),
-    "gpu": dict(shape="llama-3.2-1b", rows=4096, steps=24, skip_steps=4, device="cuda", max_tokens_per_batch=32768,
-                batch_size=8, grad_accum=8, vocab=None),
+    "cpu": dict(
+        shape="tiny",
+        rows=128,
+        steps=8,
+        skip_steps=2,
+        device="cpu",
+        max_tokens_per_batch=4096,
+        batch_size=4,
+        grad_accum=4,
+        vocab=4096,
+    ),
+    "gpu": dict(
+        shape="llama-3.2-1b",
+        rows=4096,
+        steps=24,
+        skip_steps=4,
+        device="cuda",
+        max_tokens_per_batch=32768,
+        batch_size=8,
+        grad_accum=8,
+        vocab=None,
+    ),
 }
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="defaults for a device (default: gpu when CUDA is visible, else cpu)")
-    p.add_argument("--data", default=None, help="examples (default: ../shared/data/gsm8k/train.jsonl if present, else the bundled sample)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="defaults for a device (default: gpu when CUDA is visible, else cpu)",
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="examples (default: ../shared/data/gsm8k/train.jsonl if present, else the bundled sample)",
+    )
     p.add_argument("--stream", default=None, help="a bridge stream at selection/closure stage: use its selection")
     p.add_argument("--rows", type=int, default=None, help="examples to train on (the data is cycled if shorter)")
     p.add_argument("--rho-p", type=float, default=0.5, help="prompt retention for the random selection")
     p.add_argument("--rho-r", type=float, default=0.75, help="response supervision for the random selection")
     p.add_argument("--shape", choices=sorted(SHAPES), default=None, help="random weights of this shape")
     p.add_argument("--model", default=None, help="an HF model folder instead of --shape")
-    p.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the embedded SmolLM2 tokenizer, or --model's)")
+    p.add_argument(
+        "--tokenizer", default=None, help="tokenizer folder (default: the embedded SmolLM2 tokenizer, or --model's)"
+    )
     p.add_argument("--attn", default="sdpa", help="attention implementation (sdpa, eager, flash_attention_2, ...)")
     p.add_argument("--device", default=None)
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
     p.add_argument("--skip-steps", type=int, default=None, help="first steps of each run left out of the timing")
     p.add_argument("--batch-size", type=int, default=None, help="default 8 (gpu preset), 4 (cpu)")
     p.add_argument("--grad-accum", type=int, default=None, help="default 8 (gpu preset), 4 (cpu)")
-    p.add_argument("--vocab", type=int, default=None,
-                   help="random-weight shapes only: fold token ids into this vocabulary (cpu preset: 4096; 0: the tokenizer's)")
+    p.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="random-weight shapes only: fold token ids into this vocabulary (cpu preset: 4096; 0: the tokenizer's)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    p.add_argument("--max-tokens-per-batch", type=int, default=-1, help="micro-batch token budget (default: the preset's)")
+    p.add_argument(
+        "--max-tokens-per-batch", type=int, default=-1, help="micro-batch token budget (default: the preset's)"
+    )
     p.add_argument("--pack-length", type=int, default=None)
     p.add_argument("--packing", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--gradient-checkpointing", action="store_true")
@@ -152,18 +217,29 @@ def build_rows(args, tokenizer):
         bp += len(keep)
         np_ += len(tokens.prompt_positions())
         nr += len(tokens.response_positions())
-    stats = {"source": source, "examples": len(triples), "rows": args.rows,
-             "selection": "stream" if args.stream else f"random, rho_p={args.rho_p}, rho_r={args.rho_r}",
-             "prompt_tokens": np_, "prompt_kept": bp, "response_tokens": nr,
-             "formula_ratio": (bp + nr) / (np_ + nr),
-             "executed_ratio_all_rows": sum(len(r.input_ids) for r in compacted) / sum(len(r.input_ids) for r in full),
-             "supervised_tokens": sum(r.supervised for r in compacted)}
+    stats = {
+        "source": source,
+        "examples": len(triples),
+        "rows": args.rows,
+        "selection": "stream" if args.stream else f"random, rho_p={args.rho_p}, rho_r={args.rho_r}",
+        "prompt_tokens": np_,
+        "prompt_kept": bp,
+        "response_tokens": nr,
+        "formula_ratio": (bp + nr) / (np_ + nr),
+        "executed_ratio_all_rows": sum(len(r.input_ids) for r in compacted) / sum(len(r.input_ids) for r in full),
+        "supervised_tokens": sum(r.supervised for r in compacted),
+    }
     assert [r.labels[-1] for r in compacted] == [r.labels[-1] for r in full]
     if args.vocab:
         from bridgecli.training.rows import IGNORE, Row
 
-        fold = lambda r: Row(r.id, [t % args.vocab for t in r.input_ids],  # noqa: E731
-                             [t % args.vocab if t != IGNORE else IGNORE for t in r.labels])
+        def fold(r):
+            return Row(
+                r.id,
+                [t % args.vocab for t in r.input_ids],
+                [t % args.vocab if t != IGNORE else IGNORE for t in r.labels],
+            )
+
         compacted, full = [fold(r) for r in compacted], [fold(r) for r in full]
         stats["vocab_folded_to"] = args.vocab
     return compacted, full, stats
@@ -197,7 +273,7 @@ def one_run(args, rows, cfg, vocab, device, pad_id) -> dict:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     wall = time.perf_counter() - t
-    timed = res.history[args.skip_steps:]
+    timed = res.history[args.skip_steps :]
     out = {
         "wall_s": wall,
         "timed_steps": len(timed),
@@ -236,8 +312,10 @@ def markdown(result: dict) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in (("compacted", c), ("uncompacted", u)):
-        lines.append(f"| {name} | {r['executed_tokens']:,} | {r['computed_tokens']:,} | {r['wall_s']:.2f} | "
-                     f"{r['timed_s']:.2f} | {r['tokens_per_s']:,.0f} | {r['micro_batches']} | {r['final_loss']:.4f} |")
+        lines.append(
+            f"| {name} | {r['executed_tokens']:,} | {r['computed_tokens']:,} | {r['wall_s']:.2f} | "
+            f"{r['timed_s']:.2f} | {r['tokens_per_s']:,.0f} | {r['micro_batches']} | {r['final_loss']:.4f} |"
+        )
     lines += [
         "",
         f"executed-token ratio {s['token_ratio']:.3f} (data: {result['data']['executed_ratio_all_rows']:.3f}; "
@@ -272,13 +350,24 @@ def main(argv=None) -> dict:
     vocab = args.vocab or len(tokenizer)
     pad_id = tokenizer.pad_token_id % vocab
     epochs = -(-args.steps * args.batch_size * args.grad_accum // len(full))  # enough epochs for --steps
-    cfg = SFTConfig(epochs=epochs, lr=2e-5, batch_size=args.batch_size, grad_accum=args.grad_accum, max_steps=args.steps,
-                    seed=args.seed, bf16=device.startswith("cuda"), packing=args.packing,
-                    max_tokens_per_batch=args.max_tokens_per_batch, pack_length=args.pack_length,
-                    gradient_checkpointing=args.gradient_checkpointing)
+    cfg = SFTConfig(
+        epochs=epochs,
+        lr=2e-5,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        max_steps=args.steps,
+        seed=args.seed,
+        bf16=device.startswith("cuda"),
+        packing=args.packing,
+        max_tokens_per_batch=args.max_tokens_per_batch,
+        pack_length=args.pack_length,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     # same rows per step, same seed -> both runs see the same examples in the same order
-    print(f"bench: {len(full)} rows, {args.steps} steps on {device} ({args.model or args.shape}); warming up",
-          file=sys.stderr)
+    print(
+        f"bench: {len(full)} rows, {args.steps} steps on {device} ({args.model or args.shape}); warming up",
+        file=sys.stderr,
+    )
     warm = SFTConfig(**{**cfg.__dict__, "max_steps": 2})
     one_run(args, full, warm, vocab, device, pad_id)
     runs = {"compacted": [], "uncompacted": []}
@@ -287,33 +376,49 @@ def main(argv=None) -> dict:
         for name in order:
             r = one_run(args, compacted if name == "compacted" else full, cfg, vocab, device, pad_id)
             runs[name].append(r)
-            print(f"bench: {name} run {rep + 1}: {r['timed_s']:.2f} s timed, {r['tokens_per_s']:,.0f} tokens/s",
-                  file=sys.stderr)
+            print(
+                f"bench: {name} run {rep + 1}: {r['timed_s']:.2f} s timed, {r['tokens_per_s']:,.0f} tokens/s",
+                file=sys.stderr,
+            )
     c, u = median_run(runs["compacted"]), median_run(runs["uncompacted"])
     token_ratio = c["executed_tokens"] / u["executed_tokens"]
     time_ratio = c["timed_s"] / u["timed_s"]
     result = {
         "setup": {
-            "model": args.model or f"{args.shape} (random weights, vocab {vocab})", "attn": args.attn, "device": device,
+            "model": args.model or f"{args.shape} (random weights, vocab {vocab})",
+            "attn": args.attn,
+            "device": device,
             "device_name": torch.cuda.get_device_name() if device.startswith("cuda") else platform.processor() or "cpu",
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "steps": args.steps,
-            "skip_steps": args.skip_steps, "rows_per_step": cfg.rows_per_step,
-            "max_tokens_per_batch": args.max_tokens_per_batch, "pack_length": args.pack_length,
-            "bf16": cfg.bf16, "batching": c["batching"], "repeats": args.repeats,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "steps": args.steps,
+            "skip_steps": args.skip_steps,
+            "rows_per_step": cfg.rows_per_step,
+            "max_tokens_per_batch": args.max_tokens_per_batch,
+            "pack_length": args.pack_length,
+            "bf16": cfg.bf16,
+            "batching": c["batching"],
+            "repeats": args.repeats,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         },
         "data": data_stats,
         "compacted": c,
         "uncompacted": u,
         "summary": {
-            "token_ratio": token_ratio, "time_ratio": time_ratio, "wall_ratio": c["wall_s"] / u["wall_s"],
-            "time_over_token": time_ratio / token_ratio, "within_10pct": abs(time_ratio / token_ratio - 1) <= 0.10,
+            "token_ratio": token_ratio,
+            "time_ratio": time_ratio,
+            "wall_ratio": c["wall_s"] / u["wall_s"],
+            "time_over_token": time_ratio / token_ratio,
+            "within_10pct": abs(time_ratio / token_ratio - 1) <= 0.10,
             "speedup": u["timed_s"] / c["timed_s"],
         },
     }
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    name = args.name or f"{(Path(args.model).name if args.model else args.shape)}-{'gpu' if device.startswith('cuda') else 'cpu'}"
+    name = (
+        args.name
+        or f"{(Path(args.model).name if args.model else args.shape)}-{'gpu' if device.startswith('cuda') else 'cpu'}"
+    )
     (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     (out / f"{name}.md").write_text(table)

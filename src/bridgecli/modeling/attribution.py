@@ -35,10 +35,8 @@ RMSNorm / RoPE / SwiGLU with their backward, the (primal, tangent) pairs of the 
 tail in place of forward-mode AD op by op, and the same gated attention core. By default, on other
 models, and with ``fast_tail=False``, HF's modules run under the key gate and forward-mode AD
 (``_gated_generic``). The hand-written pass gives the same B to float32 rounding (tests/test_gated_llama.py);
-it is opt-in because it compiles about 20 graphs before its first batch: on an H200 its batches take
-2.48-2.50x the bridge scorer's time (1B shape; the generic path 3.55x) and 2.20x (3B; 2.90x), but
-the whole command over 2,048 GSM8K examples took 55 s against the generic path's 34 s in a later run,
-30 s of it compiling; it pays from about 2.2M tokens (docs/benchmarks.md).
+it is opt-in because it compiles about 20 graphs before its first batch, which its faster batches
+make up only on large inputs (docs/benchmarks.md, "The atp prompt scorer", has the measurements).
 
 Integrated gradients of a key gate (``ig=K``). Write hiding as a gate g_k in [0, 1] on every layer's
 unnormalised attention weight: scores ``s_qk + log g_k`` (g = 1 kept, g = 0 exactly hidden). The
@@ -63,14 +61,9 @@ Neither rule is the single-removal path for a prompt of many keys: partially hid
 renormalises each softmax row (the prompt's share of the row falls), a first-order change even in a
 linear model, so a joint state is not a state of one key's path.
 
-Measured (``bridge analyze fidelity``, GSM8K, the default model's diagnostic warmup, 20 examples of at
-most 200 tokens, rho 0.75, T 4, the cached exact reference, CPU), prompt Spearman / top-b overlap:
-the one-pass estimate 0.475 / 0.838; ``ig=2`` and ``ig=4`` (path, h 0.5) 0.493-0.494 / 0.840 (paired
-gain +0.019 +- 0.013 s.e.); ``ig=4,ig_rule=avg`` (h 1) 0.492 / 0.854 (+0.017 +- 0.024, overlap
-+0.016 +- 0.008); avg with K = 2 / 8: 0.501 / 0.851 and 0.506 / 0.853. On 6 of them: path at
-h 0.25 / 0.5 / 1 gave 0.524 / 0.525 / 0.461, avg at h 0.5 / 1 gave 0.517 / 0.527 (one pass:
-0.487); hence the defaults in ``IG_DEPTH``. Both rules help a little;
-neither closes the gap to the exact effects (targets 0.70 / 0.90).
+How close each rule comes to the exact effects is measured in docs/diagnostics.md (both help a
+little; neither closes the gap), and the sweep behind the defaults in ``IG_DEPTH`` is in
+docs/benchmarks.md ("The ``ig`` defaults").
 """
 
 from __future__ import annotations
@@ -92,7 +85,7 @@ from .score_batch import ScoreBatch, make_batch, padded_length
 from .scoring import BridgeScorer, ScoringContext, _cast_floats
 
 
-#: the default ``ig_depth`` of each ``ig_rule``: the better of those measured (module doc)
+#: the default ``ig_depth`` of each ``ig_rule``: the better of those measured (docs/benchmarks.md)
 IG_DEPTH = {"path": 0.5, "avg": 1.0}
 
 
@@ -200,8 +193,8 @@ class AttributionScorer(BridgeScorer):
         self.shape = GatedShape.of(ctx.model, len(self.tail.indices), k, self.tail_dtype)
         # ``fast=1``: Llama-family models get the hand-written gated pass where the bridge scorer has
         # its fast tail (``fast_tail``, on by default); otherwise HF's modules run (gated_llama.py).
-        # Off by default: its first batch compiles for 30 s (a later run) to 70 s (a machine's first)
-        # on a GPU (module doc; the context option ``atp_fast`` sets the default, for tests and benchmarks)
+        # Off by default: its first batch waits for its graphs to compile (docs/benchmarks.md; the
+        # context option ``atp_fast`` sets the default, for tests and benchmarks)
         fast = switch(str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")))
         if fast is None:
             raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
@@ -228,7 +221,7 @@ class AttributionScorer(BridgeScorer):
     @property
     def startup_note(self) -> str | None:
         """What the user is told before the first batch: the hand-written pass compiles on a GPU
-        (on an H200: about 30 s, 70 s on a machine's first run; docs/benchmarks.md)."""
+        (docs/benchmarks.md gives how long)."""
         if self.gated_fast is None or torch.device(self.ctx.device).type != "cuda":
             return None
         return (

@@ -63,9 +63,9 @@ def _shape_config(size_oblivious: bool) -> dict:
 #: dynamo's settings while compiling, where this torch has them: a float argument (an RMSNorm's eps,
 #: attention's scale) is a constant of the graph, not a graph input. Unspecialised, it came in as a
 #: 0-d float64 CPU tensor, and inductor wrote a C++ kernel to read it: every process then checked the
-#: host's vector ISA by compiling test programs with the system compiler, under a file lock (about
-#: 50 s of the atp fast path's first batch on an H100, later runs included). The floats are fixed per
-#: model, so specialising them compiles nothing more.
+#: host's vector ISA by compiling test programs with the system compiler, under a file lock (most of
+#: the atp fast path's first batch, later runs included; docs/benchmarks.md's changelog). The floats
+#: are fixed per model, so specialising them compiles nothing more.
 _DYNAMO_CONFIG = {k: v for k, v in {"specialize_float": True}.items() if hasattr(_dynamo_config, k)}
 
 
@@ -74,7 +74,7 @@ class _Compiled:
     back to eager if compilation fails; ``BRIDGE_COMPILE=0`` turns it off.
 
     One compiled graph serves every batch shape. What made dynamo compile again, batch after batch
-    (`TORCH_LOGS=recompiles` on an H100, bench/score/e2e.py), and what avoids it:
+    (`TORCH_LOGS=recompiles`, bench/score/e2e.py), and what avoids it:
     - a weight passed once as an ``nn.Parameter`` and once as a plain tensor (a type guard):
       parameters are passed as plain tensors (``detach``; no gradient flows to a weight here);
     - duck sizing, and the specialisation of dims of size 1 (a batch of one example): both off

@@ -54,8 +54,9 @@ def candidate_configs(head_dim: int) -> list[tuple[int, int, int, int]]:
 #: --sweep`` on an H100 (``bench/score/results/kernel_compile_h100.json``; head dim 64 from the 1B
 #: shape's 4 kv groups, which the 135M shape's 3 agree with to 2% or better, 128 from the 3B shape's 3).
 #: Where a key is listed the kernel runs that configuration without autotuning: autotuning compiles
-#: all five candidates and times them on the first batch of a new machine, 4-6 s of its first
-#: window. Elsewhere (other GPUs, other head dims) it autotunes; ``BRIDGE_ATTN_AUTOTUNE=1`` forces that.
+#: all five candidates and times them on the first batch of a new machine, seconds of its first
+#: window (docs/benchmarks.md). Elsewhere (other GPUs, other head dims) it autotunes;
+#: ``BRIDGE_ATTN_AUTOTUNE=1`` forces that.
 PINNED: dict[int, dict[int, dict[int, tuple[int, int, int, int]]]] = {
     9: {
         64: {64: (64, 32, 4, 3), 128: (64, 32, 4, 3), 256: (64, 32, 4, 3), 512: (64, 32, 4, 3),

@@ -1,12 +1,12 @@
 """Compile the scorer's Triton kernels in a thread while the model loads.
 
 A new machine's first ``bridge score`` compiles the fast tail's kernels (RMSNorm, RoPE and SwiGLU
-tangents, the attention tangent, the LM-head cross-entropy) on its first batch: about 5 s of the
-first window for the 3B Llama shape on an H100, with the GPU idle (``bench/score/kernel_compile.py``).
+tangents, the attention tangent, the LM-head cross-entropy) on its first batch, seconds of the first
+window with the GPU idle (``bench/score/kernel_compile.py``; docs/benchmarks.md has the figures).
 Loading the model takes longer than that and mostly waits on the disk and on copies, so
 :func:`start` compiles the same kernel variants meanwhile, in a thread of the same process (a second
-process was tried and lost more to its own start than it hid: docs/benchmarks.md). Each kernel is
-called once on a tiny batch laid out as the scorer lays out its tensors (the fused q|k|v projection
+process was tried and lost more to its own start than it hid: docs/benchmarks.md's changelog). Each
+kernel is called once on a tiny batch laid out as the scorer lays out its tensors (the fused q|k|v projection
 viewed per head, RoPE's [B, L, H, D] outputs, FlashAttention's LSE), so Triton compiles the variants
 the scoring batches then find in its cache. The attention tangent is compiled for every block
 configuration pinned for the model's head dimension (jvp_attention.PINNED).
@@ -16,9 +16,8 @@ missing, as without it), and the scoring loop joins it before its first batch, s
 compiled by two threads at once. It runs once per machine: after a warm-up that went through, a
 marker in bridgecli's cache folder (keyed by the GPU, the torch and Triton versions, the kernels'
 source, the model's widths and the dtype) makes later runs skip it, since even with Triton's cache
-warm the thread takes 5-6 s of Python work that slows the load it overlaps (measured on an H100:
-the 1B shape's load went from 11.9 to 15.2-15.6 s with it). ``BRIDGE_KERNEL_WARMUP=0`` turns it off,
-``=always`` runs it whatever the marker says.
+warm the thread takes seconds of Python work that slows the load it overlaps (docs/benchmarks.md).
+``BRIDGE_KERNEL_WARMUP=0`` turns it off, ``=always`` runs it whatever the marker says.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ the batch's 2D padding mask holds any padding (none: the mask is skipped and SDP
 finds out by reducing the mask on the device and reading the answer back: two synchronising reads
 per forward pass, each of which makes the host wait until the GPU has finished all it queued before
 (the previous batch), so the host cannot queue a batch's work ahead of the GPU
-(``bench/score/sync_points.py`` found these two, and no other, in a batch's launch). Taking them out
-did not, by itself, lower the GPU's idle share in the 1B GSM8K loop (docs/benchmarks.md, rows (n)).
+(``bench/score/sync_points.py`` found these two, and no other, in a batch's launch; what taking them
+out did to the loop is in docs/benchmarks.md's changelog).
 
 The caller knows from the host-side lengths whether its batch is padded. Inside
 :func:`known_padding` the question is answered from that for a forward without a cache (query and

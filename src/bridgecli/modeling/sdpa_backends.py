@@ -5,9 +5,8 @@ new (batch, heads, length) shape: tens of milliseconds of host time in the first
 shape, while the GPU waits. Scoring data of varying lengths gives almost every batch a new shape, so
 below :data:`CUDNN_MIN_LEN` padded tokens the scorer leaves cuDNN out (FlashAttention, the
 memory-efficient kernel or the math path, as PyTorch picks among them); from there on shapes are few
-and cuDNN's kernel is the faster one. Measured on an H100 (docs/benchmarks.md): GSM8K-length batches
-(about 215 tokens), loop after the first window 61K -> 73K tokens/s for the 1B shape with cuDNN left
-out; 2,048-token examples, 3B shape, 32.0K -> 30.6K with it left out.
+and cuDNN's kernel is the faster one (docs/benchmarks.md, "What the scoring switches cost", has the
+measurements on both kinds of data).
 
 ``BRIDGE_SDPA_CUDNN=1`` keeps cuDNN allowed at every length, ``=0`` leaves it out at every length,
 unset (``auto``) applies the rule above.
