@@ -76,7 +76,10 @@ def assemble(into: Path = STASH) -> int:
             print(f"{m['name']}: {target} already in place", file=sys.stderr)
             continue
         if missing:
-            print(f"{m['name']}: waiting for {len(missing)} of {m['pieces']} pieces ({', '.join(missing)})", file=sys.stderr)
+            print(
+                f"{m['name']}: waiting for {len(missing)} of {m['pieces']} pieces ({', '.join(missing)})",
+                file=sys.stderr,
+            )
             status = 3
             continue
         target.parent.mkdir(parents=True, exist_ok=True)

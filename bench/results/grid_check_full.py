@@ -22,8 +22,11 @@ def main(stream: str, rows_path: str) -> int:
             want = full_response_row(ex.id, ex.tokens)
             got = rows.get(ex.id)
             if got is None or got["input_ids"] != want.input_ids or got["labels"] != want.labels:
-                print(f"grid_check_full.py: error: {rows_path}: row {ex.id!r} is not full SFT "
-                      "(prompt tokens dropped or response tokens unsupervised)", file=sys.stderr)
+                print(
+                    f"grid_check_full.py: error: {rows_path}: row {ex.id!r} is not full SFT "
+                    "(prompt tokens dropped or response tokens unsupervised)",
+                    file=sys.stderr,
+                )
                 return 1
             n += 1
     if n != len(rows):

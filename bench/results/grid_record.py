@@ -35,9 +35,15 @@ def heldout(path: Path) -> dict | None:
     if res is None:
         return None
     s = res["summary"]
-    return {"loss": s["loss"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "tokens": s["tokens"],
-            "n": s["n"], "skipped_too_long": len(s.get("skipped_too_long") or []),
-            "items": [[round(it["loss_sum"], 5), it["tokens"]] for it in res["items"]]}
+    return {
+        "loss": s["loss"],
+        "ci_low": s["ci_low"],
+        "ci_high": s["ci_high"],
+        "tokens": s["tokens"],
+        "n": s["n"],
+        "skipped_too_long": len(s.get("skipped_too_long") or []),
+        "items": [[round(it["loss_sum"], 5), it["tokens"]] for it in res["items"]],
+    }
 
 
 def accuracy(path: Path) -> dict | None:
@@ -46,8 +52,12 @@ def accuracy(path: Path) -> dict | None:
         return None
     s = res["summary"]
     items = sorted(res["items"], key=lambda it: it["index"])
-    return {"accuracy": s["accuracy"], "n": s["n"], "correct": s.get("correct"),
-            "items": [int(bool(it["correct"])) for it in items]}
+    return {
+        "accuracy": s["accuracy"],
+        "n": s["n"],
+        "correct": s.get("correct"),
+        "items": [int(bool(it["correct"])) for it in items],
+    }
 
 
 def answer_loss(path: Path) -> dict | None:
@@ -59,16 +69,21 @@ def answer_loss(path: Path) -> dict | None:
     s = res["summary"]
     items = sorted(res["items"], key=lambda it: it["index"])
     return {k: s.get(k) for k in ("loss", "ci_low", "ci_high", "n", "missing")} | {
-        "items": [None if it.get("loss") is None else round(it["loss"], 6) for it in items]}
+        "items": [None if it.get("loss") is None else round(it["loss"], 6) for it in items]
+    }
 
 
 SHARED = ("data", "warmup", "score", "score-atp", "ref-base", "ref-warmup")
 
 
 def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, settings: str) -> dict:
-    e: dict = {"method": method, "rho": float(rho), "seed": None if seed == "-" else int(seed),
-               "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "settings": dict(kv.split("=", 1) for kv in settings.split())}
+    e: dict = {
+        "method": method,
+        "rho": float(rho),
+        "seed": None if seed == "-" else int(seed),
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "settings": dict(kv.split("=", 1) for kv in settings.split()),
+    }
     e["heldout"] = {name: heldout(out / run / f"heldout-{name}.json") for name in ("gsm8k", "math500")}
     for key, name in (("gsm8k_accuracy", "acc-gsm8k"), ("math500_accuracy", "acc-math500")):
         acc = accuracy(out / run / f"{name}.json")
@@ -82,19 +97,31 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
     seconds["eval"] = sum(seconds.values())
     if sel:
         meta = _load(out / sel / "train.jsonl.bridge.json") or {}
-        e["tokens"] = {"executed": meta.get("tokens_executed"), "original": meta.get("tokens_original"),
-                       "supervised": meta.get("supervised"), "rows": meta.get("rows"),
-                       "dropped_rows": len(meta.get("dropped") or [])}
+        e["tokens"] = {
+            "executed": meta.get("tokens_executed"),
+            "original": meta.get("tokens_original"),
+            "supervised": meta.get("supervised"),
+            "rows": meta.get("rows"),
+            "dropped_rows": len(meta.get("dropped") or []),
+        }
         info = _load(out / sel / "inspect.json") or {}
         s = info.get("selection") or {}
-        e["selection"] = {k: s.get(k) for k in ("achieved_rho_p", "achieved_rho_r", "prompt_kept",
-                                                "response_kept")}
+        e["selection"] = {k: s.get(k) for k in ("achieved_rho_p", "achieved_rho_r", "prompt_kept", "response_kept")}
         if "closure" in info:
             e["selection"]["closure_supervised"] = info["closure"].get("supervised")
         trained = _load(out / run / "model" / "bridge_train.json") or {}
-        e["train"] = {k: trained.get(k) for k in ("steps", "final_loss", "executed_tokens", "supervised_tokens",
-                                                  "train_seconds", "resumed_from_step")
-                      if k in trained}
+        e["train"] = {
+            k: trained.get(k)
+            for k in (
+                "steps",
+                "final_loss",
+                "executed_tokens",
+                "supervised_tokens",
+                "train_seconds",
+                "resumed_from_step",
+            )
+            if k in trained
+        }
         for name in ("select", "close", "inspect", "compact"):
             seconds[name] = _secs(out, f"{sel}/{name}")
         seconds["train"] = _secs(out, f"{run}/train")
@@ -120,8 +147,11 @@ def main(argv: list[str]) -> None:
         os.replace(tmp, path)
     h = new["heldout"]
     acc = [f"{k} {new[k]['accuracy']:.4f}" for k in ("gsm8k_accuracy", "math500_accuracy") if k in new]
-    print(f"recorded {key}: " + ", ".join([f"{k} {v['loss']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]"
-                                           for k, v in h.items() if v] + acc), file=sys.stderr)
+    print(
+        f"recorded {key}: "
+        + ", ".join([f"{k} {v['loss']:.4f} [{v['ci_low']:.4f}, {v['ci_high']:.4f}]" for k, v in h.items() if v] + acc),
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

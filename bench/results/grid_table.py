@@ -33,11 +33,31 @@ from pathlib import Path
 import numpy as np
 
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
-ORDER = ["base", "full", "random", "random-close", "independent", "one-pass", "bridge", "bridge-atp", "bridge-global",
-         "rho1", "tokencleaning", "llm+tc", "bridge-fill", "bridge-answer", "importance", "tilt"]
+ORDER = [
+    "base",
+    "full",
+    "random",
+    "random-close",
+    "independent",
+    "one-pass",
+    "bridge",
+    "bridge-atp",
+    "bridge-global",
+    "rho1",
+    "tokencleaning",
+    "llm+tc",
+    "bridge-fill",
+    "bridge-answer",
+    "importance",
+    "tilt",
+]
 #: per-item measures: (results key, sub-key, label, higher is better)
-ITEMS = (("gsm8k_accuracy", None, "GSM8K acc", True), ("math500_accuracy", None, "MATH-500 acc", True),
-         ("answer_loss", "gsm8k", "GSM8K answer loss", False), ("answer_loss", "math500", "MATH-500 answer loss", False))
+ITEMS = (
+    ("gsm8k_accuracy", None, "GSM8K acc", True),
+    ("math500_accuracy", None, "MATH-500 acc", True),
+    ("answer_loss", "gsm8k", "GSM8K answer loss", False),
+    ("answer_loss", "math500", "MATH-500 answer loss", False),
+)
 
 
 def _order(method: str) -> tuple[int, str]:
@@ -183,14 +203,20 @@ def table(groups: dict, resamples: int) -> str:
         row = [g.method, "-" if g.method in ("base", "full") else f"{g.rho:g}", str(len(g.runs))]
         for name, _ in FILES:
             h = [r["heldout"][name] for r in g.runs if (r.get("heldout") or {}).get(name)]
-            fallback = (np.mean([x["loss"] for x in h]), np.mean([x["ci_low"] for x in h]),
-                        np.mean([x["ci_high"] for x in h])) if h else None
+            fallback = (
+                (np.mean([x["loss"] for x in h]), np.mean([x["ci_low"] for x in h]), np.mean([x["ci_high"] for x in h]))
+                if h
+                else None
+            )
             row.append(fmt(interval(g.items(name), resamples, fallback)))
             if multi:
                 sd = g.seed_sd(name)
                 row.append("" if sd is None else f"{sd:.4f}")
-        row += [fmt_int(g.mean_of("tokens", "executed")), fmt_int(g.mean_of("tokens", "supervised")),
-                fmt_int(g.mean_of("seconds", "total"))]
+        row += [
+            fmt_int(g.mean_of("tokens", "executed")),
+            fmt_int(g.mean_of("tokens", "supervised")),
+            fmt_int(g.mean_of("seconds", "total")),
+        ]
         if acc:
             a = g.mean_of("gsm8k_accuracy", "accuracy")
             row.append("" if a is None else f"{100 * a:.1f}%")
@@ -230,8 +256,10 @@ def versus(groups: dict, resamples: int, ref: str = "random") -> str:
     held-out examples (losses); ``beats`` marks an interval entirely on the winning side of 0."""
     measures = _measures(groups)
     cols = [(m, label) for m in measures for label in [m[2]]] + [(None, f"{label} loss") for _, label in FILES]
-    lines = [f"| minus {ref} | rho | " + " | ".join(c[1] + " (paired 95% CI)" for c in cols) + " | beats "
-             f"{ref} on |", "|---|---|" + "---|" * (len(cols) + 1)]
+    lines = [
+        f"| minus {ref} | rho | " + " | ".join(c[1] + " (paired 95% CI)" for c in cols) + f" | beats {ref} on |",
+        "|---|---|" + "---|" * (len(cols) + 1),
+    ]
     for (method, rho), g in sorted(groups.items(), key=lambda kv: (_order(kv[0][0]), -kv[0][1])):
         base_key = (ref, rho) if (ref, rho) in groups else None
         if method == ref or method == "base" or base_key is None and method != "full":
@@ -268,19 +296,25 @@ def costs(results: dict, groups: dict) -> str:
     full_train = full.mean_of("seconds", "train") if full else None
     for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
         g = groups[key]
-        prep = [sum((r.get("seconds") or {}).get(k, 0) for k in ("select", "close", "inspect", "compact")) for r in g.runs]
+        prep = [
+            sum((r.get("seconds") or {}).get(k, 0) for k in ("select", "close", "inspect", "compact")) for r in g.runs
+        ]
         train = g.mean_of("seconds", "train")
         ratio = f"{train / full_train:.2f}" if train and full_train else ""
-        lines.append(f"| {g.method} | {'-' if g.method in ('base', 'full') else f'{g.rho:g}'} | "
-                     f"{fmt_int(np.mean(prep)) if g.method != 'base' else ''} | {fmt_int(train)} | "
-                     f"{fmt_int(g.mean_of('seconds', 'eval'))} | {ratio} |")
+        lines.append(
+            f"| {g.method} | {'-' if g.method in ('base', 'full') else f'{g.rho:g}'} | "
+            f"{fmt_int(np.mean(prep)) if g.method != 'base' else ''} | {fmt_int(train)} | "
+            f"{fmt_int(g.mean_of('seconds', 'eval'))} | {ratio} |"
+        )
     return "\n".join(lines)
 
 
 def differences(groups: dict, resamples: int, ref: str = "bridge") -> str:
     """bridge minus every other row at the same retention (and minus full SFT), paired."""
-    lines = [f"| {ref} minus | rho | " + " | ".join(f"{label} (paired 95% CI)" for _, label in FILES) + " |",
-             "|---|---|" + "---|" * len(FILES)]
+    lines = [
+        f"| {ref} minus | rho | " + " | ".join(f"{label} (paired 95% CI)" for _, label in FILES) + " |",
+        "|---|---|" + "---|" * len(FILES),
+    ]
     rhos = sorted({k[1] for k in groups if k[0] == ref}, reverse=True)
     for rho in rhos:
         mine = groups[(ref, rho)]
@@ -298,8 +332,10 @@ def plot(groups: dict, path: Path, resamples: int) -> bool:
     if not rhos:
         return False
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for shift, (name, label) in zip((-0.004, 0.004), FILES):
         xs, ys, errs = [], [], [[], []]
@@ -341,8 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grid_table.py: error: {args.results}: no runs recorded", file=sys.stderr)
         return 2
     print(table(groups, args.resamples))
-    for part in (item_table(groups, args.resamples), versus(groups, args.resamples),
-                 differences(groups, args.resamples), costs(results, groups)):
+    for part in (
+        item_table(groups, args.resamples),
+        versus(groups, args.resamples),
+        differences(groups, args.resamples),
+        costs(results, groups),
+    ):
         if part:
             print()
             print(part)
