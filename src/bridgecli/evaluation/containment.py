@@ -286,14 +286,18 @@ class Cgroup:
                 _signal(pid, signal.SIGKILL)
             time.sleep(0.002)
 
-    def remove(self) -> None:
-        """Remove the group (its processes are killed first); a failure is left to the next sweep."""
-        for _ in range(200):
+    def remove(self, wait: float = 2.0) -> None:
+        """Remove the group (its processes are killed first); what still fails after ``wait``
+        seconds is left to the next evaluator's sweep."""
+        deadline = time.monotonic() + wait
+        while True:
             try:
                 os.rmdir(self.path)
                 return
             except FileNotFoundError:
                 return
             except OSError:
-                self.kill(wait=0.5)
+                if time.monotonic() > deadline:
+                    return
+                self.kill(wait=max(0.0, deadline - time.monotonic()))
                 time.sleep(0.005)

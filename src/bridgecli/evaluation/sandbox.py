@@ -841,9 +841,11 @@ def _sandbox_pid(info: int, deadline: float) -> int | None:
     it has made it; None when bwrap ended without (it failed: its stderr says why). Raises
     TimeoutError at ``deadline``."""
     data = b""
+    poller = select.poll()  # not select(): descriptors past 1023 are fine
+    poller.register(info, select.POLLIN)
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([info], [], [], left)[0]:
+        if left <= 0 or not poller.poll(left * 1000):
             raise TimeoutError("bwrap did not report its sandbox in time")
         chunk = os.read(info, 4096)
         if not chunk:
