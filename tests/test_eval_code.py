@@ -46,6 +46,29 @@ def test_passing_and_failing_programs():
     assert exited.status == "failed" and "SystemExit" in exited.error  # exiting early is not passing
 
 
+EARLY_EXITS = {
+    "os._exit": "    import os\n    os._exit(0)\n",
+    "ctypes _exit": "    import ctypes\n    ctypes.CDLL(None)._exit(0)\n",
+    "exec true": "    import os\n    os.execv('/bin/true', ['true'])\n",
+}
+CHEAT_TEST = "def check(candidate):\n    assert candidate(1) == 999\n"
+
+
+@pytest.mark.parametrize("runner", ["default", "unsafe"])
+@pytest.mark.parametrize("how", sorted(EARLY_EXITS))
+def test_exiting_0_before_the_asserts_is_not_passing(runner, how, monkeypatch):
+    # issue 30: exit status 0 counted as passed, so a solution that ends the process before the
+    # test's asserts run was graded passed; now only the runner's success signal counts
+    if runner == "unsafe":
+        monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    program = f"def inc(x):\n{EARLY_EXITS[how]}\n{CHEAT_TEST}\ncheck(inc)\n"
+    outcome = sandbox.run_program(program, FAST, unsafe=UNSAFE or runner == "unsafe")
+    assert outcome.status == "failed" and not outcome.passed, (outcome.status, outcome.error)
+    honest = sandbox.run_program("def inc(x):\n    return x + 1\nassert inc(1) == 2\n", FAST,
+                                 unsafe=UNSAFE or runner == "unsafe")
+    assert honest.passed
+
+
 def test_infinite_loop_times_out():
     outcome = run_program("while True:\n    pass\n", Limits(timeout=1.5))
     assert outcome.status == "timeout" and not outcome.passed
@@ -181,6 +204,17 @@ def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
     json.dumps(run)
     with pytest.raises(UsageError, match="zero-shot"):
         code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, rows), few_shot=1))
+
+
+def test_humaneval_item_that_exits_early_is_not_passed(tmp_path, monkeypatch):
+    # issue 30: one such item in a two-item file read pass@1 50%, though its test asserts inc(1) == 999
+    rows = [HE_ROW, {"task_id": "HumanEval/1", "prompt": "def inc(x):\n", "entry_point": "inc",
+                     "canonical_solution": "    return x + 1\n", "test": CHEAT_TEST}]
+    monkeypatch.setattr("bridgecli.evaluation.generate.generate",
+                        lambda m, t, prompts, **kw: ["    return sum(xs)\n", "    import os\n    os._exit(0)\n"])
+    run = code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, rows), progress=False))
+    assert [i["status"] for i in run["items"]] == ["passed", "failed"]
+    assert run["summary"]["pass@1"] == 0.5 and "no success signal" in run["items"][1]["error"]
 
 
 def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):

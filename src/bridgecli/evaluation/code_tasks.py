@@ -12,14 +12,15 @@ HumanEval (``HumanEval.jsonl[.gz]``: task_id, prompt, entry_point, canonical_sol
   code is the reply's first fenced block (the whole reply when there is none). When it defines
   the entry point it is appended after the prompt (so the prompt's imports and helpers stay
   available); otherwise it is taken as the function body and appended to the prompt.
-- then the task's ``test`` and ``check(<entry_point>)``; passed = exit status 0 within the limits.
+- then the task's ``test`` and ``check(<entry_point>)``; passed = the sandbox runner's success
+  signal (written only once ``check`` has returned) within the limits, not exit status 0 alone.
 
 MBPP (``mbpp.jsonl``: task_id, text, code, test_list, test_setup_code): the standard test split
 (task_ids 11-510) when the file holds it, else every record; the lm-evaluation-harness prompt
 ("You are an expert Python programmer, and here is your task: ... Your code should pass these
 tests:" + the three asserts); few-shot examples from task_ids 2, 3, 4 (then the rest of 1-10);
 plain mode ends the prompt with ``[BEGIN]`` and stops at ``[DONE]``; program = code +
-test_setup_code + the asserts.
+test_setup_code + the asserts; passed as for HumanEval (the last assert returned).
 """
 
 from __future__ import annotations

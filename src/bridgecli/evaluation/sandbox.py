@@ -21,11 +21,24 @@ tasks need a stated opt-in (``--allow-code-execution`` or ``BRIDGE_ALLOW_CODE_EX
 - limits set inside the box, after the user namespace is made: address space per process, CPU
   seconds, file size, open files, no core files, and ``RLIMIT_NPROC``, which the kernel counts per
   user namespace and uid, so it caps the number of processes and threads of this program's whole
-  tree (a fork bomb stops there); plus a monitor in the evaluator that sums the resident memory of
-  every process in the sandbox's PID namespace and kills the sandbox when the total passes the
-  memory limit;
-- a wall-clock timeout after which the sandbox is SIGKILLed (its PID 1 goes, and the kernel kills
-  every process of the namespace with it).
+  tree (a fork bomb stops there);
+- a seccomp filter (:func:`.containment.seccomp_filter`) that refuses ``memfd_create``,
+  ``memfd_secret`` and SysV ``shmget``: memory that no process maps and no file system counts;
+- a memory limit for all of the program's processes together. Where the evaluator can make a
+  cgroup (root, or a delegated cgroup: :func:`.containment.cgroup_parent`), each program gets its
+  own, and bwrap waits (``--block-fd``) until its first process is in it: the kernel counts
+  everything (resident memory, tmpfs pages, kernel memory such as inodes and socket buffers) and
+  kills past the limit. Elsewhere a monitor in the evaluator polls the resident memory of every
+  process in the sandbox's PID namespace, what its tmpfs folders hold (pages and inodes), and each
+  open socket at the most its buffers can hold, and kills the sandbox past the limit;
+- a wall-clock timeout after which the sandbox is SIGKILLed: its whole process tree, stopped first
+  so that none forks meanwhile (:func:`.containment.kill_tree`), which also reaches a sandbox still
+  being set up (in a session of its own, before ``--die-with-parent`` applies), and its cgroup.
+
+A program passes only on the runner's success signal: a random token made for the run, which the
+runner reads from a pipe before the program starts and writes to a file of its own after the
+program's last statement (the test's check) has returned. Exit status 0 alone (``os._exit(0)``
+before the asserts) is a failure.
 
 Where bwrap is missing or cannot make namespaces here, :func:`run_program` refuses unless the
 caller passes ``unsafe=True`` (``--unsafe-code-execution``); then the old damage-control runner is
@@ -35,8 +48,13 @@ works, and a Python-level guard, which is not a security boundary. See docs/secu
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import platform
+import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -46,9 +64,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..errors import BridgeError, UsageError
+from . import containment
 
 # Statuses of an execution
 PASSED, FAILED, TIMEOUT, MEMORY, KILLED = "passed", "failed", "timeout", "memory", "killed"
@@ -65,52 +84,65 @@ class SandboxError(BridgeError):
     exit_code = 1
 
 
-# The runner inside the box: it sets the limits on itself (inside the new user namespace, so that
-# RLIMIT_NPROC counts only this box's processes), then executes the program and reports through its
-# exit status: 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 70 the limits could not
-# be set (the program did not run).
+# The runner inside the box: it reads the run's token from a pipe (then closes it), sets the limits
+# on itself (inside the new user namespace, so that RLIMIT_NPROC counts only this box's processes),
+# executes the program and, only when the program's last statement (the test's check) has returned,
+# writes the token to the result file: the success signal. Its exit status says the rest: 0 done,
+# 1 exception (traceback on stderr), 3 SystemExit, 70 the setup failed (the program did not run).
+# The token is not in the program's text, files, arguments or environment; it is a local of main().
 _BOX_RUNNER = r"""
 import os, resource, sys, traceback
-mem, cpu, fsize, nproc, nofile = (int(v) for v in sys.argv[1:6])
-try:
-    for limit, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, fsize),
-                         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_NOFILE, nofile)):
-        if value >= 0:
-            resource.setrlimit(limit, (value, value))
-    with open("/work/program.py", encoding="utf-8") as fh:
-        source = fh.read()
-except BaseException as exc:
-    sys.stderr.write(f"bridge sandbox setup failed: {exc!r}\n")
-    sys.stderr.flush()
-    os._exit(70)
-sys.argv = ["program.py"]
-_exit = os._exit
-try:
-    exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-except SystemExit:
-    traceback.print_exc()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _exit(3)
-except BaseException:
-    traceback.print_exc()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    _exit(1)
-sys.stdout.flush()
-sys.stderr.flush()
-_exit(0)
+def main():
+    mem, cpu, fsize, nproc, nofile, token_fd, result_fd = (int(v) for v in sys.argv[1:8])
+    try:
+        token = os.read(token_fd, 64)
+        os.close(token_fd)
+        for limit, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, fsize),
+                             (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, nproc), (resource.RLIMIT_NOFILE, nofile)):
+            if value >= 0:
+                resource.setrlimit(limit, (value, value))
+        with open("/work/program.py", encoding="utf-8") as fh:
+            source = fh.read()
+    except BaseException as exc:
+        sys.stderr.write(f"bridge sandbox setup failed: {exc!r}\n")
+        sys.stderr.flush()
+        os._exit(70)
+    sys.argv = ["program.py"]
+    _exit, _write = os._exit, os.write
+    status = 0
+    try:
+        exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit:
+        traceback.print_exc()
+        status = 3
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    if status == 0:
+        _write(result_fd, token)
+    _exit(status)
+main()
 """
 
 # The unsafe runner (no bwrap, --unsafe-code-execution): PID 1 of the namespace when there is one.
-# It forks; the child sets the limits,
-# installs the guard and executes the program; the runner waits and reports through its exit code:
-# 0 passed, 1 exception (traceback on stderr), 3 SystemExit, 128+N killed by signal N.
+# It forks and closes the token pipe and the result file; the child reads the token, sets the
+# limits, installs the guard, executes the program and writes the token to the result file when
+# the program's last statement has returned (as the box runner does). The runner waits and
+# reports through its exit code: 0 done, 1 exception (traceback on stderr), 3 SystemExit, 128+N
+# killed by signal N.
 _UNSAFE_RUNNER = r"""
 import os, sys
 program, work, mem, cpu, fsize = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+token_fd, result_fd = int(sys.argv[6]), int(sys.argv[7])
 pid = os.fork()
 if pid:
+    os.close(token_fd)
+    os.close(result_fd)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -122,7 +154,7 @@ if pid:
     os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 
 import builtins, io, resource, traceback
-_exit = os._exit
+_exit, _write, _read, _close = os._exit, os.write, os.read, os.close
 for limit, value in ((resource.RLIMIT_AS, mem), (resource.RLIMIT_CPU, cpu), (resource.RLIMIT_FSIZE, fsize),
                      (resource.RLIMIT_CORE, 0)):
     if value >= 0:
@@ -174,19 +206,27 @@ for module, names in ((shutil, ("rmtree", "move", "chown", "copyfile", "copy", "
         if hasattr(module, name):
             setattr(module, name, None)
 del module, names, name
-try:
-    exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
-except SystemExit:
-    traceback.print_exc()
-    sys.stderr.flush()
-    _exit(3)
-except BaseException:
-    traceback.print_exc()
-    sys.stderr.flush()
-    _exit(1)
-sys.stdout.flush()
-sys.stderr.flush()
-_exit(0)
+def _run(source):
+    token = _read(token_fd, 64)
+    _close(token_fd)
+    status = 0
+    try:
+        exec(compile(source, "program.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit:
+        traceback.print_exc()
+        status = 3
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    if status == 0:
+        _write(result_fd, token)
+    _exit(status)
+_run(source)
 """
 
 
@@ -297,7 +337,29 @@ def _drop_privileges() -> dict:
     return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
 
 
-_WANTED = ("--disable-userns", "--size", "--perms", "--remount-ro")  # optional bwrap features we use
+_WANTED = ("--disable-userns", "--size", "--perms", "--remount-ro", "--seccomp")  # optional bwrap features we use
+_SETUP = ("--info-fd", "--block-fd")  # what putting the box in a cgroup before it runs needs
+_SECCOMP = containment.seccomp_filter()
+
+
+def _cgroup(box: _Box) -> containment.CgroupParent | None:
+    """Where this box's programs get their cgroups, or None (then the polling monitor)."""
+    if not all(option in box.options for option in _SETUP):
+        return None
+    return containment.cgroup_parent()[0]
+
+
+def _seccomp(box: _Box) -> bytes | None:
+    return _SECCOMP if "--seccomp" in box.options else None
+
+
+def _memory_limit(box: _Box) -> str:
+    """How the memory limit for all of a program's processes is kept: ``cgroup v1``/``cgroup v2``
+    (the kernel counts everything), ``monitor`` (resident memory and tmpfs use, polled) or ``none``."""
+    parent = _cgroup(box)
+    if parent is not None:
+        return f"cgroup v{parent.version}"
+    return "monitor" if box.monitor else "none"
 
 
 def sandbox_warnings() -> list[str]:
@@ -312,12 +374,23 @@ def sandbox_warnings() -> list[str]:
             "--size": "its tmpfs folders are not size-limited",
             "--perms": "program.py is writable inside",
             "--remount-ro": "the sandbox's root and /dev stay writable (in memory)",
+            "--seccomp": "memfd_create and SysV shared memory are not refused",
         }[option]
         for option in _WANTED
         if option not in box.options
     ]
-    if not box.monitor:
+    if "--seccomp" in box.options and _SECCOMP is None:
+        out.append(f"no seccomp filter for {platform.machine()}: memfd_create and SysV shared memory are not refused")
+    mode = _memory_limit(box)
+    if mode == "none":
         out.append("the evaluator cannot see the sandbox's processes here: memory is limited per process only")
+    elif mode == "monitor":
+        why = containment.cgroup_parent()[1] if all(o in box.options for o in _SETUP) else "bwrap lacks --block-fd"
+        out.append(
+            f"no cgroup for the sandbox here ({why}): the memory limit for all of a program's processes "
+            "is a poll of their resident memory, tmpfs use and open sockets, which misses pipe buffers "
+            "and sockets passed in flight (see docs/security.md)"
+        )
     return out
 
 
@@ -331,41 +404,69 @@ def _probe() -> tuple[_Box | None, str]:
         help_text = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"bwrap does not run: {exc}"
-    options = frozenset(o for o in _WANTED if o in help_text)
+    options = frozenset(o for o in _WANTED + _SETUP if o in help_text)
     problem = "no Python interpreter found for the sandbox"
     for python in _python_candidates():
-        box = _Box(exe, python, _installation(python), options, "")
-        probe = "import sys, os; print(sys.version.split()[0], os.getuid(), hash('bridge'))"
-        try:
-            with tempfile.TemporaryFile() as program:
-                program.write(b"")
-                program.flush()
-                program.seek(0)
-                argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code=probe)
-                done = subprocess.run(
-                    argv,
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                    pass_fds=(program.fileno(),),
-                    stdin=subprocess.DEVNULL,
-                    **_drop_privileges(),
-                )
-        except (OSError, subprocess.SubprocessError) as exc:
-            problem = f"bwrap does not run: {exc}"
-            continue
-        if done.returncode == 0:
-            version, uid, _ = done.stdout.split()
-            if int(uid) != SANDBOX_UID:
-                return None, f"bwrap ran the probe as uid {uid}, not {SANDBOX_UID}"
-            found = _Box(exe, python, box.binds, options, version)
-            return _Box(exe, python, box.binds, options, version, _monitor_works(found)), ""
-        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-        problem = (
-            f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
-            f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)"
-        )
+        # with the seccomp filter first; where it does not load or does not hold, without it
+        for opts in [options] + ([options - {"--seccomp"}] if "--seccomp" in options else []):
+            box = _Box(exe, python, _installation(python), opts, "")
+            try:
+                done = _run_probe(box)
+            except (OSError, subprocess.SubprocessError) as exc:
+                problem = f"bwrap does not run: {exc}"
+                break
+            if done.returncode == 0:
+                version, uid, _, memfd = done.stdout.split()
+                if int(uid) != SANDBOX_UID:
+                    return None, f"bwrap ran the probe as uid {uid}, not {SANDBOX_UID}"
+                if "--seccomp" in opts and _SECCOMP is not None and memfd != "refused":
+                    continue
+                found = _Box(exe, python, box.binds, opts, version)
+                return _Box(exe, python, box.binds, opts, version, _monitor_works(found)), ""
+            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            problem = (
+                f"bwrap cannot start a sandbox here ({lines[-1].strip() if lines else f'exit {done.returncode}'}; "
+                f"tried {python}; BRIDGE_SANDBOX_PYTHON names another interpreter)"
+            )
     return None, problem
+
+
+_PROBE = """import sys, os
+try:
+    os.close(os.memfd_create("probe"))
+    memfd = "open"
+except (AttributeError, OSError):
+    memfd = "refused"
+print(sys.version.split()[0], os.getuid(), hash('bridge'), memfd)
+"""
+
+
+def _run_probe(box: _Box) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryFile() as program, _seccomp_file(box) as seccomp:
+        argv = _bwrap_argv(box, Limits(), program.fileno(), runner=None, code=_PROBE, fds=_Fds(seccomp=seccomp))
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            pass_fds=(program.fileno(), *_Fds(seccomp=seccomp).passed()),
+            stdin=subprocess.DEVNULL,
+            **_drop_privileges(),
+        )
+
+
+@contextlib.contextmanager
+def _seccomp_file(box: _Box) -> Iterator[int]:
+    """An open file holding the box's seccomp filter (bwrap reads it), or -1 when there is none."""
+    data = _seccomp(box)
+    if data is None:
+        yield -1
+        return
+    with tempfile.TemporaryFile() as fh:
+        fh.write(data)
+        fh.flush()
+        fh.seek(0)
+        yield fh.fileno()
 
 
 def _monitor_works(box: _Box) -> bool:
@@ -396,8 +497,7 @@ def _monitor_works(box: _Box) -> bool:
                 time.sleep(0.02)
             return False
         finally:
-            _kill_group(proc.pid)
-            proc.wait()
+            _end(proc)
 
 
 def bwrap_problem() -> str | None:
@@ -410,18 +510,43 @@ def sandbox_info() -> dict:
     box, problem = _probe()
     if box is None:
         return {"isolation": UNSAFE_PREFIX + _unsafe_isolation(), "bwrap_problem": problem}
+    mode = _memory_limit(box)
     return {
         "isolation": BWRAP,
         "python": box.python,
         "python_version": box.version,
         "hash_seed": _hash_seed(),
         "bwrap_options": sorted(box.options),
-        "missing": sorted(set(_WANTED) - box.options) + ([] if box.monitor else ["tree memory monitor"]),
+        "memory_limit": mode,
+        "seccomp": _seccomp(box) is not None,
+        "missing": sorted(set(_WANTED) - box.options)
+        + ([] if mode.startswith("cgroup") else ["cgroup"])
+        + ([] if box.monitor else ["tree memory monitor"]),
     }
 
 
+@dataclass(frozen=True)
+class _Fds:
+    """File descriptors the box gets besides its program (-1: none)."""
+
+    token: int = -1  # the run's token, read and closed by the runner
+    result: int = -1  # where the runner writes the token when the program has run to its end
+    seccomp: int = -1  # the seccomp filter (bwrap reads it)
+    info: int = -1  # bwrap writes the sandbox's PID there (--info-fd)
+    block: int = -1  # bwrap waits for a byte there before it starts anything (--block-fd)
+
+    def passed(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self.token, self.result, self.seccomp, self.info, self.block) if fd >= 0)
+
+
 def _bwrap_argv(
-    box: _Box, limits: Limits, program_fd: int, *, runner: str | None = _BOX_RUNNER, code: str | None = None
+    box: _Box,
+    limits: Limits,
+    program_fd: int,
+    *,
+    runner: str | None = _BOX_RUNNER,
+    code: str | None = None,
+    fds: _Fds = _Fds(),
 ) -> list[str]:
     disk = str(max(1, limits.disk_mb) * 2**20)
     argv = [
@@ -462,6 +587,9 @@ def _bwrap_argv(
         argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     if "--disable-userns" in box.options:
         argv += ["--disable-userns"]
+    for option, fd in (("--seccomp", fds.seccomp), ("--info-fd", fds.info), ("--block-fd", fds.block)):
+        if fd >= 0:
+            argv += [option, str(fd)]
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
@@ -487,6 +615,8 @@ def _bwrap_argv(
         str(fsize),
         str(limits.processes),
         str(limits.open_files),
+        str(fds.token),
+        str(fds.result),
     ]
 
 
@@ -518,8 +648,10 @@ def _namespace(pid: int) -> str | None:
 
 
 def _resident_bytes(namespace: str) -> int:
-    """Resident memory of every process in the PID namespace ``namespace`` (as the host sees it)."""
-    total = 0
+    """What the processes of the PID namespace ``namespace`` hold, as the host sees it: their
+    resident memory, what the box's tmpfs folders hold (:func:`_tmpfs_bytes`, seen through one of
+    them), and each socket they have open at the most its buffers can hold (:data:`SOCKET_BYTES`)."""
+    total, member, sockets = 0, None, set()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -528,8 +660,72 @@ def _resident_bytes(namespace: str) -> int:
                 continue
             with open(f"/proc/{entry.name}/statm", "rb") as fh:
                 total += int(fh.read().split()[1]) * _PAGE
+            member = member or entry.name
+            sockets.update(_sockets(entry.name))
         except (OSError, ValueError, IndexError):
             continue
+    return total + (_tmpfs_bytes(member) if member else 0) + len(sockets) * SOCKET_BYTES
+
+
+def _sysctl(name: str, field: int = 0, default: int = 0) -> int:
+    try:
+        with open(f"/proc/sys/{name}", encoding="ascii") as fh:
+            return max(default, int(fh.read().split()[field]))
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+# The most one socket's buffers can hold: a send buffer of up to twice net.core.wmem_max (SO_SNDBUF)
+# or tcp_wmem's maximum (autotuning), and a receive buffer likewise (the kernel's defaults at least:
+# a sandbox's own network namespace starts with them)
+SOCKET_BYTES = max(2 * _sysctl("net/core/wmem_max", default=212992), _sysctl("net/ipv4/tcp_wmem", 2, 4 << 20)) + max(
+    2 * _sysctl("net/core/rmem_max", default=212992), _sysctl("net/ipv4/tcp_rmem", 2, 6 << 20)
+)
+
+
+def _sockets(pid: str) -> set[str]:
+    """The sockets process ``pid`` has open (``socket:[inode]``)."""
+    out: set[str] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            out.add(target)
+    return out
+
+
+_INODE_BYTES = 1024  # what tmpfs charges an inode (and xattrs) in its inode count; ~960 B of kernel memory measured
+_BOX_MOUNTS = ("/", "/dev", "/work", "/tmp", "/dev/shm")
+
+
+def _tmpfs_bytes(pid: str) -> int:
+    """What the box's in-memory file systems hold (pages and inodes; files deleted but still open
+    included), seen through ``/proc/PID/root``: 0 until the box has its own root."""
+    root = f"/proc/{pid}/root"
+    try:
+        mine, theirs = os.stat("/"), os.stat(root)
+    except OSError:
+        return 0
+    if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino):
+        return 0  # still being set up: its root is the host's
+    total, seen = 0, set()
+    for mount in _BOX_MOUNTS:
+        try:
+            path = root + mount
+            device = os.stat(path).st_dev
+            if device in seen:
+                continue
+            seen.add(device)
+            fs = os.statvfs(path)
+        except OSError:
+            continue
+        total += (fs.f_blocks - fs.f_bfree) * fs.f_frsize + (fs.f_files - fs.f_ffree) * _INODE_BYTES
     return total
 
 
@@ -562,6 +758,17 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _end(proc: subprocess.Popen, cgroup: containment.Cgroup | None = None) -> int:
+    """Kill what is left of a run (its whole tree, wherever its setup had got to; its process group;
+    its cgroup) and reap it: the exit status."""
+    if proc.poll() is None:
+        containment.kill_tree(proc.pid)
+    _kill_group(proc.pid)
+    if cgroup is not None:
+        cgroup.kill()
+    return proc.wait()
+
+
 def _classify(
     rc: int | None,
     stderr: str,
@@ -571,15 +778,19 @@ def _classify(
     over_memory: bool,
     isolation: str,
     stdout: str,
+    signalled: bool = True,
 ) -> Outcome:
+    """``signalled``: the runner wrote the run's token, i.e. the program ran to its end."""
     error = _last_error(stderr)
     cpu = int(limits.timeout) + 1
     if over_memory:
         status, error = MEMORY, f"memory limit ({limits.memory_mb} MiB for all its processes) exceeded"
     elif timed_out:
         status, error = TIMEOUT, f"timed out after {limits.timeout:g} s"
-    elif rc == 0:
+    elif rc == 0 and signalled:
         status, error = PASSED, ""
+    elif rc == 0:
+        status, error = FAILED, "exited with status 0 before its end (no success signal from the test harness)"
     elif "MemoryError" in error:
         status = MEMORY
     elif rc in (1, 3):
@@ -598,9 +809,60 @@ def _classify(
     return Outcome(status, rc, round(seconds, 3), error, stderr, isolation, stdout)
 
 
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _token_pipe(token: bytes) -> int:
+    """The read end of a pipe that holds ``token`` and nothing more (the write end is closed)."""
+    read, write = os.pipe()
+    try:
+        os.write(write, token)
+    finally:
+        os.close(write)
+    return read
+
+
+def _signalled(result, token: bytes) -> bool:
+    """Whether the result file holds exactly the run's token."""
+    try:
+        result.seek(0)
+        return result.read(len(token) + 1) == token
+    except OSError:
+        return False
+
+
+def _sandbox_pid(info: int, deadline: float) -> int | None:
+    """The host PID of the sandbox's first process, which bwrap writes to ``info`` (--info-fd) once
+    it has made it; None when bwrap ended without (it failed: its stderr says why). Raises
+    TimeoutError at ``deadline``."""
+    data = b""
+    poller = select.poll()  # not select(): descriptors past 1023 are fine
+    poller.register(info, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            raise TimeoutError("bwrap did not report its sandbox in time")
+        chunk = os.read(info, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        return int(json.loads(data.decode("utf-8", "replace"))["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False) -> Outcome:
     """Execute ``source`` as a script in the sandbox under ``limits``; never raises for what the
-    program does. Without a working bwrap this raises :class:`UsageError` unless ``unsafe``."""
+    program does. Without a working bwrap this raises :class:`UsageError` unless ``unsafe``.
+
+    It passes only on the runner's success signal: a random token, made for this run, that the
+    runner writes to a file of its own after the program's last statement returned."""
     box, problem = _probe()
     if box is None:
         if not unsafe:
@@ -609,30 +871,75 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
                 hint="install bubblewrap, or pass --unsafe-code-execution",
             )
         return _run_unsafe(source, limits)
-    with tempfile.TemporaryFile() as program, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    token = secrets.token_hex(16).encode()
+    budget = limits.memory_mb * 2**20 if limits.memory_mb > 0 else None
+    parent = _cgroup(box)
+    with contextlib.ExitStack() as stack:
+        program, out, err, result = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(4))
         program.write(source.encode("utf-8", "surrogatepass"))
         program.flush()
         program.seek(0)
-        argv = _bwrap_argv(box, limits, program.fileno())
+        seccomp = stack.enter_context(_seccomp_file(box))
+        pipes: list[int] = []
+        stack.callback(_close_all, pipes)
+        token_fd = _token_pipe(token)
+        pipes.append(token_fd)
+        cgroup = info = block = None
+        if parent is not None:
+            try:
+                cgroup = containment.Cgroup(parent, budget)
+            except OSError as exc:
+                raise SandboxError(f"cannot create the sandbox's cgroup in {parent.path}: {exc}") from None
+            stack.callback(cgroup.remove)
+            info, info_w = os.pipe()
+            block_r, block = os.pipe()
+            pipes += [info, info_w, block_r, block]
+        fds = _Fds(
+            token=token_fd,
+            result=result.fileno(),
+            seccomp=seccomp,
+            info=-1 if cgroup is None else info_w,
+            block=-1 if cgroup is None else block_r,
+        )
+        argv = _bwrap_argv(box, limits, program.fileno(), fds=fds)
         timed_out = over_memory = False
-        budget = limits.memory_mb * 2**20 if limits.memory_mb > 0 else None
         start = time.monotonic()
+        deadline = start + limits.timeout
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env={},
-            pass_fds=(program.fileno(),),
+            pass_fds=(program.fileno(), *fds.passed()),
             start_new_session=True,
             close_fds=True,
             **_drop_privileges(),
         )
+        for fd in (token_fd, fds.info, fds.block):  # the box's ends: only bwrap holds them now
+            if fd >= 0:
+                os.close(fd)
+                pipes.remove(fd)
         namespace = None
         try:
-            deadline = start + limits.timeout
+            if cgroup is not None:
+                assert info is not None and block is not None
+                # bwrap has made the sandbox's first process and waits (--block-fd) before it
+                # sets anything up: put it in the cgroup, where all it starts will be born, then
+                # let it go on
+                try:
+                    child = _sandbox_pid(info, deadline)
+                except TimeoutError:
+                    timed_out = True
+                else:
+                    if child is not None:
+                        try:
+                            cgroup.add(child)
+                        except OSError as exc:
+                            raise SandboxError(f"cannot put the sandbox in its cgroup {cgroup.path}: {exc}") from None
+                        os.write(block, b"x")
             interval = 0.01
-            while True:
+            while not timed_out:
                 try:
                     rc = proc.wait(timeout=max(0.0, min(interval, deadline - time.monotonic())))
                     break
@@ -641,7 +948,11 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
                 if time.monotonic() >= deadline:
                     timed_out = True
                     break
-                if budget is not None and box.monitor:
+                if cgroup is not None:
+                    if cgroup.oom_kills():
+                        over_memory = True
+                        break
+                elif budget is not None and box.monitor:
                     if namespace is None:
                         for child in _children(proc.pid):
                             ns = _namespace(child)
@@ -652,13 +963,15 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
                         break
                 interval = min(0.05, interval * 1.5)
         finally:
-            _kill_group(proc.pid)  # the sandbox's PID 1 dies with it (--die-with-parent), and its namespace
-            rc = proc.wait()
+            rc = _end(proc, cgroup)
+        if cgroup is not None and cgroup.oom_kills():
+            over_memory = True
         seconds = time.monotonic() - start
         stderr, stdout = _tail(err), _tail(out)
+        signalled = _signalled(result, token)
     if rc == 70 and "bridge sandbox setup failed" in stderr:
         raise SandboxError(_last_error(stderr))
-    return _classify(rc, stderr, seconds, limits, timed_out, over_memory, BWRAP, stdout)
+    return _classify(rc, stderr, seconds, limits, timed_out, over_memory, BWRAP, stdout, signalled)
 
 
 def run_programs(
@@ -747,27 +1060,37 @@ def _run_unsafe(source: str, limits: Limits) -> Outcome:
             str(cpu),
             str(fsize),
         ]
+        token = secrets.token_hex(16).encode()
+        token_fd = _token_pipe(token)
         timed_out = False
         start = time.monotonic()
-        with open(root / "stdout", "wb") as out, open(root / "stderr", "wb") as err:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=work,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
+        with (
+            open(root / "stdout", "wb") as out,
+            open(root / "stderr", "wb") as err,
+            tempfile.TemporaryFile() as result,
+        ):
+            try:
+                proc = subprocess.Popen(
+                    [*cmd, str(token_fd), str(result.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=work,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(token_fd, result.fileno()),
+                )
+            finally:
+                os.close(token_fd)
             try:
                 rc = proc.wait(timeout=limits.timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc.pid)
-                rc = proc.wait()
             finally:
-                _kill_group(proc.pid)  # anything it left behind in its group
+                rc = _end(proc)  # its whole tree on a timeout; anything it left behind in its group
+            signalled = _signalled(result, token)
         seconds = time.monotonic() - start
         stderr, stdout = _tail(root / "stderr"), _tail(root / "stdout")
-    return _classify(rc, stderr, seconds, limits, timed_out, False, UNSAFE_PREFIX + _unsafe_isolation(), stdout)
+    isolation = UNSAFE_PREFIX + _unsafe_isolation()
+    return _classify(rc, stderr, seconds, limits, timed_out, False, isolation, stdout, signalled)

@@ -1,0 +1,450 @@
+"""What the code sandbox (``bridge eval --task humaneval|mbpp``) holds a hostile program to, measured.
+
+Three parts, each a table of hostile programs and what became of them:
+
+- **memory**: programs that try to hold more memory than the limit for all of a program's processes
+  (``--limit-mb``, default 128 MiB), in each way a memory limit can be missed: memfd files, SysV
+  shared memory, shared anonymous memory in several children, files in the tmpfs folders, empty
+  files (inodes), pipe buffers and Unix socket buffers. Each runs with the memory limit kept by a
+  cgroup (where the evaluator can make one) and by the polling monitor (the cgroup switched off, as
+  on a machine without one). Per run: the outcome and the most memory the program held (the peak
+  of what the kernel charged to a cgroup the bench puts the evaluator in, less that of a program
+  that does nothing), so the numbers hold however busy the machine is. This part needs a cgroup
+  the bench can write (root, or a delegated cgroup); without one it says so and is skipped.
+- **early exits**: programs that end with exit status 0 before the test's asserts run (the asserts
+  would fail), in the bubblewrap runner and the unsafe one: how many were graded passed.
+- **short timeouts**: ``--runs`` programs at each of a few very short ``--code-timeout`` values,
+  each execing a marked ``sleep``; how many marked processes were left running afterwards.
+
+    python bench/eval/sandbox_limits.py [--json bench/eval/results/sandbox_limits.json]
+
+The sandbox under test is the one ``bridgecli`` imports; to measure an older one (commit 18edb0e,
+before memfd and SysV shared memory were refused, cgroups used and tmpfs counted):
+
+    git archive 18edb0e src | tar -x -C /tmp/bridge-18edb0e
+    PYTHONPATH=/tmp/bridge-18edb0e/src python bench/eval/sandbox_limits.py
+
+Needs bubblewrap (``bwrap``); the memory part also needs a cgroup it can write. About 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+from bridgecli.evaluation import sandbox
+from bridgecli.evaluation.sandbox import Limits, run_program
+
+try:  # the sandbox under test: an older one (see above) has no cgroups and is measured as it is
+    from bridgecli.evaluation import containment as tested_containment
+except ImportError:
+    tested_containment = None
+
+
+def _measuring():
+    """The cgroup helpers of this checkout, which the bench measures with (whatever sandbox it tests)."""
+    path = Path(__file__).resolve().parents[2] / "src" / "bridgecli" / "evaluation" / "containment.py"
+    spec = importlib.util.spec_from_file_location("bench_containment", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+HOLD = 3  # seconds each memory attack holds what it got
+
+MEMORY_ATTACKS = {
+    "nothing": "pass\n",
+    "memfd files, 3 children x 1 GiB": """
+        import os, time
+        for _ in range(3):
+            if os.fork() == 0:
+                fds = []
+                try:
+                    for _ in range(64):
+                        fd = os.memfd_create("hold")
+                        os.write(fd, b"x" * (16 << 20))
+                        fds.append(fd)
+                finally:
+                    time.sleep(HOLD)
+                    os._exit(0)
+        time.sleep(HOLD + 1)
+    """,
+    "SysV shared memory, 16 segments x 64 MiB": """
+        import ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        for _ in range(16):
+            shmid = libc.shmget(0, 64 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+            if shmid < 0:
+                raise OSError(ctypes.get_errno(), "shmget refused")
+            address = libc.shmat(shmid, None, 0)
+            ctypes.memset(address, 1, 64 << 20)
+            libc.shmdt(ctypes.c_void_p(address))
+        time.sleep(HOLD)
+    """,
+    "shared anonymous memory, 4 children x 60 MiB": """
+        import mmap, os, time
+        for _ in range(4):
+            if os.fork() == 0:
+                block = mmap.mmap(-1, 60 << 20, flags=mmap.MAP_SHARED)
+                for _ in range(60):
+                    block.write(b"x" * (1 << 20))
+                time.sleep(HOLD)
+                os._exit(0)
+        time.sleep(HOLD + 1)
+    """,
+    "tmpfs files: /work, /tmp and /dev/shm filled": """
+        import time
+        for folder in ("/work", "/tmp", "/dev/shm"):
+            try:
+                for n in range(100):
+                    with open(f"{folder}/fill{n}", "wb") as fh:
+                        for _ in range(15):
+                            fh.write(b"x" * (1 << 20))
+            except OSError:  # full
+                pass
+        time.sleep(HOLD)
+    """,
+    "empty files (inodes) in /work, for 6 s": """
+        import os, time
+        end = time.monotonic() + 6
+        n = 0
+        while time.monotonic() < end:
+            for _ in range(1000):
+                open(f"/work/{n}", "w").close()
+                n += 1
+        time.sleep(HOLD)
+    """,
+    "pipe buffers, 8 children x 120 pipes": """
+        import os, time
+        for _ in range(8):
+            if os.fork() == 0:
+                held = []
+                try:
+                    for _ in range(120):
+                        r, w = os.pipe()
+                        os.set_blocking(w, False)
+                        held.append((r, w))
+                        try:
+                            while True:
+                                os.write(w, b"x" * 65536)
+                        except BlockingIOError:
+                            pass
+                except OSError:
+                    pass
+                time.sleep(HOLD)
+                os._exit(0)
+        time.sleep(HOLD + 2)
+    """,
+    "Unix socket buffers, 8 children x 120 socket pairs": """
+        import os, socket, time
+        for _ in range(8):
+            if os.fork() == 0:
+                held = []
+                try:
+                    for _ in range(120):
+                        a, b = socket.socketpair()
+                        held.append((a, b))
+                        for s in (a, b):
+                            s.setblocking(False)
+                            try:
+                                while True:
+                                    s.send(b"x" * 65536)
+                            except BlockingIOError:
+                                pass
+                except OSError:
+                    pass
+                time.sleep(HOLD)
+                os._exit(0)
+        time.sleep(HOLD + 2)
+    """,
+    "Unix socket buffers raised to the maximum, 2 children x 30 socket pairs": """
+        import os, socket, time
+        for _ in range(2):
+            if os.fork() == 0:
+                held = []
+                try:
+                    for _ in range(30):
+                        a, b = socket.socketpair()
+                        held.append((a, b))
+                        for s in (a, b):
+                            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+                            s.setblocking(False)
+                            try:
+                                while True:
+                                    s.send(b"x" * 65536)
+                            except BlockingIOError:
+                                pass
+                except OSError:
+                    pass
+                time.sleep(HOLD)
+                os._exit(0)
+        time.sleep(HOLD + 2)
+    """,
+    "Unix sockets filled, then sent in flight and closed, 1 process, limit 1 GiB": """
+        import os, socket, time
+        carrier, keeper = socket.socketpair()
+        carrier.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+        try:
+            for _ in range(300):
+                a, b = socket.socketpair()
+                a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+                a.setblocking(False)
+                try:
+                    while True:
+                        a.send(b"x" * 65536)
+                except BlockingIOError:
+                    pass
+                socket.send_fds(carrier, [b"."], [b.fileno()])  # b's queue holds what a sent
+                a.close()
+                b.close()
+        except OSError:
+            pass
+        time.sleep(HOLD)
+    """,
+    "TCP loopback buffers, 2 children x 30 connections": """
+        import os, socket, time
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)  # the accepted ones inherit it
+        server.bind(("127.0.0.1", 0))
+        server.listen(100)
+        port = server.getsockname()[1]
+        for _ in range(2):
+            if os.fork() == 0:
+                held = []
+                try:
+                    for _ in range(30):
+                        c = socket.socket()
+                        c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+                        c.connect(("127.0.0.1", port))
+                        held.append(c)
+                        c.setblocking(False)
+                        try:
+                            while True:
+                                c.send(b"x" * 65536)
+                        except BlockingIOError:
+                            pass
+                except OSError:
+                    pass
+                time.sleep(HOLD)
+                os._exit(0)
+        accepted = []
+        end = time.monotonic() + HOLD + 2
+        server.settimeout(0.2)
+        while time.monotonic() < end:
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+    """,
+}
+
+EARLY_EXITS = {
+    "os._exit(0)": "import os\nos._exit(0)\n",
+    "ctypes _exit(0)": "import ctypes\nctypes.CDLL(None)._exit(0)\n",
+    "exec /bin/true": "import os\nos.execv('/bin/true', ['true'])\n",
+    "os._exit(0) from a thread": "import os, threading, time\nthreading.Thread(target=os._exit, args=(0,)).start()\ntime.sleep(1)\n",
+    "sys.exit(0)": "import sys\nsys.exit(0)\n",
+    "kill -9 itself": "import os\nos.kill(os.getpid(), 9)\n",
+}
+FAILING_TEST = "\n\ndef check(candidate):\n    assert candidate(1) == 999\n\ncheck(inc)\n"
+SOLUTION = "def inc(x):\n    return x + 1\n"
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+def _peak(group: str, version: int) -> int:
+    """The most memory charged to ``group``; on cgroup v1, TCP buffers (a counter of their own) added."""
+    if version == 2:
+        names = ["memory.peak"]
+    else:
+        names = ["memory.max_usage_in_bytes", "memory.kmem.tcp.max_usage_in_bytes"]
+    total = 0
+    for name in names:
+        with open(os.path.join(group, name)) as fh:
+            total += int(fh.read())
+    return total
+
+
+def _measuring_group(measure, parent):
+    group = measure.Cgroup(parent, None)  # no limit: it only measures
+    if parent.version == 1:  # v1 charges TCP buffers only to groups with a TCP limit
+        with open(os.path.join(group.path, "memory.kmem.tcp.limit_in_bytes"), "w") as fh:
+            fh.write("-1")
+    return group
+
+
+def memory_part(limit_mb: int, only: str | None = None) -> dict:
+    measure = _measuring()
+    parent, why = measure.cgroup_parent()
+    if parent is None:
+        print(f"skipped: no cgroup the bench can write here ({why})")
+        return {"skipped": f"no cgroup the bench can write here ({why})"}
+    modes = ["as is"] if tested_containment is None else ["cgroup", "monitor"]
+    rows = []
+    for mode in modes:
+        baseline = None
+        for name in MEMORY_ATTACKS:
+            if only and name != "nothing" and only not in name:
+                continue
+            group = _measuring_group(measure, parent)
+            try:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--one", mode, name, str(limit_mb), group.path],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                peak = _peak(group.path, parent.version)
+            finally:
+                group.remove()
+            if done.returncode != 0:
+                raise SystemExit(f"{mode} / {name}: the bench's child failed:\n{done.stderr}")
+            outcome = json.loads(done.stdout.splitlines()[-1])
+            if name == "nothing":
+                baseline = peak
+                continue
+            held = (peak - (baseline or 0)) / 2**20
+            rows.append({"mode": mode, "attack": name, **outcome, "held_mib": round(held, 1)})
+            print(f"{mode:8} {name:50} {outcome['status']:8} held {held:7.1f} MiB  {outcome['error'][:70]}")
+    return {"limit_mib": limit_mb, "hold_s": HOLD, "cgroup_version": parent.version, "rows": rows}
+
+
+def one(mode: str, name: str, limit_mb: int, group: str) -> None:
+    """The child: join ``group`` (so that everything it and its sandboxes hold is charged there),
+    run one attack, print its outcome."""
+    with open(os.path.join(group, "cgroup.procs"), "w") as fh:
+        fh.write(str(os.getpid()))
+    if mode == "monitor":
+        assert tested_containment is not None
+        tested_containment.cgroup_parent = lambda: (None, "switched off by the bench")
+    source = textwrap.dedent(MEMORY_ATTACKS[name]).replace("HOLD", str(HOLD))
+    if name.endswith("limit 1 GiB"):
+        limit_mb = 1024
+    outcome = run_program(source, Limits(timeout=30, memory_mb=limit_mb))
+    print(json.dumps({"status": outcome.status, "error": outcome.error, "seconds": outcome.seconds}))
+
+
+# -- early exits and short timeouts -------------------------------------------------------------
+
+
+def early_exit_part() -> dict:
+    rows = []
+    real_probe = sandbox._probe
+    for runner in ("bwrap", "unsafe"):
+        if runner == "unsafe":
+            sandbox._probe = lambda: (None, "switched off by the bench")  # type: ignore[assignment]
+        try:
+            for name, exit_code in EARLY_EXITS.items():
+                program = SOLUTION + exit_code + FAILING_TEST
+                outcome = run_program(program, Limits(timeout=5), unsafe=True)
+                rows.append({"runner": runner, "program": name, "status": outcome.status, "rc": outcome.returncode})
+                print(f"{runner:7} {name:28} rc {outcome.returncode!s:5} {outcome.status}")
+        finally:
+            sandbox._probe = real_probe
+    return {"graded_passed": sum(r["status"] == "passed" for r in rows), "n": len(rows), "rows": rows}
+
+
+def _marked(marker: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def timeout_part(runs: int) -> dict:
+    rows = []
+    real_probe = sandbox._probe
+    for runner in ("bwrap", "unsafe"):
+        if runner == "unsafe":
+            sandbox._probe = lambda: (None, "switched off by the bench")  # type: ignore[assignment]
+        try:
+            for timeout in (0.005, 0.01, 0.02, 0.05):
+                marker = f"bridge-bench-left-{uuid.uuid4().hex}"
+                program = f"import os\nos.execv('/bin/sleep', [{marker!r}, '30'])\n"
+                statuses = [run_program(program, Limits(timeout=timeout), unsafe=True).status for _ in range(runs)]
+                time.sleep(1.0)
+                left = _marked(marker)
+                for pid in left:
+                    try:
+                        os.kill(pid, 9)
+                    except OSError:
+                        pass
+                rows.append(
+                    {
+                        "runner": runner,
+                        "timeout_s": timeout,
+                        "runs": runs,
+                        "left_running": len(left),
+                        "timeouts": statuses.count("timeout"),
+                    }
+                )
+                print(f"{runner:7} timeout {timeout:5} s: {len(left)} of {runs} left running")
+        finally:
+            sandbox._probe = real_probe
+    return {"rows": rows}
+
+
+def _sysctls() -> dict:
+    """The settings the socket and pipe numbers depend on."""
+    out = {}
+    for name in (
+        "net/core/wmem_max",
+        "net/core/rmem_max",
+        "net/ipv4/tcp_wmem",
+        "net/ipv4/tcp_rmem",
+        "fs/pipe-user-pages-soft",
+    ):
+        try:
+            with open(f"/proc/sys/{name}") as fh:
+                out[name.replace("/", ".")] = fh.read().split()
+        except OSError:
+            pass
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, help="write the results there")
+    parser.add_argument("--limit-mb", type=int, default=128, help="memory limit of the memory attacks")
+    parser.add_argument("--runs", type=int, default=20, help="programs per short timeout")
+    parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--only", help="run only the memory attacks whose name holds this text")
+    args = parser.parse_args()
+    if args.one:
+        mode, name, limit_mb, group = args.one
+        one(mode, name, int(limit_mb), group)
+        return
+    problem = sandbox.bwrap_problem()
+    if problem:
+        raise SystemExit(f"no bwrap sandbox here: {problem}")
+    results = {"sandbox": sandbox.sandbox_info(), "kernel": os.uname().release, "sysctl": _sysctls()}
+    print("## memory")
+    results["memory"] = memory_part(args.limit_mb, args.only)
+    print("## early exits (the test asserts inc(1) == 999)")
+    results["early_exits"] = early_exit_part()
+    print("## short timeouts")
+    results["short_timeouts"] = timeout_part(args.runs)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
