@@ -68,7 +68,7 @@ def answer_loss(path: Path) -> dict | None:
         return None
     s = res["summary"]
     items = sorted(res["items"], key=lambda it: it["index"])
-    return {k: s.get(k) for k in ("loss", "ci_low", "ci_high", "n", "missing")} | {
+    return {k: s.get(k) for k in ("loss", "ci_low", "ci_high", "n", "no_answer")} | {
         "items": [None if it.get("loss") is None else round(it["loss"], 6) for it in items]
     }
 
