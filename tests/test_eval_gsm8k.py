@@ -387,8 +387,8 @@ def only_builtin_eval_tasks(monkeypatch):
 
 def test_evaluate_through_registry_and_write(tiny, data_file, tmp_path, monkeypatch, only_builtin_eval_tasks):
     model, tok = tiny
-    assert registry.names("eval_task") == ["arc_challenge", "arc_easy", "gsm8k", "heldout-loss", "hellaswag",
-                                           "humaneval", "math", "mbpp", "mmlu"]
+    assert registry.names("eval_task") == ["answer-loss", "arc_challenge", "arc_easy", "gsm8k", "heldout-loss",
+                                           "hellaswag", "humaneval", "math", "mbpp", "mmlu"]
     monkeypatch.setattr("bridgecli.evaluation.generate.generate",
                         lambda m, t, prompts, **kw: ["#### 7", "#### 0"][:len(prompts)])
     result = evaluate(model, tok, "gsm8k", data_file, limit=2, progress=False)

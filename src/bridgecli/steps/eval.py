@@ -20,6 +20,7 @@ __all__ = [
     "output_for",
     "run_compare",
     "run_eval",
+    "run_paired",
 ]
 
 
@@ -252,3 +253,10 @@ def run_compare(opts: CompareOptions):
         target=opts.target,
         metric=opts.metric,
     )
+
+
+def run_paired(opts: CompareOptions):
+    """Each run's paired differences from the first (:func:`bridgecli.evaluation.compare.paired_rows`)."""
+    from ..evaluation.compare import load_run, paired_rows
+
+    return paired_rows([load_run(r) for r in opts.runs], metric=opts.metric)

@@ -322,8 +322,8 @@ class EvalRunOptions:
     )
     chat_template: bool | None = option(
         None,
-        "Use the tokenizer's chat template (default: yes for generation tasks "
-        "and heldout-loss, no for multiple choice).",
+        "Use the tokenizer's chat template (default: yes for generation tasks, "
+        "heldout-loss and answer-loss, no for multiple choice).",
         "--chat-template/--no-chat-template",
     )
     code_timeout: float = option(10.0, "Seconds per generated program (humaneval, mbpp).")
@@ -366,6 +366,12 @@ class CompareOptions:
         None, "General-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present)."
     )
     metric: str | None = option(None, "Summary field to show where a task has it, e.g. acc_norm (default: accuracy).")
+    paired: bool = option(
+        False,
+        "Also print each run's difference from the first run on every task both have, with a paired "
+        "bootstrap 95% interval over the items both evaluated.",
+        "--paired",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- show
