@@ -317,6 +317,16 @@ class EvalRunOptions:
         None, "Where few-shot examples come from (default: the data past the evaluated items; MMLU: dev/)."
     )
     batch_size: int = option(8, "Prompts per generation batch / inputs per scoring forward.")
+    batch_tokens: int | None = option(
+        None,
+        "Generation: also cap a batch at this many tokens, rows x (longest prompt + max new tokens), "
+        "so --batch-size can be large (e.g. --batch-size 2048 --batch-tokens 400000).",
+    )
+    compile: bool = option(
+        False,
+        "Generation on CUDA: a static KV cache and a torch.compile'd decoding step (elsewhere: ignored, with a note).",
+        "--compile",
+    )
     max_new_tokens: int | None = option(
         None, "Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512)."
     )
