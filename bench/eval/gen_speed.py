@@ -21,7 +21,7 @@ same texts; a static cache or another batch can flip a rare near-tie). The first
 compiled setting includes its compilation, so a compiled setting runs twice and both timings are
 kept. Then, unless ``--no-end-to-end``, it times ``bridge eval MODEL --task gsm8k`` as a
 subprocess for each batch size (load, generation, grading), with and without ``--compile`` as
-asked, and keeps its accuracy.
+asked (and each token budget), and keeps its accuracy.
 
 ``criteria`` needs no model. Rows are GSM8K reference answers tokenised (the "generation"),
 each followed by EOS and padding as ``model.generate`` leaves a finished row, behind a padded
@@ -184,13 +184,15 @@ def run(args) -> None:
     if args.end_to_end:
         for compile_ in args.compile:
             for batch_size in args.batch_sizes:
-                result["end_to_end"].append(end_to_end(args, device, batch_size, compile_, len(prompts)))
-                print(json.dumps(result["end_to_end"][-1]))
-                write(args.json, result)
+                for budget in args.batch_tokens:
+                    row = end_to_end(args, device, batch_size, budget or None, compile_, len(prompts))
+                    result["end_to_end"].append(row)
+                    print(json.dumps(row))
+                    write(args.json, result)
     write(args.json, result)
 
 
-def end_to_end(args, device: str, batch_size: int, compile_: bool, n: int) -> dict:
+def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_: bool, n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval-gsm8k.json"
         cmd = [sys.executable, "-m", "bridgecli", "eval", args.model, "--task", "gsm8k", "--data", args.data,
@@ -198,12 +200,14 @@ def end_to_end(args, device: str, batch_size: int, compile_: bool, n: int) -> di
                "-o", str(out)]
         cmd += ["--limit", str(args.limit)] if args.limit else []
         cmd += ["--dtype", args.dtype] if args.dtype else []
+        cmd += ["--batch-tokens", str(budget)] if budget else []
         cmd += ["--compile"] if compile_ else []
         env = {**os.environ, "BRIDGE_NO_PROGRESS": "1"}
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         seconds = time.perf_counter() - start
-        row = {"command": " ".join(["bridge", *cmd[3:]]), "batch_size": batch_size, "compile": compile_,
+        row = {"command": " ".join(["bridge", *cmd[3:]]), "batch_size": batch_size, "batch_tokens": budget,
+               "compile": compile_,
                "returncode": done.returncode, "wall_seconds": round(seconds, 2),
                "items_per_s": round(n / seconds, 2)}
         if done.returncode == 0:
