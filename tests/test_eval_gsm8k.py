@@ -71,6 +71,12 @@ def test_normalize_number(text, expected):
     # \boxed{}
     ("so the total is \\boxed{42} dollars, step 3", "42"),
     ("\\boxed{\\$1,234.50}", "1234.5"),
+    # as Qwen2.5-Instruct writes it (LaTeX delimiters, units, a check after the box)
+    ("Thus, Josh's profit is \\(\\boxed{50000}\\).", "50000"),
+    ("\\[\n\\boxed{18 \\text{ dollars}}\n\\]", "18"),
+    ("is \\(\\boxed{70,000}\\) dollars", "70000"),
+    ("so $\\boxed{3}$ bolts. Check: 2 + 1 = 3 and 3 < 4.", "3"),
+    ("\\boxed{\\text{18}}", "18"),
     # "the answer is" / "answer:"
     ("The answer is 42. Then 7 more steps.", "42"),
     ("Final answer: $1,250", "1250"),
@@ -339,8 +345,13 @@ def test_task_with_tiny_model(tiny, data_file):
     assert [i["index"] for i in items] == [0, 1, 2]
     assert [i["reference"] for i in items] == ["7", "15", "2500"]
     for item in items:
-        assert set(item) == {"index", "question", "reference", "prediction", "extracted", "correct"}
+        assert set(item) == {"index", "question", "reference", "prediction", "extracted", "correct", "new_tokens",
+                             "hit_limit"}
         assert item["correct"] == (item["extracted"] == item["reference"])
+        # the tiny model never says EOS: an item ends at a stop string or at the 8-token limit
+        assert 1 <= item["new_tokens"] <= 8 and item["hit_limit"] == (item["new_tokens"] == 8 and "\nQ:" not in
+                                                                       item["prediction"])
+    assert summary["generation"]["hit_limit"] == sum(i["hit_limit"] for i in items)
     json.dumps(run)  # serialisable as is
 
 
@@ -387,8 +398,8 @@ def only_builtin_eval_tasks(monkeypatch):
 
 def test_evaluate_through_registry_and_write(tiny, data_file, tmp_path, monkeypatch, only_builtin_eval_tasks):
     model, tok = tiny
-    assert registry.names("eval_task") == ["arc_challenge", "arc_easy", "gsm8k", "heldout-loss", "hellaswag",
-                                           "humaneval", "math", "mbpp", "mmlu"]
+    assert registry.names("eval_task") == ["answer-loss", "arc_challenge", "arc_easy", "gsm8k", "heldout-loss",
+                                           "hellaswag", "humaneval", "math", "mbpp", "mmlu"]
     monkeypatch.setattr("bridgecli.evaluation.generate.generate",
                         lambda m, t, prompts, **kw: ["#### 7", "#### 0"][:len(prompts)])
     result = evaluate(model, tok, "gsm8k", data_file, limit=2, progress=False)

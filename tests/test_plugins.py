@@ -33,7 +33,7 @@ BUILTINS = {
                                      "llm+tc", "tokenseek-approx"}),
     "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task",
                                      {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu",
-                                      "heldout-loss"}),
+                                      "heldout-loss", "answer-loss"}),
 }
 
 
@@ -116,8 +116,8 @@ def test_unknown_name_lists_available(manager):
     available = r"\(available: code, list, math, sentence, step\)"
     with pytest.raises(PluginError, match=r"no segmenter named 'nope' " + available):
         registry.get("segmenter", "nope")
-    with pytest.raises(PluginError, match=r"no eval task named 'nope' \(available: arc_challenge, arc_easy, gsm8k, "
-                                          r"heldout-loss, hellaswag, humaneval, math, mbpp, mmlu\)"):
+    with pytest.raises(PluginError, match=r"no eval task named 'nope' \(available: answer-loss, arc_challenge, "
+                                          r"arc_easy, gsm8k, heldout-loss, hellaswag, humaneval, math, mbpp, mmlu\)"):
         registry.get("eval_task", "nope")
 
 

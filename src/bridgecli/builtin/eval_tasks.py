@@ -35,6 +35,7 @@ arc_easy_task = _Task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jso
 hellaswag_task = _Task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
 mmlu_task = _Task("multiple_choice", "mmlu_task", "mmlu")
 heldout_loss_task = _Task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
+answer_loss_task = _Task("answer_loss", "answer_loss_task", "gsm8k/test.jsonl")
 
 
 @hookimpl
@@ -52,4 +53,10 @@ def register_eval_tasks(register):
         heldout_loss_task,
         "Held-out loss: token-mean loss of the reference responses given "
         "their prompts (any input shape score reads), 95% bootstrap interval",
+    )
+    register(
+        "answer-loss",
+        answer_loss_task,
+        "Answer-span loss: mean loss of the final answer's tokens (#### N, \\boxed{...}) given the "
+        "prompt and the reference reasoning, per item then over items, 95% bootstrap interval",
     )

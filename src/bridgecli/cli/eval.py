@@ -21,13 +21,18 @@ def _alias(name: str):
     return opt(C, name, help=f"--compare: {text[0].lower()}{text[1:]}")
 
 
-def _print_comparison(runs: list[str], target, general, metric, title: str) -> None:
-    from ..evaluation.compare import render
-    from ..steps.eval import run_compare
+def _print_comparison(runs: list[str], target, general, metric, paired: bool, title: str) -> None:
+    from ..evaluation.compare import render, render_paired
+    from ..steps.eval import run_compare, run_paired
 
-    comparison = run_compare(C(runs=runs, target=target, general=general, metric=metric))
+    opts = C(runs=runs, target=target, general=general, metric=metric, paired=paired)
+    comparison = run_compare(opts)
+    differences = run_paired(opts) if paired else None
     # a pipe or file gets the whole table, however many columns
-    Console(stderr=False, width=None if sys.stdout.isatty() else 200).print(render(comparison, title=title))
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 200)
+    console.print(render(comparison, title=title))
+    if differences is not None:
+        console.print(render_paired(differences, comparison.rows[0]["name"], title=title))
 
 
 def evaluate(
@@ -40,6 +45,8 @@ def evaluate(
     few_shot: int = opt(E, "few_shot"),
     few_shot_data: Optional[str] = opt(E, "few_shot_data"),
     batch_size: int = opt(E, "batch_size"),
+    batch_tokens: Optional[int] = opt(E, "batch_tokens"),
+    compile_: bool = opt(E, "compile"),
     max_new_tokens: Optional[int] = opt(E, "max_new_tokens"),
     chat_template: Optional[bool] = opt(E, "chat_template"),
     code_timeout: float = opt(E, "code_timeout"),
@@ -58,10 +65,11 @@ def evaluate(
     target: Optional[str] = _alias("target"),
     general: Optional[str] = _alias("general"),
     metric: Optional[str] = _alias("metric"),
+    paired: bool = _alias("paired"),
 ):
     """Evaluate a model on tasks from local files (one model load; eval-TASK.json each), or compare runs."""
     if compare:  # the older spelling of `bridge compare`
-        _print_comparison(model, target, general, metric, title="bridge eval --compare")
+        _print_comparison(model, target, general, metric, paired, title="bridge eval --compare")
         return
     from ..evaluation.run import render_table
     from ..steps.eval import names, one_model, run_eval
@@ -77,6 +85,8 @@ def evaluate(
             few_shot=few_shot,
             few_shot_data=few_shot_data,
             batch_size=batch_size,
+            batch_tokens=batch_tokens,
+            compile=compile_,
             max_new_tokens=max_new_tokens,
             chat_template=chat_template,
             code_timeout=code_timeout,
@@ -96,7 +106,9 @@ def compare(
     target: Optional[str] = opt(C, "target"),
     general: Optional[str] = opt(C, "general"),
     metric: Optional[str] = opt(C, "metric"),
+    paired: bool = opt(C, "paired"),
 ):
     """The paper's Table 1 for finished runs: each run folder's eval-*.json results (and held-out losses with
-    intervals) side by side. Also spelled `bridge eval --compare`."""
-    _print_comparison(runs, target, general, metric, title="bridge compare")
+    intervals) side by side; with --paired, each run's differences from the first with paired intervals.
+    Also spelled `bridge eval --compare`."""
+    _print_comparison(runs, target, general, metric, paired, title="bridge compare")

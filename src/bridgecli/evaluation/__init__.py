@@ -5,7 +5,8 @@ Tasks are plugins (hook ``register_eval_tasks``), registered by :mod:`bridgecli.
 :mod:`.math_verify_grader`), ``humaneval`` and ``mbpp`` (:mod:`.code_tasks`, executed by
 :mod:`.sandbox`), ``arc_challenge``, ``arc_easy``, ``hellaswag`` and ``mmlu``
 (:mod:`.multiple_choice`, scored by :mod:`.loglik`), ``heldout-loss`` (:mod:`.heldout`, with the
-interval of :mod:`.bootstrap`). ``bridge eval --compare`` is :mod:`.compare`. docs/eval.md
+interval of :mod:`.bootstrap`) and ``answer-loss`` (:mod:`.answer_loss`, on the same machinery).
+``bridge compare`` (and its paired differences) is :mod:`.compare`. docs/eval.md
 describes every task and metric. This package imports torch only when a model actually runs.
 """
 

@@ -10,6 +10,16 @@ and in every average that needs it.
 Loss results (``heldout-loss``) get one column per held-out file, after the accuracy columns:
 the loss with its 95% bootstrap interval, ``1.2345 [1.2011, 1.2702]``. Lower is better; a run
 whose interval lies wholly below another's is better on that file beyond resampling noise.
+
+Paired differences (``bridge compare --paired``, :func:`paired_difference`): each run after the
+first against the first, on every task (and loss file) both have, over the items both evaluated
+(matched by ``index``; an item whose ``id``/``unique_id``/``question``/``problem``/``task_id``
+differs between the runs is an error: not the same data). The difference is this run minus the
+first: accuracy in points (items' ``correct``, or ``correct_norm`` with ``--metric acc_norm``),
+a loss in nats (``answer-loss``: the mean of the items' ``loss``; ``heldout-loss``: the token mean
+``sum(loss_sum) / sum(tokens)``), with a 95% paired bootstrap interval over the items
+(:func:`bridgecli.evaluation.bootstrap.paired_bootstrap`, seed 0, 1000 resamples). An interval
+that excludes 0 is a difference beyond resampling noise of the items.
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ class Run:
     path: Path
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # task -> summary
     losses: dict[str, dict[str, Any]] = field(default_factory=dict)  # loss column label -> summary
+    # task or loss column label -> the whole result (items included) and the file it came from
+    full: dict[str, tuple[dict[str, Any], Path]] = field(default_factory=dict)
 
 
 def _read_result(path: Path) -> list[dict[str, Any]]:
@@ -91,9 +103,12 @@ def load_run(path: str | Path) -> Run:
         for result in _read_result(f):
             task = result.get("task") or result["summary"]["task"]
             if is_loss(result["summary"]):
-                run.losses[loss_label(task, result)] = result["summary"]
+                label = loss_label(task, result)
+                run.losses[label] = result["summary"]
             else:
+                label = task
                 run.results[task] = result["summary"]
+            run.full[label] = (result, f)
     return run
 
 
@@ -183,4 +198,162 @@ def render(comparison: Comparison, *, title: str = "bridge eval --compare") -> T
             found = row["losses"].get(label)
             cells.append("-" if found is None else loss_text(found))
         table.add_row(*cells)
+    return table
+
+
+# -------------------------------------------------------------------------------- paired differences
+
+_IDENTITY = ("id", "unique_id", "task_id", "question", "problem")
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``b - a`` on the items two results share, with a paired bootstrap interval. Accuracies are
+    fractions here (the table shows points); losses are in nats."""
+
+    label: str  # the task, or "task file" for a loss
+    metric: str  # "accuracy" (or the item field used, e.g. correct_norm) or "loss"
+    a: float  # the first result's statistic on the shared items
+    b: float
+    difference: float  # b - a
+    low: float
+    high: float
+    n: int  # items both results hold
+    only_a: int  # items only the first holds (left out)
+    only_b: int
+    level: float
+    resamples: int
+    seed: int
+
+
+def _item_values(result: dict[str, Any], file: str, metric: str | None) -> tuple[str, dict[int, tuple]]:
+    """``(metric name, {index: (value, weight, item)})`` of one result's items."""
+    summary = result["summary"]
+    items = result.get("items")
+    if not isinstance(items, list) or not items:
+        raise InputError(
+            "no per-item records to pair", file=file, field="items", hint="rerun `bridge eval` to write them"
+        )
+    loss = is_loss(summary)
+    if loss:
+        by_items = summary.get("average") == "items"
+        fields = ("loss",) if by_items else ("loss_sum", "tokens")
+        name = "loss"
+    else:
+        name = "correct_norm" if metric == "acc_norm" and "correct_norm" in items[0] else "correct"
+        fields = (name,)
+    out: dict[int, tuple] = {}
+    for k, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("index"), int):
+            raise InputError("an item without an integer 'index'", file=file, record=f"items[{k}]", field="index")
+        for f in fields:
+            if not isinstance(item.get(f), (int, float)):
+                raise InputError(f"no numeric '{f}' in the item", file=file, record=f"items[{k}]", field=f)
+        if item["index"] in out:
+            raise InputError(f"item index {item['index']} appears twice", file=file, record=f"items[{k}]")
+        if loss and not by_items:
+            value, weight = float(item["loss_sum"]), float(item["tokens"])
+        else:
+            value, weight = float(item[fields[0]]), 1.0
+        out[item["index"]] = (value, weight, item)
+    return ("accuracy" if name == "correct" else name), out
+
+
+def paired_difference(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    files: tuple[str, str] = ("first result", "second result"),
+    metric: str | None = None,
+    resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> PairedDifference:
+    """Result ``b`` minus result ``a`` (two ``bridge eval`` results of one task on the same data)
+    over the items both hold, with a paired bootstrap interval (see the module docstring)."""
+    from .bootstrap import paired_bootstrap
+
+    task_a = a.get("task") or a["summary"].get("task")
+    task_b = b.get("task") or b["summary"].get("task")
+    if task_a != task_b:
+        raise UsageError(f"cannot pair results of different tasks ({task_a} in {files[0]}, {task_b} in {files[1]})")
+    label_a = loss_label(task_a, a) if is_loss(a["summary"]) else task_a
+    label_b = loss_label(task_b, b) if is_loss(b["summary"]) else task_b
+    if label_a != label_b:
+        raise UsageError(f"cannot pair losses on different files ({label_a} in {files[0]}, {label_b} in {files[1]})")
+    name, values_a = _item_values(a, files[0], metric)
+    _, values_b = _item_values(b, files[1], metric)
+    shared = sorted(set(values_a) & set(values_b))
+    if not shared:
+        raise UsageError(f"{files[0]} and {files[1]} share no item (by index)")
+    for index in shared:
+        item_a, item_b = values_a[index][2], values_b[index][2]
+        for f in _IDENTITY:
+            if f in item_a and f in item_b and item_a[f] != item_b[f]:
+                raise InputError(
+                    f"item {index} has another '{f}' than in {files[0]}: not the same data",
+                    file=files[1],
+                    field=f"items[index={index}].{f}",
+                )
+    ci = paired_bootstrap(
+        [values_b[i][0] for i in shared],
+        [values_b[i][1] for i in shared],
+        [values_a[i][0] for i in shared],
+        [values_a[i][1] for i in shared],
+        resamples=resamples,
+        level=level,
+        seed=seed,
+    )
+    stat_a = sum(values_a[i][0] for i in shared) / sum(values_a[i][1] for i in shared)
+    stat_b = sum(values_b[i][0] for i in shared) / sum(values_b[i][1] for i in shared)
+    return PairedDifference(
+        label_a,
+        name,
+        stat_a,
+        stat_b,
+        ci.mean,
+        ci.low,
+        ci.high,
+        len(shared),
+        len(values_a) - len(shared),
+        len(values_b) - len(shared),
+        ci.level,
+        ci.resamples,
+        ci.seed,
+    )
+
+
+def paired_rows(runs: Sequence[Run], *, metric: str | None = None) -> list[tuple[str, PairedDifference]]:
+    """``(run name, difference)`` for every run after the first, against the first, on every task
+    and loss column both have (in the first run's order)."""
+    if len(runs) < 2:
+        raise UsageError("--paired needs at least two runs: the first is the baseline")
+    base = runs[0]
+    out = []
+    for run in runs[1:]:
+        for label, (result, path) in base.full.items():
+            if label in run.full:
+                other, other_path = run.full[label]
+                diff = paired_difference(result, other, files=(str(path), str(other_path)), metric=metric)
+                out.append((run.name, diff))
+    return out
+
+
+def difference_text(d: PairedDifference) -> str:
+    """``+1.52 [+0.30, +2.81]``: points for accuracy, nats (4 decimals) for a loss."""
+    if d.metric == "loss":
+        return f"{d.difference:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
+    return f"{100 * d.difference:+.2f} [{100 * d.low:+.2f}, {100 * d.high:+.2f}]"
+
+
+def render_paired(rows: list[tuple[str, PairedDifference]], baseline: str, *, title: str) -> Table:
+    table = Table(title=f"{title}: paired differences from {baseline} (95% CI over items)")
+    for name, justify in (("run", "left"), ("task", "left"), ("n", "right"), (baseline, "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("this run", justify="right")
+    table.add_column("difference [95% CI]", justify="right")
+    for name, d in rows:
+        shown = (lambda v: f"{v:.4f}") if d.metric == "loss" else (lambda v: f"{100 * v:.2f}")
+        n = str(d.n) + (f" (+{d.only_a}/{d.only_b} unpaired)" if d.only_a or d.only_b else "")
+        table.add_row(name, f"{d.label} ({d.metric})", n, shown(d.a), shown(d.b), difference_text(d))
     return table

@@ -173,7 +173,7 @@ def summarize(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[s
 
 def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``gsm8k`` eval task (see the module docstring)."""
-    from .generate import generate, uses_chat_template
+    from .generate import add_generation_stats, generate, uses_chat_template
 
     if options.limit is not None and options.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {options.limit})")
@@ -188,6 +188,7 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     chat = uses_chat_template(tokenizer, use_template)
     stop = () if chat else PLAIN_STOP
     prompts = [build_prompt(item.question, shots, chat=chat) for item in evaluated]
+    stats: dict[str, Any] = {}
     predictions = generate(
         model,
         tokenizer,
@@ -198,8 +199,12 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         chat_template=use_template,
         progress=options.progress,
         description=TASK,
+        batch_tokens=options.batch_tokens,
+        compile=options.compile,
+        stats=stats,
     )
     records = grade(evaluated, predictions)
+    generation = add_generation_stats(records, stats)
     settings = {
         **options.to_dict(),
         "chat_template_used": chat,
@@ -208,4 +213,4 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         "max_new_tokens": options.max_new_tokens or MAX_NEW_TOKENS,
         "model": model_name(model),
     }
-    return {"summary": summarize(records, settings), "items": records}
+    return {"summary": {**summarize(records, settings), "generation": generation}, "items": records}

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.examples import DataOptions, iter_pairs
-from ..data.tokenize import tokenize_pair
+from ..data.shapes import Pair
+from ..data.tokenize import Tokenized, tokenize_pair
 from ..errors import InputError, UsageError
 from ..progress import note
 from ..training.batching import MicroBatch
@@ -42,18 +43,50 @@ from .readers import check_limit
 from .tasks import EvalOptions, EvalRun, model_name
 
 
+def load_tokenized(
+    path: str, tokenizer: Any, *, chat_template: bool = True, limit: int | None = None
+) -> list[tuple[int, str, Pair, Tokenized]]:
+    """``(index, where, pair, tokenized)`` for the first ``limit`` records of ``path``, tokenised
+    exactly as ``bridge score`` tokenises them."""
+    loaded = []
+    for index, where, pair in iter_pairs(path, DataOptions(limit=limit)):
+        tok = tokenize_pair(tokenizer, pair, chat_template=chat_template, file=str(path), where=where)
+        loaded.append((index, where, pair, tok))
+    if not loaded:
+        raise InputError("no records", file=str(path))
+    return loaded
+
+
 def load_rows(
     path: str, tokenizer: Any, *, chat_template: bool = True, limit: int | None = None
 ) -> list[tuple[int, str, Row]]:
     """``(index, where, row)`` for the first ``limit`` records of ``path``: the row as full SFT
     trains on it (labels on the response tokens and the EOS)."""
-    rows = []
-    for index, where, pair in iter_pairs(path, DataOptions(limit=limit)):
-        tok = tokenize_pair(tokenizer, pair, chat_template=chat_template, file=str(path), where=where)
-        rows.append((index, where, full_response_row(pair.id, tok.tokens)))
-    if not rows:
-        raise InputError("no records", file=str(path))
-    return rows
+    return [
+        (index, where, full_response_row(pair.id, tok.tokens))
+        for index, where, pair, tok in load_tokenized(path, tokenizer, chat_template=chat_template, limit=limit)
+    ]
+
+
+def fitting(model: Any, ids: Sequence[str], lengths: Sequence[int], file: str) -> list[bool]:
+    """Which examples (ids ``ids``, ``lengths`` tokens each) fit the model's positions. The others
+    are named in a note; none fitting is an :class:`InputError`."""
+    max_len = _max_length(model)
+    fits = [max_len is None or n <= max_len for n in lengths]
+    skipped = [i for i, ok in zip(ids, fits) if not ok]
+    if skipped:
+        note(
+            f"left out {len(skipped)} examples longer than the model's {max_len} positions "
+            f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})"
+        )
+    if not any(fits):
+        raise InputError(f"every example is longer than the model's {max_len} positions", file=file)
+    return fits
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The id that pads a scoring batch (never scored): the pad token, else EOS, else 0."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
 
 
 def row_key(row: Row) -> str:
@@ -78,7 +111,13 @@ def _token_losses(model: Any, mb: MicroBatch) -> torch.Tensor:
 
 
 def row_losses(
-    model: Any, rows: Sequence[Row], *, pad_id: int, batch_size: int = 8, progress: bool = True
+    model: Any,
+    rows: Sequence[Row],
+    *,
+    pad_id: int,
+    batch_size: int = 8,
+    progress: bool = True,
+    description: str = "held-out loss",
 ) -> list[tuple[float, int]]:
     """``(summed token loss, supervised tokens)`` per row, in input order. Rows already in the
     active journal are taken from it; the others are scored and recorded batch by batch."""
@@ -92,8 +131,8 @@ def row_losses(
         results[i] = (float(total), int(n))
     todo.sort(key=lambda i: -len(rows[i].input_ids))
     device = getattr(model, "device", None) or next(model.parameters()).device
-    with _eval_mode(model), torch.inference_mode(), progress_bar(progress, "held-out loss") as bar:
-        task = bar.add_task("held-out loss", total=len(rows), completed=len(rows) - len(todo))
+    with _eval_mode(model), torch.inference_mode(), progress_bar(progress, description) as bar:
+        task = bar.add_task(description, total=len(rows), completed=len(rows) - len(todo))
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             width = max(len(rows[i].input_ids) for i in batch)
@@ -126,20 +165,11 @@ def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalR
         raise UsageError("heldout-loss takes no --few-shot: it scores each reference given its own prompt")
     chat = True if options.chat_template is None else options.chat_template
     loaded = load_rows(options.data, tokenizer, chat_template=chat, limit=options.limit)
-    max_len = _max_length(model)
-    fits = [max_len is None or len(r[2].input_ids) <= max_len for r in loaded]
+    fits = fitting(model, [r[2].id for r in loaded], [len(r[2].input_ids) for r in loaded], options.data)
     rows = [r for r, ok in zip(loaded, fits) if ok]
     skipped = [r[2].id for r, ok in zip(loaded, fits) if not ok]
-    if skipped:
-        note(
-            f"left out {len(skipped)} examples longer than the model's {max_len} positions "
-            f"({', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''})"
-        )
-    if not rows:
-        raise InputError(f"every example is longer than the model's {max_len} positions", file=options.data)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     scored = row_losses(
-        model, [r[2] for r in rows], pad_id=pad, batch_size=options.batch_size, progress=options.progress
+        model, [r[2] for r in rows], pad_id=pad_id(tokenizer), batch_size=options.batch_size, progress=options.progress
     )
     ci = ratio_bootstrap([s for s, _ in scored], [n for _, n in scored])
     tokens = sum(n for _, n in scored)
@@ -157,6 +187,7 @@ def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalR
     summary = {
         "task": "heldout-loss",
         "metric": "loss",
+        "average": "tokens",  # the loss is a token mean over the file (paired comparisons use loss_sum/tokens)
         "n": len(rows),
         "tokens": tokens,
         "loss": ci.mean,

@@ -4,8 +4,9 @@ While a task runs, every continuation :func:`bridgecli.evaluation.generate.gener
 every log-likelihood :func:`bridgecli.evaluation.loglik.loglikelihood` scores is appended to a
 JSONL file next to the result, ``eval-TASK.json.partial.jsonl``, flushed after each batch. Its
 first line records the request (model fingerprint, task, data, settings); each further line is
-``{"key": ..., "text": ...}`` for a continuation (the key a digest of the rendered prompt, the
-length limit and the stop strings) or ``{"key": ..., "value": [logprob, greedy, n_tokens]}`` for a
+``{"key": ..., "text": ..., "meta": {...}}`` for a continuation (the key a digest of the rendered
+prompt, the length limit and the stop strings; ``meta`` the tokens generated and whether the limit
+cut it off, absent in journals of older versions) or ``{"key": ..., "value": [logprob, greedy, n_tokens]}`` for a
 log-likelihood (the key a digest of the context and the continuation). ``bridge eval --resume``
 opens the journal of the same request, and both functions take what they find there instead of
 computing it again; the journal is removed once the result file is written. The file is locked
@@ -93,12 +94,16 @@ class Journal:
         return found
 
     def add(self, items: Sequence[tuple[str, Any]]) -> None:
-        """Record (key, continuation text or log-likelihood value) pairs at once: one flush per batch."""
+        """Record (key, continuation text or log-likelihood value) pairs at once: one flush per batch.
+        A continuation may come as ``{"text": ..., "meta": {...}}``; it is read back the same way."""
         fh = self._file()
         for k, found in items:
             self.entries[k] = found
-            field = "text" if isinstance(found, str) else "value"
-            fh.write(json.dumps({"key": k, field: found}, ensure_ascii=False) + "\n")
+            if isinstance(found, dict) and "text" in found:
+                line = {"key": k, **found}
+            else:
+                line = {"key": k, "text" if isinstance(found, str) else "value": found}
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -147,7 +152,10 @@ def _read(path: Path, request: dict[str, Any]) -> dict[str, Any]:
             continue
         try:
             item = json.loads(line)
-            entries[item["key"]] = item["text"] if "text" in item else item["value"]
+            if "text" in item:
+                entries[item["key"]] = {"text": item["text"], "meta": item["meta"]} if "meta" in item else item["text"]
+            else:
+                entries[item["key"]] = item["value"]
         except (ValueError, KeyError, TypeError):
             if number == len(lines):
                 break  # a last line without its newline, cut short by the interruption: generated again

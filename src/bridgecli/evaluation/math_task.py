@@ -119,7 +119,7 @@ def _breakdown(records: list[dict[str, Any]], key: str) -> dict[str, dict[str, A
 
 def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``math`` eval task (see the module docstring)."""
-    from .generate import generate, uses_chat_template
+    from .generate import add_generation_stats, generate, uses_chat_template
 
     check_limit(options.limit, options.few_shot)
     items = load(options.data)
@@ -142,6 +142,7 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     stop = () if chat else PLAIN_STOP
     max_new = options.max_new_tokens or MAX_NEW_TOKENS
     prompts = [build_prompt(item.problem, shots, chat=chat) for item in evaluated]
+    stats: dict[str, Any] = {}
     predictions = generate(
         model,
         tokenizer,
@@ -152,8 +153,12 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         chat_template=use_template,
         progress=options.progress,
         description=TASK,
+        batch_tokens=options.batch_tokens,
+        compile=options.compile,
+        stats=stats,
     )
     records = grade(evaluated, predictions)
+    generation = add_generation_stats(records, stats)
     n = len(records)
     correct = sum(r["correct"] for r in records)
     settings = {
@@ -173,6 +178,7 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         "extracted": sum(r["extracted"] is not None for r in records),
         "by_subject": _breakdown(records, "subject"),
         "by_level": _breakdown(records, "level"),
+        "generation": generation,
         "settings": settings,
     }
     return {"summary": summary, "items": records}

@@ -24,8 +24,9 @@ def _timeout() -> int | None:
     return 5 if threading.current_thread() is threading.main_thread() else None
 
 
-def last_boxed(text: str) -> str | None:
-    r"""The content of the last ``\boxed{...}``/``\fbox{...}`` (balanced braces), or None."""
+def last_boxed_span(text: str) -> tuple[int, int] | None:
+    r"""Where the content of the last ``\boxed{...}``/``\fbox{...}`` lies in ``text`` (balanced
+    braces; ``\boxed 5``: up to the next space or ``$``), as ``(start, end)``; None without one."""
     found = list(_BOXED.finditer(text))
     if not found:
         return None
@@ -34,13 +35,19 @@ def last_boxed(text: str) -> str | None:
         j += 1
     if j >= len(text) or text[j] != "{":
         m = re.match(r"([^\s$]+)", text[j:])
-        return m.group(1) if m and j > found[-1].end() else None
+        return (j, j + m.end(1)) if m and j > found[-1].end() else None
     depth = 0
     for k in range(j, len(text)):
         depth += {"{": 1, "}": -1}.get(text[k], 0)
         if depth == 0:
-            return text[j + 1 : k]
+            return (j + 1, k)
     return None  # the box was never closed
+
+
+def last_boxed(text: str) -> str | None:
+    r"""The content of the last ``\boxed{...}``/``\fbox{...}`` (balanced braces), or None."""
+    span = last_boxed_span(text)
+    return None if span is None else text[span[0] : span[1]]
 
 
 def reference_answer(solution: str, answer: str | None = None) -> str | None:

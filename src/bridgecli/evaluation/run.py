@@ -26,6 +26,8 @@ def evaluate(
     few_shot: int = 0,
     few_shot_data: str | None = None,
     batch_size: int = 8,
+    batch_tokens: int | None = None,
+    compile: bool = False,
     max_new_tokens: int | None = None,
     chat_template: bool | None = None,
     progress: bool = True,
@@ -40,7 +42,12 @@ def evaluate(
     With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
     it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
     check_numbers(
-        limit=limit, few_shot=few_shot, batch_size=batch_size, max_new_tokens=max_new_tokens, code_timeout=code_timeout
+        limit=limit,
+        few_shot=few_shot,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        code_timeout=code_timeout,
+        batch_tokens=batch_tokens,
     )
     entry = registry.get("eval_task", task)
     options = EvalOptions(
@@ -49,6 +56,8 @@ def evaluate(
         few_shot=few_shot,
         few_shot_data=few_shot_data,
         batch_size=batch_size,
+        batch_tokens=batch_tokens,
+        compile=compile,
         max_new_tokens=max_new_tokens,
         chat_template=chat_template,
         progress=progress,
@@ -69,7 +78,13 @@ def evaluate(
 
 
 def check_numbers(
-    *, limit: int | None, few_shot: int, batch_size: int, max_new_tokens: int | None, code_timeout: float
+    *,
+    limit: int | None,
+    few_shot: int,
+    batch_size: int,
+    max_new_tokens: int | None,
+    code_timeout: float,
+    batch_tokens: int | None = None,
 ) -> None:
     """The numeric options of ``bridge eval`` in their ranges (UsageError, exit 2)."""
     from ..steps import params
@@ -77,6 +92,7 @@ def check_numbers(
     params.integer("--limit", limit, optional=True)
     params.integer("--few-shot", few_shot, low=0, high=1000)
     params.integer("--batch-size", batch_size)
+    params.integer("--batch-tokens", batch_tokens, optional=True)
     params.integer("--max-new-tokens", max_new_tokens, optional=True)
     params.real("--code-timeout", code_timeout, low=0, high=86400, low_open=True)
 

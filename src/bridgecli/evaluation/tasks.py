@@ -24,6 +24,8 @@ class EvalOptions:
     few_shot: int = 0  # worked examples prepended to every prompt
     few_shot_data: str | None = None  # where they come from (default: the data file, past the evaluated items)
     batch_size: int = 8  # prompts per generation batch / (context, choice) inputs per forward
+    batch_tokens: int | None = None  # generation: rows x (longest prompt + max_new_tokens) per batch, at most
+    compile: bool = False  # generation on CUDA: static KV cache + torch.compile'd decoding step
     max_new_tokens: int | None = None  # generation length limit; None: the task's default
     # True: render prompts with the tokenizer's chat template when it has one; False: plain text;
     # None: the task's default (generation tasks use the template, log-likelihood tasks do not)

@@ -20,6 +20,7 @@ __all__ = [
     "output_for",
     "run_compare",
     "run_eval",
+    "run_paired",
 ]
 
 
@@ -125,6 +126,7 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         batch_size=opts.batch_size,
         max_new_tokens=opts.max_new_tokens,
         code_timeout=opts.code_timeout,
+        batch_tokens=opts.batch_tokens,
     )
     if any(t in CODE_TASKS for t in tasks):
         check_code_options(
@@ -161,7 +163,8 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
     dev = resolve_device(opts.device)
     ref = resolve(opts.model)
     model_id = fingerprint(ref)
-    # what decides a result (batch size and device change speed, not answers, so they are left out)
+    # what decides a result (batch size, batch tokens, --compile and device change speed, not answers,
+    # so they are left out)
     requests = {
         t: {
             "model": model_id,
@@ -217,6 +220,8 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
                 few_shot=opts.few_shot,
                 few_shot_data=opts.few_shot_data,
                 batch_size=opts.batch_size,
+                batch_tokens=opts.batch_tokens,
+                compile=opts.compile,
                 max_new_tokens=opts.max_new_tokens,
                 chat_template=opts.chat_template,
                 code_timeout=opts.code_timeout,
@@ -252,3 +257,10 @@ def run_compare(opts: CompareOptions):
         target=opts.target,
         metric=opts.metric,
     )
+
+
+def run_paired(opts: CompareOptions):
+    """Each run's paired differences from the first (:func:`bridgecli.evaluation.compare.paired_rows`)."""
+    from ..evaluation.compare import load_run, paired_rows
+
+    return paired_rows([load_run(r) for r in opts.runs], metric=opts.metric)

@@ -339,13 +339,23 @@ class EvalRunOptions:
         None, "Where few-shot examples come from (default: the data past the evaluated items; MMLU: dev/)."
     )
     batch_size: int = option(8, "Prompts per generation batch / inputs per scoring forward.")
+    batch_tokens: int | None = option(
+        None,
+        "Generation: also cap a batch at this many tokens, rows x (longest prompt + max new tokens), "
+        "so --batch-size can be large (e.g. --batch-size 2048 --batch-tokens 400000).",
+    )
+    compile: bool = option(
+        False,
+        "Generation on CUDA: a static KV cache and a torch.compile'd decoding step (elsewhere: ignored, with a note).",
+        "--compile",
+    )
     max_new_tokens: int | None = option(
         None, "Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512)."
     )
     chat_template: bool | None = option(
         None,
-        "Use the tokenizer's chat template (default: yes for generation tasks "
-        "and heldout-loss, no for multiple choice).",
+        "Use the tokenizer's chat template (default: yes for generation tasks, "
+        "heldout-loss and answer-loss, no for multiple choice).",
         "--chat-template/--no-chat-template",
     )
     code_timeout: float = option(10.0, "Seconds per generated program (humaneval, mbpp).")
@@ -388,6 +398,12 @@ class CompareOptions:
         None, "General-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present)."
     )
     metric: str | None = option(None, "Summary field to show where a task has it, e.g. acc_norm (default: accuracy).")
+    paired: bool = option(
+        False,
+        "Also print each run's difference from the first run on every task both have, with a paired "
+        "bootstrap 95% interval over the items both evaluated.",
+        "--paired",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- show
