@@ -118,15 +118,19 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: TrainSummary, *
     if acc.is_main_process:
         tmp = out / ".final.partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        model = result.model
-        if lora:
-            model.save_pretrained(tmp / ADAPTER)
-            model = model.merge_and_unload()
-            model.save_pretrained(tmp)
-        else:
-            model.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            model = result.model
+            if lora:
+                model.save_pretrained(tmp / ADAPTER)
+                model = model.merge_and_unload()
+                model.save_pretrained(tmp)
+            else:
+                model.save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk: no half model is left behind
+            raise
         _install(tmp, out)
         write_summary(out, summary)
     acc.wait_for_everyone()
