@@ -1,6 +1,10 @@
 """File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, and the one
 place where a failed write (a full disk, a file over the size limit, a broken device) becomes one line
-naming the output (:class:`~bridgecli.errors.WriteError`, exit 7)."""
+naming the output (:class:`~bridgecli.errors.WriteError`, exit 7).
+
+An output given as a symbolic link is written through it: the temporary file or folder lies next to
+the file or folder the link names, which is replaced, and the link stays. Locks are taken on that real
+path too, so two runs writing one output through different names see each other."""
 
 from __future__ import annotations
 
@@ -202,6 +206,13 @@ def silence_stdout() -> None:
     _silence(sys.stdout)
 
 
+def real_path(path: str | os.PathLike) -> Path:
+    """Where an output named ``path`` really lies: symbolic links (of the file or folder itself and of
+    the folders above it) followed. Locks, temporary files and renames use this path, so that a run
+    writing through a link and one writing the real name share one lock, and the link stays a link."""
+    return Path(os.path.realpath(path))
+
+
 def is_stdio(path: str | os.PathLike | None) -> bool:
     return path is None or str(path) == STDIO
 
@@ -297,11 +308,12 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it over ``path``, on failure remove it.
     The temporary file is locked while it exists, and temporary files of earlier runs into the same
     place that were killed before they could clean up are removed first. A failed write in the block
-    (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier file there is kept."""
+    (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier file there is kept. A
+    ``path`` that is a symbolic link stays one: the file it names is replaced."""
     target = Path(path)
     if target.is_dir():
         raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
-    real = target
+    real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=suffix + ".tmp", dir=real.parent)
@@ -389,11 +401,12 @@ def open_text_output(path: str | os.PathLike | None) -> Iterator:
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; on success it replaces ``path`` (an existing
     folder is moved aside first and removed after), on failure it is removed. A failed write in the
-    block (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier folder there is kept."""
+    block (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier folder there is kept.
+    A ``path`` that is a symbolic link stays one: the folder it names is replaced."""
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{target}: exists and is not a folder", hint="pass another -o")
-    real = target
+    real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{real.name}.", dir=real.parent))
@@ -449,10 +462,12 @@ def folder_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold an advisory lock for the output folder ``path`` while the block runs, so that a second
     bridge process writing the same folder stops at once (:class:`UsageError`) instead of both
     finishing and one run vanishing. The lock file ``.NAME.lock`` lies next to the folder (the
-    folder itself may be replaced or cleared) and stays there; it holds nothing. A failed write in the
-    block that no inner writer reported is a :class:`WriteError` naming the folder."""
+    folder itself may be replaced or cleared) and stays there; it holds nothing. It is named after the
+    real folder (:func:`real_path`), so a run through a symbolic link to the folder takes the same
+    lock. A failed write in the block that no inner writer reported is a :class:`WriteError` naming
+    the folder."""
     target = Path(path)
-    real = target
+    real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         fh = open(real.parent / f".{real.name}.lock", "a")

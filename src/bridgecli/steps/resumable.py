@@ -6,8 +6,9 @@ position}`` to ``<out>.partial.idx`` after an fsync. After a crash (even ``kill 
 with the same parameters, and appends from there; the finished file is byte-identical to an
 uninterrupted run's (the original header is kept).
 
-A run that fails before its first commit of input (a full disk while writing the header, say)
-removes the partial files.
+The partial files lie next to the real output (an output given as a symbolic link is written through
+it, and two runs writing one file through different names share one lock). A run that fails before
+its first commit of input (a full disk while writing the header, say) removes them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..format.reader import StreamReader
-from ..io import lock_exclusively
+from ..io import lock_exclusively, real_path
 from ..format.records import Header
 from ..format.writer import StreamWriter
 
@@ -36,7 +37,7 @@ def header_key(h: Header) -> bytes:
 class ResumableOutput:
     def __init__(self, out: str | os.PathLike):
         self.out = Path(out)
-        self.real = self.out
+        self.real = real_path(self.out)  # where the output, its partial file and its index lie
         self.partial = self.real.with_name(self.real.name + ".partial")
         self.index = self.real.with_name(self.real.name + ".partial.idx")
         self._fh: BinaryIO | None = None  # the partial file, open from open() until finish()

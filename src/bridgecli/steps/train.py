@@ -181,8 +181,12 @@ def _run_train(opts: TrainOptions) -> dict:
     out = Path(opts.out)
     if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
         acc.wait_for_everyone()  # every rank has looked before rank 0 clears
-        if main:
-            shutil.rmtree(out)
+        if main:  # its contents: a run folder given as a symbolic link stays one
+            for child in out.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
     acc.wait_for_everyone()
 
     side = read_rows_meta(opts.data)
