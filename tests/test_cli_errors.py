@@ -158,3 +158,18 @@ def test_compare_is_a_command_and_eval_compare_its_alias(tmp_path):
     assert body == [line for line in old.stdout.splitlines() if "bridge eval --compare" not in line]
     missing = CliRunner().invoke(app, ["compare", str(tmp_path / "nowhere")])
     assert missing.exit_code != 0 and missing.stderr.startswith("bridge compare: error: ")
+
+
+def test_every_exit_code_is_documented():
+    """docs/cli.md's table lists the exit code of every error class, and the codes the CLI exits with
+    itself (interrupted, closed pipe, terminated)."""
+    import re
+
+    from bridgecli import errors
+
+    table = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text().split("## Exit codes and errors")[1]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.M)}
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.BridgeError)]
+    assert {c.exit_code for c in classes} | {0, 130, 141, 143} == documented
+    assert errors.WriteError.exit_code == 7 and len({c.exit_code for c in classes if c.exit_code > 1}) == len(
+        [c for c in classes if c.exit_code > 1])  # one code per kind of error

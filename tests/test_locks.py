@@ -21,19 +21,83 @@ from bridgecli.steps.warmup import WarmupOptions, run_warmup
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.parametrize("through", ["name", "link"])
 @pytest.mark.parametrize("run, opts, what", [
     (run_train, lambda out: TrainOptions(data=str(out.parent / "rows.jsonl"), out=out), "training run folder"),
     (run_warmup, lambda out: WarmupOptions(data="x.jsonl", val="v.jsonl", out=out), "warmup run folder"),
 ])
-def test_second_run_into_a_locked_folder_stops_at_once(tmp_path, run, opts, what):
+def test_second_run_into_a_locked_folder_stops_at_once(tmp_path, run, opts, what, through):
+    """Also when the second run names the folder through a symbolic link (`-o t2` and `-o t2link`)."""
     out = tmp_path / "run"
+    link = tmp_path / "link"
+    link.symlink_to("run")  # dangling until a run makes the folder
     (tmp_path / "rows.jsonl").write_text('{"input_ids": [1, 2], "labels": [-100, 2]}\n')  # an input that exists
     with bio.folder_lock(out, what):  # what the first run holds while it works
         start = time.monotonic()
         with pytest.raises(UsageError, match=f"another process is writing this {what}"):
-            run(opts(out))
+            run(opts(out if through == "name" else link))
         assert time.monotonic() - start < 5  # before any model is loaded
     assert not out.exists()
+
+
+def test_a_lock_taken_through_a_link_is_the_folder_s(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "up").symlink_to("..")  # a link among the folders above counts too
+    for other in (tmp_path / "link", tmp_path / "sub" / "up" / "real"):
+        with bio.folder_lock(tmp_path / "real", "x"):
+            with pytest.raises(UsageError, match="another process"):
+                with bio.folder_lock(other, "x"):
+                    pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".real.lock", "link", "real", "sub"]
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_an_output_given_as_a_symbolic_link_stays_one(tmp_path, kind):
+    """The file or folder the link names is replaced atomically, next to itself; the link stays, and
+    nothing else is left (no `.old`, no temporary file) on either side."""
+    store = tmp_path / "store"
+    store.mkdir()
+    real = store / "out"
+    if kind == "file":
+        real.write_text("old")
+    else:
+        real.mkdir()
+        (real / "a").write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(os.path.relpath(real, tmp_path))
+    if kind == "file":
+        with bio.atomic_path(link) as tmp:
+            assert tmp.parent == store
+            tmp.write_text("new")
+    else:
+        with bio.atomic_dir(link) as tmp:
+            assert tmp.parent == store
+            (tmp / "b").write_text("new")
+    assert link.is_symlink() and os.readlink(link) == os.path.join("store", "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "store"]
+    assert sorted(p.name for p in store.iterdir()) == ["out"]
+    if kind == "file":
+        assert real.read_text() == "new"
+    else:
+        assert sorted(p.name for p in real.iterdir()) == ["b"]
+
+
+def test_resumable_output_through_a_link_shares_the_partial_file_and_its_lock(tmp_path):
+    from bridgecli.format.reader import read_all
+    from bridgecli.steps.resumable import ResumableOutput
+
+    header, _ = read_all(ROOT / "tests" / "golden" / "v1.2-scores.bridge")
+    real, link = tmp_path / "s.bridge", tmp_path / "l.bridge"
+    link.symlink_to("s.bridge")
+    first = ResumableOutput(real)
+    writer, _ = first.open(header, resume=False)
+    with pytest.raises(UsageError, match="another process is writing this partial output"):
+        ResumableOutput(link).open(header, resume=False)
+    first.finish(writer)
+    assert link.is_symlink() and real.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.bridge", "s.bridge"]
 
 
 def test_folder_lock_is_released(tmp_path):
@@ -116,3 +180,40 @@ def test_sigterm_leaves_no_temporary_file(tmp_path):
     assert proc.wait(timeout=30) == 143
     assert "terminated" in proc.stderr.read().decode()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bridge"]
+
+
+def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_dir):
+    """The issue's case, in sequence: `warmup -o w` then `warmup -o wlink`, `train -o t` then `train -o
+    tlink`. The second run replaces (warmup) or clears (train) the real folder; the link stays a link
+    and no `.old` is left."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+    from tiny import head
+
+    sample = ROOT / "examples" / "data"
+    head(sample / "warm.jsonl", tmp_path / "warm.jsonl", 2)
+    head(sample / "val.jsonl", tmp_path / "val.jsonl", 1)
+    (tmp_path / "rows.jsonl").write_text("".join(
+        json.dumps({"input_ids": list(range(10, 18)), "labels": [-100] * 4 + list(range(14, 18))}) + "\n"
+        for _ in range(2)))
+    (tmp_path / "wlink").symlink_to("w")
+    (tmp_path / "tlink").symlink_to("t")
+    runs = {
+        "w": ["warmup", tmp_path / "warm.jsonl", "--val", tmp_path / "val.jsonl", "--model", tiny_model_dir,
+              "--max-steps", "1", "--batch-size", "2"],
+        "t": ["train", tmp_path / "rows.jsonl", "--model", tiny_model_dir, "--max-steps", "1", "--batch-size", "2"],
+    }
+    for name, argv in runs.items():
+        for out in (name, f"{name}link"):
+            result = CliRunner().invoke(app, [*map(str, argv), "--device", "cpu", "-o", str(tmp_path / out)])
+            assert result.exit_code == 0, result.output
+            assert not (tmp_path / name / "first-run.txt").exists()  # the second run replaced the first
+            summary = tmp_path / name / ("warmup.json" if name == "w" else "bridge_train.json")
+            assert summary.is_file()
+            (tmp_path / name / "first-run.txt").write_text("")
+        assert (tmp_path / f"{name}link").is_symlink() and os.readlink(tmp_path / f"{name}link") == name
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".t.lock", ".w.lock", "rows.jsonl", "t", "tlink", "val.jsonl", "w", "warm.jsonl", "wlink"]

@@ -79,3 +79,10 @@ class PluginError(BridgeError):
     """A plugin that is missing, collides with another, or misbehaves."""
 
     exit_code = 6
+
+
+class WriteError(BridgeError):
+    """An output that could not be written: the disk or quota is full, the file outgrew the size limit,
+    the device failed. The output's temporary files are removed and an earlier output is kept."""
+
+    exit_code = 7

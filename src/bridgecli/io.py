@@ -1,8 +1,15 @@
-"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks."""
+"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, and the one
+place where a failed write (a full disk, a file over the size limit, a broken device) becomes one line
+naming the output (:class:`~bridgecli.errors.WriteError`, exit 7).
+
+An output given as a symbolic link is written through it: the temporary file or folder lies next to
+the file or folder the link names, which is replaced, and the link stays. Locks are taken on that real
+path too, so two runs writing one output through different names see each other."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -12,15 +19,198 @@ import time
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from .errors import InputError, UsageError
+from .errors import BridgeError, InputError, UsageError, WriteError
 
 STDIO = "-"
+#: how errors name standard output
+STDOUT = "<stdout>"
 
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+#: errno values of a write that failed for want of room or of a working device (not the user's flags)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS})
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free some space or write elsewhere, then run again",
+    errno.EDQUOT: "the disk quota is used up: free some space or write elsewhere, then run again",
+    errno.EFBIG: "the file outgrew the file size limit that `ulimit -f` sets, or the largest file the file system holds",
+    errno.EIO: "the device reported an error",
+    errno.EROFS: "the file system is read-only",
+}
+
+#: how libraries that write files themselves report the OS error underneath (safetensors, the Rust std)
+_OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)|Os \{ code: (\d+)")
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling (as a traceback would show them)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+
+
+def failed_write(exc: BaseException) -> tuple[int | None, str] | None:
+    """``(errno, reason)`` when ``exc`` is (or was raised from) a write that failed for want of room or
+    of a working device: an ``OSError`` with an errno in :data:`WRITE_ERRNOS`, safetensors' error
+    wrapping one, or torch's serializer failing to write (its errno is lost: None). None otherwise,
+    and always for a :class:`BridgeError` (already the user's one line)."""
+    for cause in _causes(exc):
+        if isinstance(cause, BridgeError):
+            return None
+        if isinstance(cause, OSError) and cause.errno in WRITE_ERRNOS:
+            return cause.errno, os.strerror(cause.errno)
+        text = str(cause)
+        if type(cause).__name__ == "SafetensorError" and (m := _OS_ERROR_IN_TEXT.search(text)):
+            code = int(m.group(1) or m.group(2))
+            if code in WRITE_ERRNOS:
+                return code, os.strerror(code)
+        if isinstance(cause, RuntimeError) and "inline_container.cc" in text:  # torch.save's writer
+            return None, "the write failed"
+    return None
+
+
+def _free_bytes(path: Path) -> int | None:
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            st = os.statvfs(folder)
+            return st.f_bavail * st.f_frsize
+    return None
+
+
+def write_error(exc: BaseException, path: str | os.PathLike | None) -> WriteError | None:
+    """The one-line :class:`WriteError` for ``exc`` when it is a failed write (:func:`failed_write`) of
+    the output ``path`` (``-``: standard output; None: the file the OS error names, if any); None when it
+    is something else."""
+    found = failed_write(exc)
+    if found is None:
+        return None
+    code, reason = found
+    if path is None:
+        path = next((c.filename for c in _causes(exc) if isinstance(c, OSError) and c.filename), None)
+    if code is None and path is not None and _free_bytes(Path(path).absolute()) == 0:
+        code, reason = errno.ENOSPC, os.strerror(errno.ENOSPC)  # what torch's writer does not say
+    return WriteError(
+        f"cannot write: {reason}",
+        file=None if path is None else STDOUT if str(path) == STDIO else str(path),
+        hint=_WRITE_HINTS.get(code) if code is not None else None,
+    )
+
+
+@contextlib.contextmanager
+def reporting_write_errors(path: str | os.PathLike | None) -> Iterator[None]:
+    """Turn a failed write (:func:`failed_write`) in the block into a :class:`WriteError` naming ``path``."""
+    try:
+        yield
+    except Exception as exc:
+        err = write_error(exc, path)
+        if err is None:
+            raise
+        raise err from None
+
+
+def _silence(stream) -> None:
+    """After a failed write to standard output: point its descriptor at /dev/null, so that what is still
+    buffered goes nowhere at exit instead of failing once more (Python would print that failure and
+    exit 120). A stream with no descriptor (a test's capture) is left alone."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class _GuardedStream:
+    """Standard output (text, or its binary ``buffer``) as a command sees it: a write or flush that
+    fails is a :class:`WriteError` naming ``<stdout>`` (``> /dev/full``, a full disk), or the
+    ``BrokenPipeError`` of a reader that went away. Everything else is the stream's own."""
+
+    def __init__(self, stream, raised: list[BaseException] | None = None):
+        self._stream = stream
+        self._buffer: _GuardedStream | None = None
+        self.raised: list[BaseException] = [] if raised is None else raised  # shared with .buffer
+
+    def _failed(self, exc: OSError) -> BaseException:
+        out = exc if isinstance(exc, BrokenPipeError) else write_error(exc, STDIO) or exc
+        self.raised.append(out)
+        return out
+
+    def write(self, data):
+        try:
+            return self._stream.write(data)
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    @property
+    def buffer(self) -> "_GuardedStream":
+        if self._buffer is None:
+            self._buffer = _GuardedStream(self._stream.buffer, self.raised)
+        return self._buffer
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """Run the block with ``sys.stdout`` guarded (:class:`_GuardedStream`), and flush it at the end, so
+    that a failure to write the output is reported in one line instead of being lost at exit. When the
+    block ends by such a failure, standard output is silenced (:func:`_silence`) and the failure is
+    raised as it was (whatever a library turned it into); a failure that the block caught (a library
+    probing the stream) changes nothing."""
+    original = sys.stdout
+    if original is None:
+        yield
+        return
+    guarded = _GuardedStream(original)
+    sys.stdout = guarded
+    try:
+        yield
+        guarded.flush()
+    except BaseException as exc:
+        ours = next((c for c in _causes(exc) if any(c is r for r in guarded.raised)), None)
+        if ours is None:
+            raise
+        _silence(original)
+        if ours is exc:
+            raise
+        raise ours from None  # what a library made of it (rich: SystemExit(1) for a closed pipe)
+    finally:
+        if sys.stdout is guarded:
+            sys.stdout = original
+
+
+def silence_stdout() -> None:
+    """Standard output's reader went away (EPIPE): drop what is still buffered for it (see :func:`_silence`)."""
+    _silence(sys.stdout)
+
+
+def real_path(path: str | os.PathLike) -> Path:
+    """Where an output named ``path`` really lies: symbolic links (of the file or folder itself and of
+    the folders above it) followed. Locks, temporary files and renames use this path, so that a run
+    writing through a link and one writing the real name share one lock, and the link stays a link."""
+    return Path(os.path.realpath(path))
 
 
 def is_stdio(path: str | os.PathLike | None) -> bool:
@@ -117,25 +307,30 @@ def _temp_pattern(name: str, suffix: str) -> str:
 def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it over ``path``, on failure remove it.
     The temporary file is locked while it exists, and temporary files of earlier runs into the same
-    place that were killed before they could clean up are removed first."""
+    place that were killed before they could clean up are removed first. A failed write in the block
+    (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier file there is kept. A
+    ``path`` that is a symbolic link stays one: the file it names is replaced."""
     target = Path(path)
     if target.is_dir():
         raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    real = real_path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix + ".tmp", dir=target.parent)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=suffix + ".tmp", dir=real.parent)
     except OSError as exc:
-        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+        raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     _hold(fd)  # kept open (and locked) until the rename: a sweep by another run leaves it alone
     tmp_path = Path(tmp)
-    sweep_stale(target.parent, _temp_pattern(target.name, suffix + ".tmp"))
+    sweep_stale(real.parent, _temp_pattern(real.name, suffix + ".tmp"))
     try:
         os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         yield tmp_path
-        os.replace(tmp_path, target)
-    except BaseException:
+        os.replace(tmp_path, real)
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if (err := write_error(exc, target)) is not None:
+            raise err from None
         raise
     finally:
         os.close(fd)
@@ -158,7 +353,7 @@ def check_output_file(path: str | os.PathLike | None) -> None:
         with tempfile.TemporaryFile(dir=parent):  # what the atomic write will do there
             pass
     except OSError as exc:
-        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+        raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
 
 
 def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> None:
@@ -173,7 +368,8 @@ def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge str
 @contextlib.contextmanager
 def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> Iterator[BinaryIO]:
     """Open ``path`` for binary writing, atomically (temp file + rename). ``-``/None is stdout,
-    refused when stdout is a terminal so binary data never lands on a screen."""
+    refused when stdout is a terminal so binary data never lands on a screen (a failed write to stdout
+    is reported by the command line's guard, :func:`guarded_stdout`)."""
     refuse_terminal(path, what=what)
     if is_stdio(path):
         out = sys.stdout.buffer
@@ -204,33 +400,38 @@ def open_text_output(path: str | os.PathLike | None) -> Iterator:
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary folder next to ``path``; on success it replaces ``path`` (an existing
-    folder is moved aside first and removed after), on failure it is removed."""
+    folder is moved aside first and removed after), on failure it is removed. A failed write in the
+    block (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier folder there is kept.
+    A ``path`` that is a symbolic link stays one: the folder it names is replaced."""
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{target}: exists and is not a folder", hint="pass another -o")
+    real = real_path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        real.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{real.name}.", dir=real.parent))
     except OSError as exc:
-        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+        raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     held = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
     _hold(held)  # locked while it exists, like atomic_path's files
-    sweep_stale(target.parent, _temp_pattern(target.name, ""))
-    old = target.with_name(f".{target.name}.old")
-    if old.is_dir() and target.exists():  # a run killed between its two renames below
+    sweep_stale(real.parent, _temp_pattern(real.name, ""))
+    old = real.with_name(f".{real.name}.old")
+    if old.is_dir() and real.exists():  # a run killed between its two renames below
         shutil.rmtree(old, ignore_errors=True)
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-        if target.exists():
+        if real.exists():
             shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            os.replace(tmp, target)
+            os.replace(real, old)
+            os.replace(tmp, real)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, target)
-    except BaseException:
+            os.replace(tmp, real)
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if (err := write_error(exc, target)) is not None:
+            raise err from None
         raise
     finally:
         os.close(held)
@@ -261,15 +462,20 @@ def folder_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold an advisory lock for the output folder ``path`` while the block runs, so that a second
     bridge process writing the same folder stops at once (:class:`UsageError`) instead of both
     finishing and one run vanishing. The lock file ``.NAME.lock`` lies next to the folder (the
-    folder itself may be replaced or cleared) and stays there; it holds nothing."""
+    folder itself may be replaced or cleared) and stays there; it holds nothing. It is named after the
+    real folder (:func:`real_path`), so a run through a symbolic link to the folder takes the same
+    lock. A failed write in the block that no inner writer reported is a :class:`WriteError` naming
+    the folder."""
     target = Path(path)
+    real = real_path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(target.parent / f".{target.name}.lock", "a")
+        real.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(real.parent / f".{real.name}.lock", "a")
     except OSError as exc:
-        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+        raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     lock_exclusively(fh, target, what)
     try:
-        yield
+        with reporting_write_errors(target):
+            yield
     finally:
         fh.close()

@@ -51,8 +51,13 @@ def write_rows_meta(rows: str | Path, meta: RowsMeta) -> Path:
     from ..io import atomic_path
 
     path = rows_meta_path(rows)
-    with atomic_path(path) as tmp:
-        Path(tmp).write_text(json.dumps(msgspec.to_builtins(meta), indent=2))
+    try:
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(json.dumps(msgspec.to_builtins(meta), indent=2))
+    except BaseException:
+        # the rows are written already: an earlier side file would describe other rows (a full disk)
+        path.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -62,8 +62,12 @@ def write_summary(out: str | Path, summary: TrainSummary) -> Path:
     """Write the summary last, in one rename: its presence marks a complete run."""
     path = Path(out) / SUMMARY
     part = Path(out) / f".{SUMMARY}.partial"
-    part.write_text(json.dumps(summary.to_dict(), indent=2))
-    os.replace(part, path)
+    try:
+        part.write_text(json.dumps(summary.to_dict(), indent=2))
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)  # a full disk: no partial summary is left behind
+        raise
     return path
 
 

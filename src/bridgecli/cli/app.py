@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover - an older Typer on the installed click
 
 from .. import __version__
 from ..errors import BridgeError
+from ..io import guarded_stdout, silence_stdout, write_error
 from . import commands
 from .labels import install as _plain_labels
 
@@ -80,17 +81,25 @@ def _reporting(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with guarded_stdout():  # a failed write to stdout is a WriteError too (> /dev/full)
+                return fn(*args, **kwargs)
         except BridgeError as err:
             sys.stderr.write(f"bridge {name}: error: {err}\n")
             raise typer.Exit(err.exit_code) from None
         except BrokenPipeError:
-            # the reader at the other end of a pipe went away; nothing more to say
-            sys.stderr.close()
+            # the reader at the other end of a pipe went away (`| head`): exit quietly, as the
+            # shell's tools do when SIGPIPE kills them (128 + 13)
+            silence_stdout()
             raise typer.Exit(141) from None
         except KeyboardInterrupt:
             sys.stderr.write(f"bridge {name}: interrupted\n")
             raise typer.Exit(130) from None
+        except Exception as exc:  # a failed write (full disk, ...) that no writer named: still one line
+            failed = write_error(exc, None)
+            if failed is None:
+                raise
+            sys.stderr.write(f"bridge {name}: error: {failed}\n")
+            raise typer.Exit(failed.exit_code) from None
 
     return wrapper
 

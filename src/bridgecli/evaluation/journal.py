@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence, TextIO
 
 from ..errors import UsageError
-from ..io import lock_exclusively
+from ..io import lock_exclusively, reporting_write_errors
 
 _ACTIVE: contextvars.ContextVar["Journal | None"] = contextvars.ContextVar("bridge_eval_journal", default=None)
 
@@ -74,8 +74,12 @@ class Journal:
         self._fh = fh = open(self.path, "a", encoding="utf-8")
         lock_exclusively(fh, self.path, "eval journal")
         if not keep:
-            fh.truncate(0)
-            self._write({"request": self.request})
+            try:
+                fh.truncate(0)
+                self._write({"request": self.request})
+            except BaseException:
+                self.close(remove=True)  # it holds nothing yet
+                raise
 
     def _file(self) -> TextIO:
         assert self._fh is not None, "the journal is not open"
@@ -83,9 +87,10 @@ class Journal:
 
     def _write(self, obj: dict[str, Any]) -> None:
         fh = self._file()
-        fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+        with reporting_write_errors(self.path):  # a full disk: one line naming the journal
+            fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def get(self, k: str) -> Any:
         found = self.entries.get(k)
@@ -97,19 +102,21 @@ class Journal:
         """Record (key, continuation text or log-likelihood value) pairs at once: one flush per batch.
         A continuation may come as ``{"text": ..., "meta": {...}}``; it is read back the same way."""
         fh = self._file()
-        for k, found in items:
-            self.entries[k] = found
-            if isinstance(found, dict) and "text" in found:
-                line = {"key": k, **found}
-            else:
-                line = {"key": k, "text" if isinstance(found, str) else "value": found}
-            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+        with reporting_write_errors(self.path):
+            for k, found in items:
+                self.entries[k] = found
+                if isinstance(found, dict) and "text" in found:
+                    line = {"key": k, **found}
+                else:
+                    line = {"key": k, "text" if isinstance(found, str) else "value": found}
+                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def close(self, remove: bool) -> None:
         if self._fh is not None:
-            self._fh.close()
+            with contextlib.suppress(OSError):  # what a full disk kept buffered is lost, not raised again
+                self._fh.close()
             self._fh = None
         if remove:
             self.path.unlink(missing_ok=True)

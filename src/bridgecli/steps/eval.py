@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..io import real_path
 from ..progress import note
 from .options import CompareOptions, EvalRunOptions
 
@@ -204,7 +205,8 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
         out = outputs[name]
         book = None
         if out is not None:  # continuations and log-likelihoods are journaled as they come
-            path = out.with_name(out.name + ".partial.jsonl")
+            real = real_path(out)  # next to the real file: one lock for every name of it
+            path = real.with_name(real.name + ".partial.jsonl")
             if path.exists() and not opts.resume:
                 note(f"replacing {path.name} left by an interrupted run (pass --resume to continue it)")
             book = Journal.open(path, requests[name], opts.resume)

@@ -12,7 +12,7 @@ from typing import Iterator
 
 from ..format.reader import open_reader
 from ..hookspecs import Plan, Selector
-from ..io import is_stdio
+from ..io import is_stdio, reporting_write_errors
 from ..progress import note
 from .common import naming, require_stage
 
@@ -29,7 +29,7 @@ def rereadable(inp: str | None) -> Iterator[str | None]:
         return
     fd, path = tempfile.mkstemp(prefix="bridge-select-", suffix=".bridge")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with reporting_write_errors(path), os.fdopen(fd, "wb") as fh:  # a full /tmp: one line naming the copy
             shutil.copyfileobj(sys.stdin.buffer, fh, 1 << 20)
         yield path
     finally:

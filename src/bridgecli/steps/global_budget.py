@@ -10,12 +10,15 @@ per side); each example then gets as budget its number of tokens among them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ..core.allocate import GainSpill
 from ..core.budgets import budget
 from ..errors import FormatError
 from ..format.reader import open_reader
+from ..io import reporting_write_errors
 from ..format.records import Example
 from ..hookspecs import Plan, Selector
 from .common import naming, require_stage
@@ -60,7 +63,7 @@ def plan_global(
     indices: list[int] = []
     seen: set[int] = set()
     total_p = total_r = 0
-    with GainSpill() as spill:
+    with GainSpill() as spill, reporting_write_errors(Path(spill.paths[0]).parent):  # a full /tmp: one line
         with open_reader(inp) as reader:
             require_stage(reader.header, "scores", display, "run `bridge score` first")
             for ex in reader:

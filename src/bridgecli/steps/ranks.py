@@ -55,7 +55,10 @@ class Dist:
         )
 
     def shard_path(self, out: str | os.PathLike) -> Path:
-        return Path(f"{out}.shard-{self.rank:05d}-of-{self.world:05d}")
+        """This rank's shard, next to the real output (every name of it gives the same shards and locks)."""
+        from ..io import real_path
+
+        return Path(f"{real_path(out)}.shard-{self.rank:05d}-of-{self.world:05d}")
 
     def probe_path(self, out: str | os.PathLike) -> Path:
         return Path(f"{out}.probe-{self.rank:05d}-of-{self.world:05d}")

@@ -5,10 +5,15 @@ position}`` to ``<out>.partial.idx`` after an fsync. After a crash (even ``kill 
 ``--resume`` cuts the partial file back to the last committed boundary, checks that it was made
 with the same parameters, and appends from there; the finished file is byte-identical to an
 uninterrupted run's (the original header is kept).
+
+The partial files lie next to the real output (an output given as a symbolic link is written through
+it, and two runs writing one file through different names share one lock). A run that fails before
+its first commit of input (a full disk while writing the header, say) removes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -18,7 +23,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..format.reader import StreamReader
-from ..io import lock_exclusively
+from ..io import lock_exclusively, real_path
 from ..format.records import Header
 from ..format.writer import StreamWriter
 
@@ -32,8 +37,9 @@ def header_key(h: Header) -> bytes:
 class ResumableOutput:
     def __init__(self, out: str | os.PathLike):
         self.out = Path(out)
-        self.partial = self.out.with_name(self.out.name + ".partial")
-        self.index = self.out.with_name(self.out.name + ".partial.idx")
+        self.real = real_path(self.out)  # where the output, its partial file and its index lie
+        self.partial = self.real.with_name(self.real.name + ".partial")
+        self.index = self.real.with_name(self.real.name + ".partial.idx")
         self._fh: BinaryIO | None = None  # the partial file, open from open() until finish()
         self.position = 0  # input examples done at the last commit
         self.records = 0  # examples written at the last commit
@@ -69,13 +75,17 @@ class ResumableOutput:
             return StreamWriter.append(part, commit["records"], records_per_frame=None), commit["position"]
         if resume:
             raise UsageError(f"nothing to resume: no {self.partial.name} with an index next to the output")
-        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.real.parent.mkdir(parents=True, exist_ok=True)
         self._fh = fresh = open(self.partial, "ab")  # not "wb": a running writer's file stays intact until locked
         lock_exclusively(fresh, self.partial, "partial output")
-        fresh.truncate(0)
-        self.index.write_text("")
-        writer = StreamWriter(fresh, header, records_per_frame=None)
-        self.commit(writer, 0)
+        try:
+            fresh.truncate(0)
+            self.index.write_text("")
+            writer = StreamWriter(fresh, header, records_per_frame=None)
+            self.commit(writer, 0)
+        except BaseException:
+            self.abandon()  # nothing done yet: both files go
+            raise
         return writer, 0
 
     def _file(self) -> BinaryIO:
@@ -99,7 +109,8 @@ class ResumableOutput:
         fh.flush()
         os.fsync(fh.fileno())
         fh.close()
-        os.replace(self.partial, self.out)
+        self._fh = None
+        os.replace(self.partial, self.real)
         self.index.unlink(missing_ok=True)
 
     def leftover(self) -> bool:
@@ -109,7 +120,8 @@ class ResumableOutput:
         """After a failed run: remove the partial output when no input was done at its last commit (there
         is nothing to resume); otherwise keep it and return a line saying what it holds and how to go on."""
         if self._fh is not None:
-            self._fh.close()  # the lock goes with it
+            with contextlib.suppress(OSError):  # what a full disk kept buffered is lost, not raised again
+                self._fh.close()  # the lock goes with it
             self._fh = None
         if self.position == 0:
             self.partial.unlink(missing_ok=True)

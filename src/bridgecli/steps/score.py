@@ -39,7 +39,14 @@ from ..data.sources import read_records, require_records
 from ..errors import BridgeError, EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
-from ..io import check_input, check_output_file, is_stdio, open_binary_output, refuse_terminal
+from ..io import (
+    check_input,
+    check_output_file,
+    is_stdio,
+    open_binary_output,
+    refuse_terminal,
+    reporting_write_errors,
+)
 from ..timings import mark
 from ..modeling import kernel_warmup
 from ..modeling.loading import cache_root, claim_device, fingerprint, resolve, resolve_device
@@ -125,7 +132,7 @@ def _score_stdin(opts: ScoreOptions) -> int:
         raise UsageError("several ranks need the data in a file: pass its path instead of -")
     with tempfile.TemporaryDirectory(prefix="bridge-score-") as tmp:
         path = Path(tmp) / "stdin.jsonl"
-        with open(path, "wb") as fh:
+        with reporting_write_errors(path), open(path, "wb") as fh:  # a full /tmp: one line naming the copy
             shutil.copyfileobj(sys.stdin.buffer, fh)
         try:
             return run_score(dataclasses.replace(opts, data=str(path), source="<stdin>"))
@@ -295,19 +302,20 @@ def _score_with(
         output = ResumableOutput(target)
         if not opts.resume and output.leftover():
             note(f"replacing {output.partial.name} left by an interrupted run (pass --resume to continue it)")
-        writer, skip = output.open(header, opts.resume)
-        if skip:
-            note(f"resuming after {skip} examples ({writer.count} written)")
-        try:
-            done = _run_windows(
-                scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit
-            )
-        except BaseException:
-            kept = output.abandon()
-            if kept:
-                note(kept)
-            raise
-        output.finish(writer)
+        with reporting_write_errors(target):  # a full disk: one line naming the output
+            writer, skip = output.open(header, opts.resume)
+            if skip:
+                note(f"resuming after {skip} examples ({writer.count} written)")
+            try:
+                done = _run_windows(
+                    scorer, examples, dist, opts, max_tokens, writer, total, skip=skip, commit=output.commit
+                )
+                output.finish(writer)
+            except BaseException:
+                kept = output.abandon()
+                if kept:
+                    note(kept)
+                raise
     if dist.world > 1:  # wait for every shard; the run's report and count are the sum of the ranks'
         per_rank = ranks.gather((report, done))
         report = ranks.merge_reports([r for r, _ in per_rank])

@@ -167,15 +167,19 @@ def save_final(result: FitResult, tokenizer, out: Path, summary: TrainSummary, *
     if acc.is_main_process:
         tmp = out / ".final.partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        model = result.model
-        if lora:
-            model.save_pretrained(tmp / ADAPTER)
-            model = model.merge_and_unload()
-            model.save_pretrained(tmp)
-        else:
-            model.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.mkdir(parents=True)
+            model = result.model
+            if lora:
+                model.save_pretrained(tmp / ADAPTER)
+                model = model.merge_and_unload()
+                model.save_pretrained(tmp)
+            else:
+                model.save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk: no half model is left behind
+            raise
         _install(tmp, out)
         write_summary(out, summary)
     acc.wait_for_everyone()
@@ -236,8 +240,12 @@ def _run_train(opts: TrainOptions) -> dict:
     out = Path(opts.out)
     if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
         acc.wait_for_everyone()  # every rank has looked before rank 0 clears
-        if main:
-            shutil.rmtree(out)
+        if main:  # its contents: a run folder given as a symbolic link stays one
+            for child in out.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
     acc.wait_for_everyone()
 
     if main:

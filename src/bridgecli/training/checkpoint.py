@@ -58,13 +58,18 @@ def save(accelerator, run_dir: str | Path, step: int, state: dict, keep: int | N
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            with open(tmp / STATE, "w") as fh:
+                json.dump(state, fh, indent=2)
+                fh.flush()
+                os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk: no partial checkpoint is left behind
+        raise
     if accelerator.is_main_process:
-        with open(tmp / STATE, "w") as fh:
-            json.dump(state, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
