@@ -4,6 +4,9 @@
 #   device_grid.sh setup            carry .whl .carry/data: wheels to /tmp/site, data to /tmp/data/{gsm8k,math}
 #   device_grid.sh stash DIR...     carry DIR (a piece from bench/results/carry_file.py split): kept in /tmp/stash
 #   device_grid.sh assemble         rebuild every file whose pieces are all stashed (sha256 checked)
+#   device_grid.sh export           the grid's marks, results.json and compacted rows to $OUT/grid-carry.tar.zst.NN
+#   device_grid.sh import DIR       a carried export unpacked into the grid folder: its shared steps and rows are
+#                                   not redone (the model file must be at the same path)
 #   device_grid.sh grid [PRESET]    (re)run bench/results/grid.sh until DEADLINE_S (rerun while it says exit 75),
 #                                   with the settings of bench/results/presets/PRESET.env when given
 # The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
@@ -20,7 +23,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export PYTHONPATH=/tmp/site:$root/src PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-phase=${1:?usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]}
+phase=${1:?usage: device_grid.sh setup|stash DIR...|assemble|export|import DIR|grid [PRESET]}
 shift
 case "$phase" in
   setup)
@@ -31,6 +34,20 @@ case "$phase" in
     python3 -m bridgecli --version
     exit 0 ;;
   stash) python3 bench/results/carry_file.py stash "$@"; exit $? ;;
+  export)  # the grid's shared marks, results and compacted rows, for a later machine ($OUT/grid-carry.tar.zst*)
+    cd "${GRID_OUT:-/tmp/grid}" || exit 1
+    find data/key done results.json sel -name 'train.jsonl' -o -name 'train.jsonl.bridge.json' -o -name 'inspect.json' \
+      -o -path 'done/*' -o -name key -o -name results.json 2>/dev/null \
+      | grep -v -E '^done/runs_.*[^d]$|^done/runs_.*[^_]recorde$' | grep -v -E '^done/runs_' | sort > /tmp/export.list
+    ls done | grep -E '^runs_.*_recorded$' | sed 's|^|done/|' >> /tmp/export.list  # a run's marks only once recorded
+    tar -cf - -T /tmp/export.list | python3 -c "import sys, zstandard; zstandard.ZstdCompressor(level=19, threads=-1).copy_stream(sys.stdin.buffer, sys.stdout.buffer)" \
+      | split -b 15m -d - "${OUT:-/tmp}/grid-carry.tar.zst."
+    ls -l "${OUT:-/tmp}"/grid-carry.tar.zst.*; exit 0 ;;
+  import)  # import DIR: the export's pieces, unpacked into the grid folder
+    mkdir -p "${GRID_OUT:-/tmp/grid}"
+    cat "$1"/grid-carry.tar.zst.* | python3 -c "import sys, zstandard; zstandard.ZstdDecompressor().copy_stream(sys.stdin.buffer, sys.stdout.buffer)" \
+      | tar -xf - -C "${GRID_OUT:-/tmp/grid}" && echo "imported: $(ls "${GRID_OUT:-/tmp/grid}"/done | wc -l) marks"
+    exit 0 ;;
   assemble) python3 bench/results/carry_file.py assemble; exit $? ;;
   grid) ;;
   *) echo "usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]" >&2; exit 2 ;;

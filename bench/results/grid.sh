@@ -43,6 +43,8 @@
 #   ANSWER_LOSS [0]   1: the answer-span loss (`eval --task answer-loss`) on GSM8K test and MATH-500
 #   GEN_BATCH [EVAL_BATCH]   generation batch size for the accuracy tasks
 #   IMPORTANCE_OPTIONS ["floor=0.5 by=abs"]   --option words of the importance and tilt rows
+#   PREPARE_ONLY [0]   1: every job stops after its compacted rows (no training, no evaluation, nothing
+#                      recorded): selections made on one machine, carried to the next (device_grid.sh export)
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
 #   SCORE_DTYPE [auto], REF_BATCH [32 on a GPU, 8 on CPU]   (training runs bf16 on a GPU by itself)
 #   SAVE_EVERY [20]   training checkpoint interval (optimizer steps) that --resume continues from
@@ -89,6 +91,7 @@ ANSWER_LOSS=${ANSWER_LOSS:-0}
 GEN_TOKENS=${GEN_TOKENS:-256}
 MATH_GEN_TOKENS=${MATH_GEN_TOKENS:-512}
 IMPORTANCE_OPTIONS=${IMPORTANCE_OPTIONS:-"floor=0.5 by=abs"}
+PREPARE_ONLY=${PREPARE_ONLY:-0}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-}
 BATCH_SIZE=${BATCH_SIZE:-16}
@@ -297,6 +300,7 @@ for job in $GRID_JOBS; do
       fi
       mkdir -p "$out/$run"
       if [ "$method" = base ]; then
+        [ "$PREPARE_ONLY" = 1 ] && continue
         evaluate "${MODEL:-smollm2}" "$run"
         record base 1 - "$run" ""
         touch "$out/done/${run//\//_}_recorded"
@@ -334,6 +338,7 @@ for job in $GRID_JOBS; do
       if [ "$method" = full ]; then  # rho 1 keeps everything: check the rows are standard SFT
         step "$sel/check" "$PYTHON" "$here/grid_check_full.py" "$final" "$out/$sel/train.jsonl"
       fi
+      [ "$PREPARE_ONLY" = 1 ] && continue  # the selection and its rows only (carried to a later machine)
       step "$run/train" bridge train "$out/$sel/train.jsonl" -o "$out/$run/model" "${schedule[@]}" \
         --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --lr "$LR" --seed "$seed" \
         --save-every "$SAVE_EVERY" --resume
