@@ -6,8 +6,9 @@ import msgspec
 import numpy as np
 
 from ..core.closure import project_cuts, unit_cuts
-from ..errors import PluginError
+from ..errors import FormatError, PluginError
 from ..format.records import Closure, Example, Header
+from ..format.spec import MAX_RESULT
 from ..optionspec import check
 from ..registry import get
 from .common import MapArgs, map_stream, selection_of, step_record
@@ -42,7 +43,14 @@ def close_example(example: Example, segment, name: str, alpha: float) -> Example
         np.searchsorted(resp, np.asarray(sel.protected_response, dtype=np.int64)) if sel.protected_response else None
     )
     # a budget past the response changes nothing, and must not size the knapsack's table
-    chosen, forced = project_cuts(cuts, sel.response_scores.numpy("float64"), min(sel.b_r, len(resp)), alpha, protected)
+    scores = sel.response_scores.numpy("float64")
+    if not (np.abs(scores) <= MAX_RESULT).all():  # the reader refuses them; a Python caller may not have read them
+        raise FormatError(
+            "response scores that are NaN, infinite or beyond float32's range (+-3.4e38) cannot be projected",
+            record=example.index,
+            field="selection.response_scores",
+        )
+    chosen, forced = project_cuts(cuts, scores, min(sel.b_r, len(resp)), alpha, protected)
     positions = resp.tolist()
     flat_units: list[int] = []
     for a, b in zip(cuts, cuts[1:]):
