@@ -411,23 +411,40 @@ _KIND_BYTES = bytes(range(EOS + 1))
 
 def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
     """Every ``(array, shape, bound)`` of ``arrays`` a float Array of ``shape`` whose bytes fill it, with every
-    value within ``[-bound, bound]`` (no NaN, no infinity), and so every value of ``floats`` within
-    ``MAX_RESULT``: one numpy check per dtype and bound."""
-    data: dict[tuple[str, float], list[bytes]] = {}
+    value within ``[-bound, bound]`` (no NaN, no infinity), and every value of ``floats`` within
+    ``MAX_RESULT``. Per dtype, one numpy pass over the bytes of all its arrays gives the largest magnitude's
+    bit pattern; only when it lies beyond the smallest of their bounds are the arrays of each bound looked at
+    on their own."""
+    data: dict[str, tuple[list[bytes], list[float]]] = {}
     for arr, shape, bound in arrays:
         if type(arr) is not Array or arr.shape != shape:
             return False
         width = _UINT.get(arr.dtype)
         if width is None or len(arr.data) != math.prod(shape) * width[0].itemsize:
             return False
-        data.setdefault((arr.dtype, bound), []).append(arr.data)
-    if floats:
-        data.setdefault(("float64", MAX_RESULT), []).append(np.array(floats, dtype="<f8").tobytes())
-    for (dtype, bound), chunks in data.items():
+        entry = data.get(arr.dtype)
+        if entry is None:
+            data[arr.dtype] = ([arr.data], [bound])
+        else:
+            entry[0].append(arr.data)
+            entry[1].append(bound)
+    # Python floats: a finite sum has no NaN and no infinity in it (values within the bound never overflow it)
+    if floats and not (math.isfinite(sum(floats)) and -MAX_RESULT <= min(floats) and max(floats) <= MAX_RESULT):
+        return False
+    for dtype, (chunks, bounds) in data.items():
         uint, mask = _UINT[dtype]
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if raw and int((np.frombuffer(raw, dtype=uint) & mask).max()) > _LIMIT[dtype, bound]:
-            return False
+        if not raw:
+            continue
+        patterns = np.frombuffer(raw, dtype=uint) & mask
+        if int(patterns.max()) <= _LIMIT[dtype, min(bounds)]:
+            continue
+        at = 0
+        for bound, chunk in zip(bounds, chunks):
+            size = len(chunk) // uint.itemsize
+            if size and int(patterns[at : at + size].max()) > _LIMIT[dtype, bound]:
+                return False
+            at += size
     return True
 
 
@@ -477,20 +494,27 @@ def _fast_ok(ex: Example, stage: str) -> bool:
         if not (0 <= sel.b_p <= t and 0 <= sel.b_r <= t):
             return False
         keep_p, keep_r = sel.prompt_keep, sel.response_keep
-        if len(keep_p) != _kept(sel.b_p, sel.protected_prompt, n_p) or len(keep_r) != _kept(
-            sel.b_r, sel.protected_response, n_r
+        protected_p, protected_r = sel.protected_prompt, sel.protected_response
+        # as _kept: the budget, or the protected tokens where they alone exceed it, at most the side's size
+        if len(keep_p) != min(max(sel.b_p, len(protected_p)), n_p) or len(keep_r) != min(
+            max(sel.b_r, len(protected_r)), n_r
         ):
             return False
         if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
             return False
         arrays.append((sel.response_scores, [n_r], MAX_RESULT))
         u_sur = sel.u_sur
-        for protected, kept in ((sel.protected_prompt, keep_p), (sel.protected_response, keep_r)):
-            if protected and not (_ascending(protected) and set(protected) <= set(kept)):
-                return False
-        for rho, kept_count, size in ((sel.achieved_rho_p, len(keep_p), n_p), (sel.achieved_rho_r, len(keep_r), n_r)):
-            if rho is not None and not (size and 0.0 <= rho <= 1.0 and _rho_ok(rho, kept_count, size)):
-                return False
+        if protected_p and not (_ascending(protected_p) and set(protected_p) <= set(keep_p)):
+            return False
+        if protected_r and not (_ascending(protected_r) and set(protected_r) <= set(keep_r)):
+            return False
+        # as _rho_ok: kept / size up to rounding, nil for an empty side
+        rho = sel.achieved_rho_p
+        if rho is not None and not (n_p and 0.0 <= rho <= 1.0 and abs(rho * n_p - len(keep_p)) < 0.5):
+            return False
+        rho = sel.achieved_rho_r
+        if rho is not None and not (0.0 <= rho <= 1.0 and abs(rho * n_r - len(keep_r)) < 0.5):
+            return False
 
     if ex.closure is not None and not _closure_ok(ex.closure, t, kinds, n_r, sel):
         return False
