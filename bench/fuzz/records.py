@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.environ.setdefault("BRIDGE_NO_PROGRESS", "1")
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    commit = _commit()  # the code as the run starts
     with tempfile.TemporaryDirectory(prefix="bridge-fuzz-") as tmp:
         summary = fuzz_cases.run(args.cases, args.seed, Path(tmp))
-    summary = {"commit": _commit(), "date": started,
+    summary = {"commit": commit, "date": started,
                "command": "python bench/fuzz/records.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                **summary}
     print(f"{args.cases} cases ({summary['command_runs']} command runs over {summary['mutations']} mutations and "
