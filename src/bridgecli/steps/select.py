@@ -76,7 +76,7 @@ def select_example(
         )
     if (len(f_p) and not np.isin(f_p, result.prompt).all()) or (len(f_r) and not np.isin(f_r, result.response).all()):
         raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
-    check_result(result, method, example.index, len(prompt), len(resp))
+    check_result(result, method, example.index, len(prompt), len(resp), getattr(selector, "ascending_indices", False))
     sel = Selection(
         method=method,
         b_p=b_p,
@@ -93,13 +93,16 @@ def select_example(
     return msgspec.structs.replace(example, selection=sel, closure=None)
 
 
-def check_result(result: SelectionResult, method: str, record: int, m: int, n: int) -> None:
+def check_result(result: SelectionResult, method: str, record: int, m: int, n: int, ascending: bool = False) -> None:
     """What a selector returned fits the stream format, or :class:`FormatError` (no stream is written that
     the next step refuses): indices ascending, distinct and within each side's ``m`` / ``n`` eligible
-    tokens; ``n`` response scores; the response scores and U_sur values finite and within float32's range
-    (``MAX_RESULT``). The built-in selectors meet it on every stream the reader accepts (docs/format.md,
-    "Numbers"); a plugin's may not."""
+    tokens (``ascending``: the selector guarantees it, as the built-in ones do, whose indices come from
+    ``core.topk``: the check is left out); ``n`` response scores; the response scores and U_sur values finite
+    and within float32's range (``MAX_RESULT``). The built-in selectors meet it on every stream the reader
+    accepts (docs/format.md, "Numbers"); a plugin's may not."""
     for side, indices, size in (("prompt", result.prompt, m), ("response", result.response, n)):
+        if ascending:
+            break
         idx = np.asarray(indices)
         if len(idx) and (
             idx.dtype.kind not in "iu" or idx.ndim != 1 or idx[0] < 0 or idx[-1] >= size or (idx[1:] <= idx[:-1]).any()
@@ -115,7 +118,12 @@ def check_result(result: SelectionResult, method: str, record: int, m: int, n: i
             record=record,
         )
     bad = None
-    if n and not (scores.min() >= -MAX_RESULT and scores.max() <= MAX_RESULT):  # NaN compares False
+    # a sum of squares within MAX_RESULT^2 (one dot product) bounds every value; NaN compares False
+    if (
+        n
+        and not float(scores @ scores) <= MAX_RESULT**2
+        and not (scores.min() >= -MAX_RESULT and scores.max() <= MAX_RESULT)
+    ):
         bad = "selection.response_scores", next(float(x) for x in scores if not abs(x) <= MAX_RESULT)
     elif not all(-MAX_RESULT <= u <= MAX_RESULT for u in result.u_sur):
         bad = "selection.u_sur", next(float(u) for u in result.u_sur if not abs(u) <= MAX_RESULT)
