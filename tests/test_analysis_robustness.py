@@ -108,3 +108,38 @@ def test_undefined_budgets_are_refused():
         rob.kappa(np.zeros(3), B, np.arange(3))
     with pytest.raises(ValueError):
         rob.kappa(np.zeros(3), B, np.array([], dtype=np.int64))
+
+
+@pytest.mark.parametrize("flags", [["--rho-p", "0"], ["--rho-r", "0"], ["--rho-p", "0", "--rho-r", "0"]])
+def test_a_zero_retention_reports_no_robustness_at_q_0(tmp_path, flags):
+    """--rho-p 0 and --rho-r 0 lie in the documented range: an opposite budget of 0 is q = 0, outside Theorem 1's
+    q = 1..n, so "robust at b_opp" is left out (None, a dash in the table) instead of failing."""
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+
+    golden = Path(__file__).resolve().parent / "golden" / "v1.2-scores.bridge"
+    out = tmp_path / "rob.json"
+    result = CliRunner().invoke(app, ["analyze", "robustness", str(golden), *flags, "-o", str(out)],
+                                env={"BRIDGE_NO_PROGRESS": "1", "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    for row in report["table"]:
+        if row["examples"]:
+            assert row["robust_at_b_opposite"] is None and row["mean_b_opposite"] == 0.0
+    for ex in report["examples"]:
+        for side in ("prompt", "response"):
+            assert ex[side].get("robust_at_b_opposite") is None
+
+
+def test_the_table_averages_robustness_over_examples_with_an_opposite_budget():
+    def side(robust):
+        return {"b": 1, "b_opposite": 0 if robust is None else 1, "opposite": 2, "kappa": [0.0, 0.0],
+                "first_negative_q": None, "robust_from_q": 1, "robust_at_b_opposite": robust}
+
+    rows = rob.table([{"prompt": side(None), "response": side(True)}, {"prompt": side(True), "response": side(False)}])
+    assert rows[0]["robust_at_b_opposite"] == 1.0 and rows[1]["robust_at_b_opposite"] == 0.5
+    assert rob.table([{"prompt": side(None), "response": side(None)}])[0]["robust_at_b_opposite"] is None

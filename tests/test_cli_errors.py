@@ -27,6 +27,7 @@ BAD = [
     (["select"], ["x.bridge", "--rho-r", "abc"], 2, "--rho-r"),
     (["select"], ["x.bridge", "-T", "0"], 2, "-T/--rounds"),
     (["select"], ["x.bridge", "--option", "seed"], 2, "--option"),
+    (["select"], ["x.bridge", "--method", "random", "--option", "seed=-5"], 2, "--option seed"),
     (["select"], ["x.bridge", "--workers", "0"], 2, "--workers"),
     (["close"], ["x.bridge", "--alpha", "2"], 2, "--alpha"),
     (["compact"], ["x.bridge", "--format", "csv"], 2, "--format"),

@@ -214,6 +214,10 @@ def test_skippable_frames_are_ignored():
     data = write_stream([example(0)])
     got = read_bytes(data[:PREAMBLE.size] + skippable + data[PREAMBLE.size:] + skippable)[1]
     assert got == [example(0)]
+    # whole frames without content after the end record: skippable ones of any size, an empty zstd frame
+    empty = zstandard.ZstdCompressor().compress(b"")
+    tail = struct.pack("<II", 0x184D2A5F, 0) + empty + struct.pack("<II", 0x184D2A55, 3) + b"abc"
+    assert read_bytes(data + tail)[1] == [example(0)]
 
 
 # -- newer minor version: still read, unknown fields ignored -------------------------------------
@@ -313,6 +317,16 @@ FAILURES: dict[str, tuple[bytes, str]] = {
     "zstd frame after the end record": (_good() + zstandard.ZstdCompressor().compress(EX0),
                                         r"corrupted: data after the end record"),
     "two streams concatenated": (_good() + _good(), r"corrupted: data after the end record"),
+    # the decompressor stops in silence inside a frame cut short: the reader walks the frames itself
+    "one byte 0x50 after the end record": (_good() + b"\x50", r"corrupted: data after the end record \(.*no whole"),
+    "one byte 0x5F after the end record": (_good() + b"\x5f", r"corrupted: data after the end record"),
+    "a zstd magic after the end record": (_good() + b"\x28\xb5\x2f\xfd", r"corrupted: data after the end record"),
+    "a skippable frame cut short after the end record": (
+        _good() + (struct.pack("<II", 0x184D2A50, 5) + b"notes")[:-1], r"corrupted: data after the end record"),
+    "a skippable frame's magic alone after the end record": (
+        _good() + struct.pack("<I", 0x184D2A5A), r"corrupted: data after the end record"),
+    "an empty zstd frame cut short after the end record": (
+        _good() + zstandard.ZstdCompressor().compress(b"")[:-1], r"corrupted: data after the end record"),
     "first record not a header": (assemble(EX0), r"the first record is not a header"),
     "second header": (assemble(HEADER_REC, EX0, HEADER_REC), r"record 1: a second header inside the stream"),
     "unknown record type": (assemble(HEADER_REC, framed(msgspec.msgpack.encode({"type": "future", "x": 1}))),

@@ -179,7 +179,7 @@ def score_streams(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     exs = []
     for k in range(draw(st.integers(0, 5))):
-        m, n = draw(st.integers(0, 5)), draw(st.integers(0, 5))
+        m, n = draw(st.integers(0, 5)), draw(st.integers(1, 5))  # a stream example has a response
         kinds = [TEMPLATE] + [PROMPT] * m + [TEMPLATE] + [RESPONSE] * n + [EOS]
         text = "<" + "p" * m + "|" + "r" * n + ">"
         offsets = [v for t in range(len(kinds)) for v in (t, t + 1)]

@@ -40,7 +40,8 @@ def test_a_plain_function_gets_the_defaults():
 
     def first_tokens(ex, b_p, b_r, options):
         calls.append(dict(options))
-        return SelectionResult(prompt=np.arange(b_p), response=np.arange(b_r), response_scores=np.zeros(b_r))
+        return SelectionResult(prompt=np.arange(b_p), response=np.arange(b_r),
+                               response_scores=np.zeros(len(ex.tokens.response_positions())))
 
     sel = as_selector(first_tokens, "first")
     assert isinstance(sel, Selector) and not sel.protects and not sel.surrogate

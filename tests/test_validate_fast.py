@@ -4,10 +4,9 @@ record the slow one accepts, and must say yes to what the steps write (or it buy
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
+import fuzz_cases as fuzz  # tests/fuzz_cases.py
 import msgspec
 import numpy as np
 import pytest
@@ -15,12 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridgecli.format import Array
+from bridgecli.format.spec import MAX_QUANTITY, MAX_RESULT
 from bridgecli.format.validate import _Bad, _check_each, _fast_ok
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("fuzz_records", ROOT / "bench" / "fuzz" / "records.py")
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
 
 
 def _slow_ok(ex, stage) -> bool:
@@ -56,17 +51,74 @@ def test_fast_path_accepts_what_the_steps_write(seed, stage):
         assert _fast_ok(ex, stage) and _slow_ok(ex, stage)
 
 
+def _with(ex, field: str, values: np.ndarray, dtype: str):
+    """``ex`` with the float field ``field`` (``scores.a``, ``selection.u_sur``, ...) holding ``values`` (its
+    shape's worth, cycled) in ``dtype``."""
+    part, name = field.split(".")
+    if part == "references":
+        ref = ex.references["base"]
+        old = getattr(ref, name)
+        new = Array.of(np.resize(values, old.shape), dtype)
+        return msgspec.structs.replace(ex, references={**ex.references, "base": msgspec.structs.replace(ref, **{
+            name: new})})
+    if field == "selection.u_sur":
+        return msgspec.structs.replace(ex, selection=msgspec.structs.replace(
+            ex.selection, u_sur=[float(v) for v in np.resize(values, 3)]))
+    holder = getattr(ex, part)
+    old = getattr(holder, name)
+    shape = old.shape if old is not None else ex.scores.A.shape
+    new = Array.of(np.resize(values, shape), dtype)
+    return msgspec.structs.replace(ex, **{part: msgspec.structs.replace(holder, **{name: new})})
+
+
+def _example_with_everything():
+    """A selected example with a prompt, an interaction matrix and references (seeded: found once)."""
+    for seed in range(1000):
+        rng = random.Random(seed)
+        ex = fuzz.scored_example(rng, 0, interactions=True, references=True)
+        if ex.tokens.kinds.count(1) and ex.tokens.kinds.count(2) > 1:
+            from bridgecli.registry import get
+            from bridgecli.steps.select import select_example
+
+            return select_example(ex, get("selector", "bridge").obj, "bridge", 0.5, 0.5, {"rounds": 2})
+    raise AssertionError("no seed gave one")
+
+
+QUANTITIES = ["scores.a", "scores.c", "scores.A", "scores.B", "scores.loss", "references.prompt_loss",
+              "references.response_grad"]
+RESULTS = ["selection.response_scores", "selection.u_sur"]
+
+
+@pytest.mark.parametrize("field", QUANTITIES + RESULTS)
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_values_go_to_the_slow_checks(dtype, bad):
-    ex = fuzz.consistent_stream(random.Random(1), "scores")[0]
-    n_r = ex.tokens.kinds.count(2)
-    for k in range(n_r):
-        values = np.linspace(-1, 1, n_r)
-        values[k] = bad
-        broken = msgspec.structs.replace(ex, scores=msgspec.structs.replace(ex.scores, a=Array.of(values, dtype)))
-        assert not _fast_ok(broken, "scores") and not _slow_ok(broken, "scores")
-    # the largest finite value of each dtype is finite
-    big = np.full(n_r, np.finfo(dtype).max, dtype=dtype)
-    ok = msgspec.structs.replace(ex, scores=msgspec.structs.replace(ex.scores, a=Array.of(-big, dtype)))
-    assert _fast_ok(ok, "scores") and _slow_ok(ok, "scores")
+def test_every_float_field_is_bounded_by_both(field, dtype):
+    """NaN, the infinities and finite values beyond the bound (+-2^48 for scores and references, float32's
+    +-3.4e38 for a selection's numbers) are refused by the fast and the slow checks alike; values at the
+    bound pass both."""
+    ex = _example_with_everything()
+    assert _fast_ok(ex, "selection") and _slow_ok(ex, "selection")
+    if field == "selection.u_sur" and dtype != "float64":
+        return  # a list of Python floats: one case
+    bound = MAX_QUANTITY if field in QUANTITIES else MAX_RESULT
+    top = min(bound, float(np.finfo(dtype).max))
+    for bad in (np.nan, np.inf, -np.inf, *([np.nextafter(bound, np.inf), -1e300] if dtype == "float64" else []),
+                *([np.nextafter(np.float32(bound), np.float32(np.inf))] if dtype == "float32" and bound < 1e38 else [])):
+        values = np.array([0.5, bad, -0.25])
+        broken = _with(ex, field, values, dtype)
+        assert not _fast_ok(broken, "selection") and not _slow_ok(broken, "selection"), (field, dtype, bad)
+    at_bound = _with(ex, field, np.array([top, -top, 0.0]), dtype)
+    assert _fast_ok(at_bound, "selection") and _slow_ok(at_bound, "selection"), (field, dtype)
+
+
+def test_the_slow_checks_name_the_bad_value():
+    ex = _example_with_everything()
+    for field, value, text in (("scores.a", np.nan, "holds NaN at index 1"),
+                               ("scores.B", -np.inf, "holds an infinite value at index 1"),
+                               ("references.response_grad", 1e20, "holds 1e+20 at index 1 (values must lie within "
+                                                                  "+-2^48"),
+                               ("selection.response_scores", 1e39, "holds 1e+39 at index 1 (values must lie within "
+                                                                   "+-3.4e38")):
+        with pytest.raises(_Bad) as info:
+            _check_each(_with(ex, field, np.array([0.0, value, 0.0]), "float64"), "selection")
+        name = field.replace("references.", "references.base.")
+        assert info.value.field == name and text in info.value.message, (info.value.field, info.value.message)

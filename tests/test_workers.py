@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import msgspec
 import numpy as np
@@ -250,6 +251,11 @@ def _streams(folder, exs):
     out["two streams concatenated"] = folder / "cat.bridge"
     (folder / "tail.bridge").write_bytes(two.read_bytes() + b"\0\0\0\0\0\0\0\0")
     out["bytes after the end"] = folder / "tail.bridge"
+    (folder / "lone.bridge").write_bytes(two.read_bytes() + b"\x55")  # the first byte of a skippable frame's magic
+    out["bytes after the end: one 0x55"] = folder / "lone.bridge"
+    skippable = struct.pack("<II", 0x184D2A5F, 16) + bytes(16)
+    (folder / "skip.bridge").write_bytes(two.read_bytes() + skippable[:-3])
+    out["bytes after the end: a skippable frame cut short"] = folder / "skip.bridge"
     second, _ = _second_frame_offset(two)
     flipped = folder / "flip.bridge"
     flipped.write_bytes(two.read_bytes())
@@ -274,7 +280,8 @@ CASES = [
     "frames of 128", "frames of 64, 100 and 64", "frames of 20", "one frame of examples",
     "header, examples and end in one frame", "a bad checksum in a middle frame", "a second header in a middle frame",
     "an end record that miscounts", "an index out of range in a middle frame", "two streams concatenated",
-    "bytes after the end", "a flipped byte inside a middle frame", "a damaged frame magic",
+    "bytes after the end", "bytes after the end: one 0x55", "bytes after the end: a skippable frame cut short",
+    "a flipped byte inside a middle frame", "a damaged frame magic",
     "cut inside the second frame",
 ]
 

@@ -202,10 +202,19 @@ def example_side(side: str, ex: Example, rho_side: float, rho_opp: float, full: 
     return out
 
 
+def _mean_or_none(values: list) -> float | None:
+    """The mean of the values that are not None; None when none is."""
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
 def table(examples: list[dict]) -> list[dict]:
     """One row per side over the examples' :func:`example_side` results (``{"prompt": ...,
     "response": ...}`` each): how many are defined, mean budgets, the share robust at the opposite
-    budget and at every q, and where kappa first turns negative (as a fraction of the opposite side)."""
+    budget and at every q, and where kappa first turns negative (as a fraction of the opposite side).
+    "Robust at the opposite budget" is over the examples whose opposite side keeps a token: an
+    opposite budget of 0 (``--rho-p 0`` / ``--rho-r 0``) is q = 0, outside Theorem 1's q = 1..n, and
+    gives None when every example has it."""
     rows: list[dict[str, Any]] = []
     for side in ("prompt", "response"):
         defined = [e[side] for e in examples if "kappa" in e[side]]
@@ -220,7 +229,7 @@ def table(examples: list[dict]) -> list[dict]:
                 "undefined": len(examples) - len(defined),
                 "mean_b": float(np.mean([d["b"] for d in defined])),
                 "mean_b_opposite": float(np.mean([d["b_opposite"] for d in defined])),
-                "robust_at_b_opposite": float(np.mean([d["robust_at_b_opposite"] for d in defined])),
+                "robust_at_b_opposite": _mean_or_none([d["robust_at_b_opposite"] for d in defined]),
                 "robust_at_every_q": float(np.mean([d["first_negative_q"] is None for d in defined])),
                 "first_negative_fraction": summary([x for x in frac_first if x is not None]),
                 "robust_from_fraction": summary([(d["robust_from_q"] - 1) / d["opposite"] for d in defined]),

@@ -96,7 +96,7 @@ def robustness_table(report: dict):
             str(row["examples"]),
             f"{row['mean_b']:.1f}",
             f"{row['mean_b_opposite']:.1f}",
-            f"{row['robust_at_b_opposite']:.1%}",
+            "—" if row["robust_at_b_opposite"] is None else f"{row['robust_at_b_opposite']:.1%}",
             f"{row['robust_at_every_q']:.1%}",
             "—" if fn["median"] is None else f"{fn['median']:.3f}",
             "—" if rf["median"] is None else f"{rf['median']:.3f}",

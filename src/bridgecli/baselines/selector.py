@@ -104,6 +104,8 @@ class Baseline:
 
     # -- budgets -------------------------------------------------------------------------------
     surrogate = False  # ranks by its own scores, not BRIDGE's surrogate
+    #: its indices come from core.topk (top_b, top_b_forced): ascending and distinct, so select need not check them
+    ascending_indices = True
 
     def needs_plan(self, o: dict) -> bool:
         """Whether the budgets depend on the whole stream (``o``: what :meth:`parse` returned)."""

@@ -25,12 +25,18 @@ def _draws(example: Example, o: dict, side: int, size: int) -> np.ndarray:
     return np.random.default_rng([o["seed"], example.index, side]).random(size)
 
 
+def _seed_validate(o: dict) -> None:
+    if o["seed"] < 0:  # numpy's seed sequences take non-negative integers only
+        raise UsageError(f"--option seed must be a non-negative integer, got {o['seed']}")
+
+
 RANDOM = Baseline(
     "random",
     "both",
     prompt_score=lambda ex, o: _draws(ex, o, 0, len(ex.tokens.prompt_positions())),
     response_score=lambda ex, o: _draws(ex, o, 1, len(ex.tokens.response_positions())),
     options={"seed": Opt(DEFAULT_SEED, "random seed; example k draws from the seed sequence (seed, index_k, side)")},
+    validate=_seed_validate,
 )
 
 

@@ -55,6 +55,94 @@ def _looks_like_text(head: bytes) -> str | None:
 
 
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: skippable frames' magic numbers: 0x184D2A50 to 0x184D2A5F (little endian)
+_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+class _FrameWalk:
+    """Follows the zstd frame structure of the bytes the decompressor is given, without decompressing
+    them: a frame's magic, its header's size (from the descriptor byte), each block's 3-byte header and
+    the checksum; a skippable frame's magic and size. Payload bytes are skipped, not looked at. The
+    decompressor itself stops quietly where the input ends inside a frame (a stray byte 0x50, a skippable
+    frame cut short, an empty frame's first bytes): :attr:`whole` says whether the bytes walked so far end
+    at a frame boundary, with nothing but whole frames before it."""
+
+    def __init__(self, at: int):
+        self.reset(at)
+
+    def reset(self, at: int) -> None:
+        """Walk on from offset ``at``, a frame boundary."""
+        self.at = at  # the offset of the next byte to walk
+        self.broken = False  # bytes that are no frame
+        self._state = "magic"
+        self._need = 4  # the bytes of the header part the state reads
+        self._head = b""
+        self._skip = 0  # payload bytes left to pass over
+        self._last = False  # the current block is the frame's last
+        self._checksum = False
+
+    @property
+    def whole(self) -> bool:
+        return not self.broken and self._state == "magic" and not self._head and not self._skip
+
+    def feed(self, data: bytes, offset: int) -> None:
+        """The input's bytes from ``offset`` on (those walked before are passed over)."""
+        if self.broken or offset + len(data) <= self.at:
+            return
+        if offset > self.at:  # bytes the walk never saw: it cannot vouch for them
+            self.broken = True
+            return
+        view = memoryview(data)[self.at - offset :]
+        self.at += len(view)
+        i, n = 0, len(view)
+        while i < n and not self.broken:
+            if self._skip:
+                step = min(self._skip, n - i)
+                self._skip -= step
+                i += step
+                continue
+            piece = bytes(view[i : i + self._need - len(self._head)])
+            i += len(piece)
+            self._head += piece
+            if len(self._head) == self._need:
+                head, self._head = self._head, b""
+                self._step(head)
+
+    def _step(self, head: bytes) -> None:
+        state = self._state
+        if state == "magic":
+            if head == _ZSTD_MAGIC:
+                self._state, self._need = "descriptor", 1
+            elif int.from_bytes(head, "little") in _SKIPPABLE:
+                self._state, self._need = "skippable", 4
+            else:
+                self.broken = True
+        elif state == "skippable":
+            self._skip = int.from_bytes(head, "little")
+            self._state, self._need = "magic", 4
+        elif state == "descriptor":
+            fhd = head[0]
+            single = fhd >> 5 & 1
+            rest = (1 - single) + (0, 1, 2, 4)[fhd & 3] + (single, 2, 4, 8)[fhd >> 6]
+            self._checksum = bool(fhd & 0x04)
+            self._state, self._need = ("header", rest) if rest else ("block", 3)
+        elif state == "header":
+            self._state, self._need = "block", 3
+        elif state == "block":
+            header = int.from_bytes(head, "little")
+            kind = header >> 1 & 3
+            if kind == 3:  # reserved: the decompressor refuses it too
+                self.broken = True
+                return
+            self._skip = 1 if kind == 1 else header >> 3
+            if not header & 1:
+                self._state, self._need = "block", 3
+            elif self._checksum:
+                self._state, self._need = "checksum", 4
+            else:
+                self._state, self._need = "magic", 4
+        else:  # checksum
+            self._state, self._need = "magic", 4
 
 
 def _regular_file(fh: BinaryIO) -> tuple[int, int] | None:
@@ -93,6 +181,16 @@ class _Tape:
         self.fd: int | None = file[0] if file is not None else None
         self._base = file[1] if file is not None else 0  # the file offset of the stream's first byte
         self._grid: int | None = None  # file: the offset of the first chunk after the ones read before any walk
+        #: the frame structure of the bytes handed out by :meth:`read` (from :meth:`walk_from` on)
+        self.walk: _FrameWalk | None = None
+
+    def walk_from(self, at: int) -> None:
+        """Follow the frame structure of what :meth:`read` hands out from offset ``at``, a frame boundary (a
+        later one: the bytes before it were taken as whole frames, :meth:`take`)."""
+        if self.walk is None:
+            self.walk = _FrameWalk(at)
+        elif at > self.walk.at:
+            self.walk.reset(at)
 
     def tell(self) -> int:
         return self._pos
@@ -133,19 +231,22 @@ class _Tape:
         until it has ``n``, as a buffered file's ``read``)."""
         if self._pos > self._end:
             self._reposition()
+        start = self._pos
         if self._pos == self._end and not self._keep:
-            chunk = self._read1(n)  # nothing held: straight from the input
-            self._pos = self._end = self._pos + len(chunk)
-            return chunk
-        while self._pos >= self._end:
-            if not self._more(n):
-                return b""
-        i = bisect.bisect_right(self._starts, self._pos) - 1
-        chunk, at = self._chunks[i], self._pos - self._starts[i]
-        out = chunk if at == 0 and n >= len(chunk) else chunk[at : at + n]
-        self._pos += len(out)
-        if not self._keep:
-            self.release()
+            out = self._read1(n)  # nothing held: straight from the input
+            self._pos = self._end = self._pos + len(out)
+        else:
+            while self._pos >= self._end:
+                if not self._more(n):
+                    return b""
+            i = bisect.bisect_right(self._starts, self._pos) - 1
+            chunk, at = self._chunks[i], self._pos - self._starts[i]
+            out = chunk if at == 0 and n >= len(chunk) else chunk[at : at + n]
+            self._pos += len(out)
+            if not self._keep:
+                self.release()
+        if self.walk is not None:
+            self.walk.feed(out, start)
         return out
 
     def _bytes(self, start: int, end: int) -> bytes | None:
@@ -238,6 +339,7 @@ class StreamReader:
                 hint="the file is damaged or was not written by bridgecli",
             )
         self.version = (major, minor)
+        self._tape.walk_from(PREAMBLE.size)
         self._z = self._decompressor()
         self._index = 0
         first = self._next_record(expect="header")
@@ -300,14 +402,22 @@ class StreamReader:
         except msgspec.DecodeError as exc:
             raise FormatError(f"cannot decode record ({exc})", file=self.name, record=where) from None
 
-    def _after_end(self) -> bool:
-        """Whether anything follows the end record: more zstd content, or bytes that are no zstd frame."""
+    def _after_end(self) -> str | None:
+        """What follows the end record, if anything does (the error's hint): more zstd content, bytes that are no
+        zstd frame, or a frame cut short (which the decompressor passes over in silence: the walk of the
+        frames sees it). Skippable frames and frames without content may follow."""
+        concatenated = "a bridge file holds exactly one stream; were two files concatenated?"
         try:
-            return bool(self._z.read(1))
+            if self._z.read(1):
+                return concatenated
         except zstandard.ZstdError as exc:
             if "Unknown frame descriptor" in str(exc):  # trailing bytes that are not a zstd frame
-                return True
+                return concatenated
             raise FormatError(f"corrupted compressed data ({exc})", file=self.name, record="end record") from None
+        walk = self._tape.walk
+        if walk is not None and not walk.whole:
+            return "the file goes on with bytes that are no whole zstd frame: damaged, or cut short"
+        return None
 
     def _end(self, rec: End) -> None:
         if rec.count != self._index:
@@ -315,12 +425,9 @@ class StreamReader:
                 f"corrupted: end record counts {rec.count} examples but {self._index} were read",
                 file=self.name,
             )
-        if self._after_end():
-            raise FormatError(
-                "corrupted: data after the end record",
-                file=self.name,
-                hint="a bridge file holds exactly one stream; were two files concatenated?",
-            )
+        after = self._after_end()
+        if after is not None:
+            raise FormatError("corrupted: data after the end record", file=self.name, hint=after)
         self.count = rec.count
 
     def __iter__(self) -> Iterator[Example]:
@@ -394,6 +501,7 @@ class StreamReader:
         """Read on from ``offset``, a frame's from :meth:`frames` (or where the last one ended), as if
         ``index`` examples had been read (errors name the records as reading the whole stream does)."""
         self._tape.seek(offset)
+        self._tape.walk_from(offset)
         self._z = self._decompressor()
         self._index = index
 

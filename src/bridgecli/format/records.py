@@ -8,12 +8,16 @@ a minor version bump; anything else is a major one.
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
 import numpy as np
 
-from .spec import EOS, PROMPT, RESPONSE
+from .spec import EOS, MAX_RESULT, PROMPT, RESPONSE
+
+#: the JSON Schema's statement of a selection number's range (the reader checks it, format/validate.py; a
+#: schema-only annotation: decoding does not)
+_RESULT = msgspec.Meta(extra_json_schema={"minimum": -MAX_RESULT, "maximum": MAX_RESULT})
 
 
 class Array(msgspec.Struct, frozen=True):
@@ -82,6 +86,8 @@ class Scores(msgspec.Struct):
     - ``B``: float32 [n, m] (1.2, optional) the interaction matrix beta[j, i], estimated effect of prompt
       token i on a_j (e.g. the ``atp`` scorer's key-gate attribution); when present, ``select`` uses it in
       place of ``A[j, i] a_j``, with gamma_j = a_j - sum_i B[j, i]
+
+    Every value lies within +-2^48 (``spec.MAX_QUANTITY``; no NaN, no infinity): docs/format.md, "Numbers".
     """
 
     scorer: str
@@ -96,7 +102,9 @@ class Selection(msgspec.Struct):
     """The token-level selection. Positions are absolute token indices into ``Tokens.input_ids``.
 
     ``response_scores`` are the scores the closure step projects (for BRIDGE: Delta_r(j | S_p(T))),
-    float32 over the eligible response positions. ``u_sur`` is U_sur after every update."""
+    float32 over the eligible response positions. ``u_sur`` is U_sur after every update. Both lie within
+    float32's range (``spec.MAX_RESULT``, +-3.4e38; no NaN, no infinity). The kept and protected positions
+    are ascending."""
 
     method: str
     b_p: int
@@ -104,7 +112,7 @@ class Selection(msgspec.Struct):
     prompt_keep: list[int]
     response_keep: list[int]
     response_scores: Array
-    u_sur: list[float] = []
+    u_sur: list[Annotated[float, _RESULT]] = []
     #: achieved retention |prompt_keep| / m and |response_keep| / n (None: no eligible tokens on that side,
     #: or a stream written before format 1.1)
     achieved_rho_p: float | None = None
@@ -131,6 +139,7 @@ class Closure(msgspec.Struct):
     chosen: list[int]
     supervise: list[int]
     #: (1.2) indices into ``units`` of the units forced in because they hold a protected response token
+    #: (exactly those units, ascending)
     protected_units: list[int] = []
     #: (1.3) response positions supervised beyond the chosen units (``close --fill``: what spends the rest
     #: of b_r), ascending; ``supervise`` is the chosen units' positions and these
@@ -147,6 +156,8 @@ class Reference(msgspec.Struct):
       onto every position before the first response token (ssToken's Attn)
     - ``*_received``: last-layer, head-averaged attention received by token t, summed over all query rows
     - ``*_grad``: ||dL/de_t||, L the example's mean SFT loss (response tokens and EOS), e_t the input embedding
+
+    Every value lies within +-2^48 (``spec.MAX_QUANTITY``; no NaN, no infinity): docs/format.md, "Numbers".
     """
 
     model: str

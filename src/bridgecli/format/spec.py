@@ -31,6 +31,15 @@ MAX_RECORD_BYTES = 1 << 30
 RECORDS_PER_FRAME = 64
 ZSTD_LEVEL = 6
 
+#: The largest magnitude of a model quantity in a stream: every value of ``Scores.a``, ``c``, ``A``, ``B``,
+#: ``loss`` and of every ``Reference`` array lies in [-2^48, 2^48] (NaN and infinities are refused). Why 2^48:
+#: ``select`` multiplies two such values (A[j, i] a_j, a_j c_j) and adds up at most 2^30 of the products in
+#: one U_sur (a record holds at most 2^30 bytes, so n (m + 1) <= 2^30), so everything it computes stays
+#: within 2^30 x 2^96 = 2^126, inside float32's range, the type ``response_scores`` are stored in.
+MAX_QUANTITY = 2.0**48
+#: The largest magnitude of ``Selection.response_scores`` and ``u_sur``: float32's largest finite value.
+MAX_RESULT = 3.4028234663852886e38
+
 #: Per-token kinds in ``Tokens.kinds`` (one byte each).
 TEMPLATE = 0  # template / special token: always kept, never budgeted
 PROMPT = 1  # eligible prompt token

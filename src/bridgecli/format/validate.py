@@ -9,39 +9,55 @@ a record: each raises :class:`FormatError` (exit 3) naming the file, the record 
 What holds for every example (n_p prompt, n_r response positions, ``T = len(input_ids)``):
 
 - ``id`` non-empty and unique in the stream; ``index`` >= 0;
-- ``tokens``: ``kinds`` has T bytes, each 0-3 (template, prompt, response, EOS), exactly one EOS
-  after the last response token, at least one response token; ``offsets`` has 2T entries,
+- ``tokens``: ``kinds`` has T bytes, each 0-3 (template, prompt, response, EOS), at least one response
+  token, exactly one EOS after the last response token; ``offsets`` has 2T entries,
   ``0 <= start <= end <= len(text)``; token ids in [0, 2^31);
 - the parts the header's stage promises are present (scores from ``scores`` on, selection from
   ``selection`` on, closure at ``closure``);
-- ``scores``: ``a``, ``c`` (and ``loss``) float arrays of shape [n_r], ``A`` of shape [n_r, n_p],
-  the bytes filling the shape exactly, values finite (``loss`` may not be NaN);
-- ``selection``: ``0 <= b_p, b_r <= T``; ``prompt_keep`` distinct prompt positions, ``min(b_p, n_p)``
-  of them; ``response_keep`` distinct response positions, ``min(b_r, n_r)`` of them;
-  ``response_scores`` a float array of shape [n_r] without NaN; ``achieved_rho_*`` in [0, 1];
-  ``response_weights`` (when present) a float array of shape [len(response_keep)], finite and > 0;
+- ``scores``: ``a``, ``c`` (and ``loss``) float arrays of shape [n_r], ``A`` (and ``B``) of shape
+  [n_r, n_p], the bytes filling the shape exactly;
+- ``selection``: ``0 <= b_p, b_r <= T``; ``prompt_keep`` ascending prompt positions,
+  ``min(max(b_p, |protected_prompt|), n_p)`` of them (protected tokens alone may exceed the budget);
+  ``response_keep`` ascending response positions, ``min(max(b_r, |protected_response|), n_r)`` of them;
+  ``protected_prompt`` / ``protected_response`` ascending positions of those; ``response_scores`` a float
+  array of shape [n_r]; ``achieved_rho_*`` nil or ``|keep| / side`` (nil for an empty side);
+  ``response_weights`` (1.3, when present) a float array of shape [len(response_keep)], values > 0;
 - ``closure``: ``alpha`` in [0, 1]; ``units`` an even-length list of ``[start, end)`` pairs,
-  ascending, disjoint, within the tokens; ``chosen`` distinct indices of units; ``filled`` ascending
-  response positions outside the chosen units; ``supervise`` exactly the response positions inside
-  the chosen units and the filled ones, ascending;
-- ``references``: arrays of a float dtype whose first dimension is n_p (``prompt_*``) or n_r
-  (``response_*``), the bytes filling the shape.
+  ascending, disjoint, within the tokens, covering every response position; ``chosen`` distinct
+  indices of units; ``filled`` (1.3) ascending response positions outside the chosen units;
+  ``supervise`` exactly the response positions inside the chosen units and the filled ones, ascending;
+  ``protected_units`` exactly the units holding a ``selection.protected_response`` token, ascending;
+- ``references``: arrays of a float dtype of shape [n_p] (``prompt_*``) or [n_r] (``response_*``), the
+  bytes filling the shape;
+- numbers: every value of ``scores`` and ``references`` within +-2^48 (``spec.MAX_QUANTITY``, which keeps
+  whatever ``select`` computes from them inside float32's range), ``response_scores`` and ``u_sur`` within
+  float32's range (``spec.MAX_RESULT``); NaN and infinities nowhere.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+from bisect import bisect_right
 from typing import Any
 
 import numpy as np
 
 from ..errors import FormatError
 from .records import ALLOWED_DTYPES, Array, Example, Header
-from .spec import EOS, PROMPT, RESPONSE, STAGES
+from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
 
 MAX_TOKEN_ID = 2**31 - 1
 FLOAT_DTYPES = ("float16", "float32", "float64")
+_REFERENCE_FIELDS = (
+    "prompt_loss",
+    "response_loss",
+    "response_attention",
+    "prompt_received",
+    "response_received",
+    "prompt_grad",
+    "response_grad",
+)
 
 
 class _Bad(Exception):
@@ -67,10 +83,10 @@ def _array(
     shape: tuple[int, ...] | None,
     *,
     dtypes=FLOAT_DTYPES,
-    first_dim: int | None = None,
-    finite: bool = False,
-    no_nan: bool = False,
+    bound: float | None = None,
 ) -> np.ndarray:
+    """The values of ``arr``, checked: a float Array of ``shape`` whose bytes fill it, every value within
+    ``[-bound, bound]`` (no NaN, no infinity)."""
     if not isinstance(arr, Array):
         raise _Bad(field, "not an array")
     if arr.dtype not in ALLOWED_DTYPES or arr.dtype not in dtypes:
@@ -79,17 +95,30 @@ def _array(
         raise _Bad(field, f"shape {arr.shape} has a negative dimension")
     if shape is not None and tuple(arr.shape) != shape:
         raise _Bad(field, f"shape {arr.shape}, expected {list(shape)}")
-    if first_dim is not None and (not arr.shape or arr.shape[0] != first_dim):
-        raise _Bad(field, f"shape {arr.shape}, expected a first dimension of {first_dim}")
     size = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize  # Python ints: no overflow
     if len(arr.data) != size:
         raise _Bad(field, f"{len(arr.data)} bytes of data for shape {arr.shape} and dtype {arr.dtype} (needs {size})")
     values = np.frombuffer(arr.data, dtype=np.dtype(arr.dtype).newbyteorder("<")).reshape(arr.shape)
-    if finite and not np.isfinite(values).all():
-        raise _Bad(field, "holds NaN or infinite values")
-    if no_nan and np.isnan(values).any():
-        raise _Bad(field, "holds NaN values")
+    if bound is not None:
+        _bounded(field, values, bound)
     return values
+
+
+def _bound_text(bound: float) -> str:
+    if bound == MAX_QUANTITY:
+        return "+-2^48, the largest magnitude the stream format allows in scores and references"
+    return "+-3.4e38 (float32's range), the largest magnitude the stream format allows in a selection's numbers"
+
+
+def _bounded(field: str, values: Any, bound: float) -> None:
+    """Every value finite and within ``[-bound, bound]``; else :class:`_Bad` naming the first that is not."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    bad = np.flatnonzero(~(np.abs(flat) <= bound))  # NaN compares False: it is bad too
+    if len(bad):
+        k = int(bad[0])
+        value = float(flat[k])
+        what = "NaN" if math.isnan(value) else ("an infinite value" if math.isinf(value) else f"{value:.6g}")
+        raise _Bad(field, f"holds {what} at index {k} (values must lie within {_bound_text(bound)})")
 
 
 def _ints(field: str, values: list[int]) -> np.ndarray:
@@ -100,13 +129,13 @@ def _ints(field: str, values: list[int]) -> np.ndarray:
 
 
 def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, allowed_set: set | None = None) -> None:
-    """``values`` distinct members of the sorted array ``allowed`` (``allowed_set``: the same as a set, for
+    """``values`` ascending members of the sorted array ``allowed`` (``allowed_set``: the same as a set, for
     a quick check; the one below names the first bad value)."""
     if not values:
         return
     if allowed_set is not None:
         distinct = set(values)
-        if len(distinct) == len(values) and distinct <= allowed_set:
+        if len(distinct) == len(values) and distinct <= allowed_set and _ascending(values):
             return
     arr = _ints(field, values)
     where = np.searchsorted(allowed, arr)
@@ -120,6 +149,12 @@ def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, al
         raise _Bad(field, f"position {bad} is not a {side} token")
     if len(np.unique(arr)) != len(arr):
         raise _Bad(field, "holds a position twice")
+    if not _ascending(values):
+        raise _Bad(field, "positions not in ascending order")
+
+
+def _ascending(values: list) -> bool:
+    return all(map(operator.lt, values, values[1:]))
 
 
 def _check(ex: Example, stage: str) -> None:
@@ -154,7 +189,9 @@ def _check_each(ex: Example, stage: str) -> None:
     eos = np.flatnonzero(kinds == EOS)
     if len(eos) != 1:
         raise _Bad("tokens.kinds", f"{len(eos)} EOS tokens (exactly one ends the response)")
-    if len(resp) and eos[0] < resp[-1]:
+    if len(resp) == 0:
+        raise _Bad("tokens.kinds", "no response token (an example needs at least one)")
+    if eos[0] < resp[-1]:
         raise _Bad("tokens.kinds", "the EOS token comes before a response token")
     if len(tok.offsets) != 2 * t:
         raise _Bad("tokens.offsets", f"{len(tok.offsets)} offsets for {t} tokens (needs {2 * t})")
@@ -170,56 +207,72 @@ def _check_each(ex: Example, stage: str) -> None:
 
     s = ex.scores
     if s is not None:
-        _array("scores.a", s.a, (n_r,), finite=True)
-        _array("scores.c", s.c, (n_r,), finite=True)
-        _array("scores.A", s.A, (n_r, n_p), finite=True)
+        _array("scores.a", s.a, (n_r,), bound=MAX_QUANTITY)
+        _array("scores.c", s.c, (n_r,), bound=MAX_QUANTITY)
+        _array("scores.A", s.A, (n_r, n_p), bound=MAX_QUANTITY)
         if s.loss is not None:
-            _array("scores.loss", s.loss, (n_r,), no_nan=True)
+            _array("scores.loss", s.loss, (n_r,), bound=MAX_QUANTITY)
         if s.B is not None:
-            _array("scores.B", s.B, (n_r, n_p), finite=True)
+            _array("scores.B", s.B, (n_r, n_p), bound=MAX_QUANTITY)
 
     sel = ex.selection
     if sel is not None:
         for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
             if not 0 <= b <= t:
                 raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
+        # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
         _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
-        if len(sel.prompt_keep) != min(sel.b_p, n_p):
+        if len(sel.prompt_keep) != _kept(sel.b_p, sel.protected_prompt, n_p):
             raise _Bad(
                 "selection.prompt_keep",
-                f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} of {n_p} prompt tokens",
+                f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} of {n_p} prompt tokens "
+                f"({len(sel.protected_prompt)} protected)",
             )
         _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
-        if len(sel.response_keep) != min(sel.b_r, n_r):
+        if len(sel.response_keep) != _kept(sel.b_r, sel.protected_response, n_r):
             raise _Bad(
                 "selection.response_keep",
-                f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} of {n_r} response tokens",
+                f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} of {n_r} response tokens "
+                f"({len(sel.protected_response)} protected)",
             )
-        _array("selection.response_scores", sel.response_scores, (n_r,), no_nan=True)
+        _array("selection.response_scores", sel.response_scores, (n_r,), bound=MAX_RESULT)
+        if sel.u_sur:
+            _bounded("selection.u_sur", sel.u_sur, MAX_RESULT)
         if sel.protected_prompt:
             _positions(
                 "selection.protected_prompt",
                 sel.protected_prompt,
-                np.sort(np.asarray(sel.prompt_keep, dtype=np.int64)),
+                np.asarray(sel.prompt_keep, dtype=np.int64),
                 "kept prompt",
             )
         if sel.protected_response:
             _positions(
                 "selection.protected_response",
                 sel.protected_response,
-                np.sort(np.asarray(sel.response_keep, dtype=np.int64)),
+                np.asarray(sel.response_keep, dtype=np.int64),
                 "kept response",
             )
-        for name, rho in (("achieved_rho_p", sel.achieved_rho_p), ("achieved_rho_r", sel.achieved_rho_r)):
-            if rho is not None and not 0.0 <= rho <= 1.0:
+        for name, rho, kept, size in (
+            ("achieved_rho_p", sel.achieved_rho_p, len(sel.prompt_keep), n_p),
+            ("achieved_rho_r", sel.achieved_rho_r, len(sel.response_keep), n_r),
+        ):
+            if rho is None:
+                continue
+            if not 0.0 <= rho <= 1.0:
                 raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
+            if size == 0:
+                raise _Bad(f"selection.{name}", f"{rho} for a side without tokens (nil there)")
+            if not _rho_ok(rho, kept, size):
+                raise _Bad(f"selection.{name}", f"{rho} is not {kept} kept / {size} tokens")
         if sel.response_weights is not None:
-            w = _array("selection.response_weights", sel.response_weights, (len(sel.response_keep),), finite=True)
+            w = _array(
+                "selection.response_weights", sel.response_weights, (len(sel.response_keep),), bound=MAX_RESULT
+            )
             if (w <= 0).any():
                 raise _Bad("selection.response_weights", "holds a weight <= 0")
 
     clo = ex.closure
-    if clo is not None and not _closure_ok(clo, t, tok.kinds):  # the checks below name what is wrong
+    if clo is not None and not _closure_ok(clo, t, tok.kinds, n_r, sel):  # the checks below name what is wrong
         if not 0.0 <= clo.alpha <= 1.0:
             raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
         if len(clo.units) % 2:
@@ -233,12 +286,27 @@ def _check_each(ex: Example, stage: str) -> None:
                     f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies outside the {t} tokens",
                 )
             last = b
+        covered = np.zeros(t, dtype=bool)
+        for a, b in pairs:
+            covered[a:b] = True
+        outside = resp[~covered[resp]]
+        if len(outside):
+            raise _Bad("closure.units", f"response position {int(outside[0])} lies in no unit (they cover every one)")
         if any(not isinstance(c, int) or not 0 <= c < len(pairs) for c in clo.chosen):
             raise _Bad("closure.chosen", f"an index outside the {len(pairs)} units")
         if len(set(clo.chosen)) != len(clo.chosen):
             raise _Bad("closure.chosen", "holds a unit twice")
+        if len(set(clo.protected_units)) != len(clo.protected_units):
+            raise _Bad("closure.protected_units", "holds a unit twice")
         if any(c not in set(clo.chosen) for c in clo.protected_units):
             raise _Bad("closure.protected_units", "an index that is not a chosen unit")
+        expected_units = _protected_units([a for a, _ in pairs], sel)
+        if clo.protected_units != expected_units:
+            raise _Bad(
+                "closure.protected_units",
+                f"is not the units holding the selection's protected response tokens, ascending "
+                f"(expected {expected_units})",
+            )
         mask = np.zeros(t, dtype=bool)
         for c in clo.chosen:
             a, b = pairs[c]
@@ -257,23 +325,36 @@ def _check_each(ex: Example, stage: str) -> None:
             )
 
     for model, ref in ex.references.items():
-        for name in (
-            "prompt_loss",
-            "response_loss",
-            "response_attention",
-            "prompt_received",
-            "response_received",
-            "prompt_grad",
-            "response_grad",
-        ):
+        for name in _REFERENCE_FIELDS:
             arr = getattr(ref, name)
             if arr is not None:
-                _array(f"references.{model}.{name}", arr, None, first_dim=n_p if name.startswith("prompt") else n_r)
+                size = n_p if name.startswith("prompt") else n_r
+                _array(f"references.{model}.{name}", arr, (size,), bound=MAX_QUANTITY)
 
 
-def _closure_ok(clo, t: int, kinds: bytes) -> bool:
+def _kept(budget: int, protected: list, size: int) -> int:
+    """How many positions a side keeps: its budget, or its protected tokens where they alone exceed it, at most
+    the side's size."""
+    return min(max(budget, len(protected)), size)
+
+
+def _rho_ok(rho: float, kept: int, size: int) -> bool:
+    """``rho`` is ``kept / size`` up to rounding (``size`` >= 1): the nearest multiple of 1/size is kept's."""
+    return abs(rho * size - kept) < 0.5
+
+
+def _protected_units(starts: list[int], sel) -> list[int]:
+    """The ascending indices of the units (ascending ``starts``) that hold a protected response token of
+    ``sel`` (none without a selection); every response position lies in a unit (checked before)."""
+    if sel is None or not sel.protected_response:
+        return []
+    return sorted({bisect_right(starts, p) - 1 for p in sel.protected_response})
+
+
+def _closure_ok(clo, t: int, kinds: bytes, n_r: int, sel) -> bool:
     """The closure checks of :func:`_check` at once, on Python ints (True: all hold); on False the caller
-    runs the step-by-step checks, which say which one fails."""
+    runs the step-by-step checks, which say which one fails. ``n_r`` >= 1 response tokens; ``sel`` the
+    example's selection (checked) or None."""
     if not 0.0 <= clo.alpha <= 1.0 or len(clo.units) % 2:
         return False
     if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
@@ -287,12 +368,20 @@ def _closure_ok(clo, t: int, kinds: bytes) -> bool:
         or not all(map(operator.le, ends, starts[1:]))
     ):
         return False
+    # every response position inside a unit: none before the first, after the last or in a gap between two
+    if not starts or kinds.find(RESPONSE) < starts[0] or kinds.rfind(RESPONSE) >= ends[-1]:
+        return False
+    if ends[:-1] != starts[1:] and any(kinds.count(RESPONSE, e, s) for e, s in zip(ends, starts[1:])):
+        return False
     chosen = clo.chosen
     if chosen and not _ascending_within(chosen, len(starts)):  # close writes them ascending
         if min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen):
             return False
         chosen = sorted(chosen)
-    if clo.protected_units and not set(clo.protected_units) <= set(chosen):
+    protected = clo.protected_units
+    if (protected or (sel is not None and sel.protected_response)) and (
+        protected != _protected_units(starts, sel) or not set(protected) <= set(chosen)
+    ):
         return False
     # the units are ascending and disjoint: their positions in unit order are ascending
     expected: list[int] = []
@@ -322,50 +411,72 @@ def _pick(values, at: list[int]) -> tuple:
 
 # -- the same checks at once, for the common case where they all hold ------------------------------------
 
-#: the exponent bits of each float dtype, as the unsigned integer of its width: a value is finite exactly
-#: when they are not all set
-_EXPONENT: dict[str, tuple[np.dtype, int]] = {
-    "float16": (np.dtype("<u2"), 0x7C00),
-    "float32": (np.dtype("<u4"), 0x7F800000),
-    "float64": (np.dtype("<u8"), 0x7FF0000000000000),
+#: per float dtype, the unsigned integer of its width and the mask that drops the sign bit. Without their
+#: sign bit, IEEE floats order as their bit patterns do, as unsigned integers, with the infinities and NaN
+#: above every finite value: ``|x| <= bound`` exactly when the pattern is at most the bound's.
+_UINT: dict[str, tuple[np.dtype, int]] = {
+    "float16": (np.dtype("<u2"), 0x7FFF),
+    "float32": (np.dtype("<u4"), 0x7FFFFFFF),
+    "float64": (np.dtype("<u8"), 0x7FFFFFFFFFFFFFFF),
 }
+
+
+def _pattern(dtype: str, bound: float) -> int:
+    """The bit pattern of the largest value of ``dtype`` within ``bound`` (the dtype's largest finite one when
+    the bound lies beyond it)."""
+    uint, _ = _UINT[dtype]
+    value = min(bound, float(np.finfo(dtype).max))
+    return int(np.array([value], dtype=np.dtype(dtype).newbyteorder("<")).view(uint)[0])
+
+
+_LIMIT = {(dtype, bound): _pattern(dtype, bound) for dtype in _UINT for bound in (MAX_QUANTITY, MAX_RESULT)}
 _KIND_BYTES = bytes(range(EOS + 1))
 
 
-def _finite_ok(arr: Any, shape: list) -> bool:
-    """``arr`` is a float Array of ``shape`` whose bytes fill it, with every value finite (what
-    ``_array(..., finite=True)`` accepts, or less: a NaN-free ``no_nan`` array holding an infinity gets False
-    here and goes to the slow checks)."""
-    return _all_finite(((arr, shape),))
-
-
-def _all_finite(arrays) -> bool:
-    """:func:`_finite_ok` for every ``(array, shape)`` of ``arrays``, with one numpy check per dtype."""
-    data: dict[str, list[bytes]] = {}
-    for arr, shape in arrays:
+def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
+    """Every ``(array, shape, bound)`` of ``arrays`` a float Array of ``shape`` whose bytes fill it, with every
+    value within ``[-bound, bound]`` (no NaN, no infinity), and every value of ``floats`` within
+    ``MAX_RESULT``. Per dtype, one numpy pass over the bytes of all its arrays gives the largest magnitude's
+    bit pattern; only when it lies beyond the smallest of their bounds are the arrays of each bound looked at
+    on their own."""
+    data: dict[str, tuple[list[bytes], list[float]]] = {}
+    for arr, shape, bound in arrays:
         if type(arr) is not Array or arr.shape != shape:
             return False
-        exp = _EXPONENT.get(arr.dtype)
-        if exp is None or len(arr.data) != math.prod(shape) * exp[0].itemsize:
+        width = _UINT.get(arr.dtype)
+        if width is None or len(arr.data) != math.prod(shape) * width[0].itemsize:
             return False
-        data.setdefault(arr.dtype, []).append(arr.data)
-    for dtype, chunks in data.items():
-        uint, bits = _EXPONENT[dtype]
+        entry = data.get(arr.dtype)
+        if entry is None:
+            data[arr.dtype] = ([arr.data], [bound])
+        else:
+            entry[0].append(arr.data)
+            entry[1].append(bound)
+    # Python floats: a finite sum has no NaN and no infinity in it (values within the bound never overflow it)
+    if floats and not (math.isfinite(sum(floats)) and -MAX_RESULT <= min(floats) and max(floats) <= MAX_RESULT):
+        return False
+    for dtype, (chunks, bounds) in data.items():
+        uint, mask = _UINT[dtype]
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if raw and int((np.frombuffer(raw, dtype=uint) & bits).max()) == bits:
-            return False
+        if not raw:
+            continue
+        patterns = np.frombuffer(raw, dtype=uint) & mask
+        if int(patterns.max()) <= _LIMIT[dtype, min(bounds)]:
+            continue
+        at = 0
+        for bound, chunk in zip(bounds, chunks):
+            size = len(chunk) // uint.itemsize
+            if size and int(patterns[at : at + size].max()) > _LIMIT[dtype, bound]:
+                return False
+            at += size
     return True
 
 
 def _on_side(values: list, kinds: bytes, kind: int) -> bool:
-    """``values`` are distinct positions whose kind is ``kind``."""
+    """``values`` are ascending positions whose kind is ``kind``."""
     if not values:
         return True
-    if _ascending_within(values, len(kinds)):  # as select writes them: distinct and within the tokens
-        return _pick(kinds, values).count(kind) == len(values)
-    if min(values) < 0 or max(values) >= len(kinds) or len(set(values)) != len(values):
-        return False
-    return all(map(kind.__eq__, map(kinds.__getitem__, values)))
+    return _ascending_within(values, len(kinds)) and _pick(kinds, values).count(kind) == len(values)
 
 
 def _fast_ok(ex: Example, stage: str) -> bool:
@@ -385,43 +496,62 @@ def _fast_ok(ex: Example, stage: str) -> bool:
     if min(starts) < 0 or max(ends) > len(ex.text) or not all(map(operator.le, starts, ends)):
         return False
     n_p, n_r = kinds.count(PROMPT), kinds.count(RESPONSE)
+    if n_r == 0:
+        return False
     need = STAGES.index(stage) if stage in STAGES else 0
     if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
         return False
 
-    arrays: list[tuple[Array, list[int]]] = []  # (array, shape) of every float array: checked together at the end
+    # (array, shape, bound) of every float array: checked together at the end
+    arrays: list[tuple[Array, list[int], float]] = []
     s = ex.scores
     if s is not None:
-        arrays += ((s.a, [n_r]), (s.c, [n_r]), (s.A, [n_r, n_p]))
+        arrays += ((s.a, [n_r], MAX_QUANTITY), (s.c, [n_r], MAX_QUANTITY), (s.A, [n_r, n_p], MAX_QUANTITY))
         if s.loss is not None:
-            arrays.append((s.loss, [n_r]))
+            arrays.append((s.loss, [n_r], MAX_QUANTITY))
         if s.B is not None:
-            arrays.append((s.B, [n_r, n_p]))
+            arrays.append((s.B, [n_r, n_p], MAX_QUANTITY))
 
     sel = ex.selection
+    u_sur = None
     if sel is not None:
         if not (0 <= sel.b_p <= t and 0 <= sel.b_r <= t):
             return False
         keep_p, keep_r = sel.prompt_keep, sel.response_keep
-        if len(keep_p) != min(sel.b_p, n_p) or len(keep_r) != min(sel.b_r, n_r):
+        protected_p, protected_r = sel.protected_prompt, sel.protected_response
+        # as _kept: the budget, or the protected tokens where they alone exceed it, at most the side's size
+        if len(keep_p) != min(max(sel.b_p, len(protected_p)), n_p) or len(keep_r) != min(
+            max(sel.b_r, len(protected_r)), n_r
+        ):
             return False
         if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
             return False
-        arrays.append((sel.response_scores, [n_r]))
-        for protected, kept in ((sel.protected_prompt, keep_p), (sel.protected_response, keep_r)):
-            if protected and (len(set(protected)) != len(protected) or not set(protected) <= set(kept)):
-                return False
-        for rho in (sel.achieved_rho_p, sel.achieved_rho_r):
-            if rho is not None and not 0.0 <= rho <= 1.0:
-                return False
-        if sel.response_weights is not None:  # (1.3) finite (with the others below) and > 0
-            arrays.append((sel.response_weights, [len(keep_r)]))
+        arrays.append((sel.response_scores, [n_r], MAX_RESULT))
+        u_sur = sel.u_sur
+        if protected_p and not (_ascending(protected_p) and set(protected_p) <= set(keep_p)):
+            return False
+        if protected_r and not (_ascending(protected_r) and set(protected_r) <= set(keep_r)):
+            return False
+        # as _rho_ok: kept / size up to rounding, nil for an empty side
+        rho = sel.achieved_rho_p
+        if rho is not None and not (n_p and 0.0 <= rho <= 1.0 and abs(rho * n_p - len(keep_p)) < 0.5):
+            return False
+        rho = sel.achieved_rho_r
+        if rho is not None and not (0.0 <= rho <= 1.0 and abs(rho * n_r - len(keep_r)) < 0.5):
+            return False
+        if sel.response_weights is not None:  # (1.3) bounded (with the others below) and > 0
+            arrays.append((sel.response_weights, [len(keep_r)], MAX_RESULT))
             if not (sel.response_weights.numpy("float64") > 0).all():
                 return False
 
-    if ex.closure is not None and not _closure_ok(ex.closure, t, kinds):
+    if ex.closure is not None and not _closure_ok(ex.closure, t, kinds, n_r, sel):
         return False
-    return not ex.references and _all_finite(arrays)  # references' arrays: the slow checks
+    for ref in ex.references.values():
+        for name in _REFERENCE_FIELDS:
+            arr = getattr(ref, name)
+            if arr is not None:
+                arrays.append((arr, [n_p if name.startswith("prompt") else n_r], MAX_QUANTITY))
+    return _all_bounded(arrays, u_sur)
 
 
 class Validator:

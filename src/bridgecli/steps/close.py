@@ -6,8 +6,9 @@ import msgspec
 import numpy as np
 
 from ..core.closure import fill_cuts, project_cuts, unit_cuts
-from ..errors import PluginError, UsageError
+from ..errors import FormatError, PluginError, UsageError
 from ..format.records import Closure, Example, Header
+from ..format.spec import MAX_RESULT
 from ..optionspec import check
 from ..registry import get
 from .common import MapArgs, map_stream, selection_of, step_record
@@ -51,6 +52,12 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
     )
     # a budget past the response changes nothing, and must not size the knapsack's table
     scores = sel.response_scores.numpy("float64")
+    if not (np.abs(scores) <= MAX_RESULT).all():  # the reader refuses them; a Python caller may not have read them
+        raise FormatError(
+            "response scores that are NaN, infinite or beyond float32's range (+-3.4e38) cannot be projected",
+            record=example.index,
+            field="selection.response_scores",
+        )
     chosen, forced = project_cuts(cuts, scores, min(sel.b_r, len(resp)), alpha, protected)
     filled: list[int] = []
     if fill:

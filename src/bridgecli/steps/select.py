@@ -8,9 +8,11 @@ import msgspec
 import numpy as np
 
 from ..core.protect import compile_patterns, protected_tokens, region
+from ..core.select import SelectionResult
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
+from ..format.spec import MAX_RESULT
 from ..hookspecs import Plan, Selector, as_selector
 from ..registry import get
 from .common import MapArgs, map_stream, selection_of, step_record
@@ -74,6 +76,7 @@ def select_example(
         )
     if (len(f_p) and not np.isin(f_p, result.prompt).all()) or (len(f_r) and not np.isin(f_r, result.response).all()):
         raise FormatError(f"selector '{method}' dropped a protected token", record=example.index)
+    check_result(result, method, example.index, len(prompt), len(resp), getattr(selector, "ascending_indices", False))
     sel = Selection(
         method=method,
         b_p=b_p,
@@ -89,6 +92,49 @@ def select_example(
         response_weights=None if result.response_weights is None else Array.of(result.response_weights),
     )
     return msgspec.structs.replace(example, selection=sel, closure=None)
+
+
+def check_result(result: SelectionResult, method: str, record: int, m: int, n: int, ascending: bool = False) -> None:
+    """What a selector returned fits the stream format, or :class:`FormatError` (no stream is written that
+    the next step refuses): indices ascending, distinct and within each side's ``m`` / ``n`` eligible
+    tokens (``ascending``: the selector guarantees it, as the built-in ones do, whose indices come from
+    ``core.topk``: the check is left out); ``n`` response scores; the response scores and U_sur values finite
+    and within float32's range (``MAX_RESULT``). The built-in selectors meet it on every stream the reader
+    accepts (docs/format.md, "Numbers"); a plugin's may not."""
+    for side, indices, size in (("prompt", result.prompt, m), ("response", result.response, n)):
+        if ascending:
+            break
+        idx = np.asarray(indices)
+        if len(idx) and (
+            idx.dtype.kind not in "iu" or idx.ndim != 1 or idx[0] < 0 or idx[-1] >= size or (idx[1:] <= idx[:-1]).any()
+        ):
+            raise FormatError(
+                f"selector '{method}' returned {side} indices that are not ascending, distinct integers in [0, {size})",
+                record=record,
+            )
+    scores = np.asarray(result.response_scores)
+    if scores.shape != (n,) or scores.dtype.kind not in "fiu":
+        raise FormatError(
+            f"selector '{method}' returned response scores of shape {list(scores.shape)} for {n} response tokens",
+            record=record,
+        )
+    bad = None
+    # a sum of squares within MAX_RESULT^2 (one dot product) bounds every value; NaN compares False
+    if (
+        n
+        and not float(scores @ scores) <= MAX_RESULT**2
+        and not (scores.min() >= -MAX_RESULT and scores.max() <= MAX_RESULT)
+    ):
+        bad = "selection.response_scores", next(float(x) for x in scores if not abs(x) <= MAX_RESULT)
+    elif not all(-MAX_RESULT <= u <= MAX_RESULT for u in result.u_sur):
+        bad = "selection.u_sur", next(float(u) for u in result.u_sur if not abs(u) <= MAX_RESULT)
+    if bad is not None:
+        raise FormatError(
+            f"selector '{method}' computed {bad[1]}, which the stream format does not allow (values lie within "
+            f"+-3.4e38, float32's range)",
+            record=record,
+            field=bad[0],
+        )
 
 
 def _finders(opts: "SelectOptions") -> tuple[list, list]:
