@@ -59,10 +59,15 @@ def ints(text: str) -> list[int]:
 
 def commit() -> str:
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -153,8 +158,17 @@ def run(args) -> None:
     from bridgecli.modeling.loading import load_model, load_tokenizer, resolve, resolve_device
 
     device = resolve_device(args.device)
-    result = {**header(device), "mode": "run", "model": args.model, "data": args.data, "limit": args.limit,
-              "max_new_tokens": args.max_new_tokens, "dtype": args.dtype, "generation": [], "end_to_end": []}
+    result = {
+        **header(device),
+        "mode": "run",
+        "model": args.model,
+        "data": args.data,
+        "limit": args.limit,
+        "max_new_tokens": args.max_new_tokens,
+        "dtype": args.dtype,
+        "generation": [],
+        "end_to_end": [],
+    }
     ref = resolve(args.model)
     start = time.perf_counter()
     tokenizer = load_tokenizer(ref)
@@ -171,10 +185,22 @@ def run(args) -> None:
                 runs = 2 if compile_ and device.startswith("cuda") else 1
                 for attempt in range(runs):
                     texts, stats, seconds = timed_generate(
-                        model, tokenizer, prompts, stop=stop, max_new_tokens=args.max_new_tokens,
-                        batch_size=batch_size, batch_tokens=budget or None, compile=compile_)
-                    row = {"batch_size": batch_size, "batch_tokens": budget or None, "compile": compile_,
-                           "attempt": attempt + 1, **summarize(len(prompts), stats, seconds)}
+                        model,
+                        tokenizer,
+                        prompts,
+                        stop=stop,
+                        max_new_tokens=args.max_new_tokens,
+                        batch_size=batch_size,
+                        batch_tokens=budget or None,
+                        compile=compile_,
+                    )
+                    row = {
+                        "batch_size": batch_size,
+                        "batch_tokens": budget or None,
+                        "compile": compile_,
+                        "attempt": attempt + 1,
+                        **summarize(len(prompts), stats, seconds),
+                    }
                     first = texts if first is None else first
                     row["same_texts_as_first"] = sum(a == b for a, b in zip(texts, first))
                     row["accuracy"] = gsm8k.summarize(gsm8k.grade(items, texts), {})["accuracy"]
@@ -195,9 +221,25 @@ def run(args) -> None:
 def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_: bool, n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval-gsm8k.json"
-        cmd = [sys.executable, "-m", "bridgecli", "eval", args.model, "--task", "gsm8k", "--data", args.data,
-               "--batch-size", str(batch_size), "--max-new-tokens", str(args.max_new_tokens), "--device", device,
-               "-o", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bridgecli",
+            "eval",
+            args.model,
+            "--task",
+            "gsm8k",
+            "--data",
+            args.data,
+            "--batch-size",
+            str(batch_size),
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--device",
+            device,
+            "-o",
+            str(out),
+        ]
         cmd += ["--limit", str(args.limit)] if args.limit else []
         cmd += ["--dtype", args.dtype] if args.dtype else []
         cmd += ["--batch-tokens", str(budget)] if budget else []
@@ -206,14 +248,20 @@ def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_:
         start = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env)
         seconds = time.perf_counter() - start
-        row = {"command": " ".join(["bridge", *cmd[3:]]), "batch_size": batch_size, "batch_tokens": budget,
-               "compile": compile_,
-               "returncode": done.returncode, "wall_seconds": round(seconds, 2),
-               "items_per_s": round(n / seconds, 2)}
+        row = {
+            "command": " ".join(["bridge", *cmd[3:]]),
+            "batch_size": batch_size,
+            "batch_tokens": budget,
+            "compile": compile_,
+            "returncode": done.returncode,
+            "wall_seconds": round(seconds, 2),
+            "items_per_s": round(n / seconds, 2),
+        }
         if done.returncode == 0:
             summary = json.loads(out.read_text())["summary"]
-            row.update(accuracy=summary["accuracy"], task_seconds=summary["seconds"],
-                       generation=summary.get("generation"))
+            row.update(
+                accuracy=summary["accuracy"], task_seconds=summary["seconds"], generation=summary.get("generation")
+            )
         else:
             row["stderr_tail"] = done.stderr[-2000:]
         return row
@@ -224,8 +272,9 @@ def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_:
 
 def old_generate_module(rev: str):
     """generate.py as it was at ``rev``, imported beside the package (its relative imports work)."""
-    text = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{GENERATE}"], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:{GENERATE}"], capture_output=True, text=True, check=True
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "generate_old.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("bridgecli.evaluation._generate_old", path)
@@ -247,7 +296,7 @@ def simulated_ids(tokenizer, data: str, rows: int, prompt: int, steps: int):
     encoded = tokenizer([answers[r % len(answers)] for r in range(rows)], add_special_tokens=False)["input_ids"]
     for r, tokens in enumerate(encoded):
         tokens = (tokens + [eos])[:steps]
-        ids[r, prompt: prompt + len(tokens)] = torch.tensor(tokens)
+        ids[r, prompt : prompt + len(tokens)] = torch.tensor(tokens)
     return ids
 
 
@@ -281,17 +330,29 @@ def criteria(args) -> None:
 
     tokenizer = load_tokenizer(resolve(args.tokenizer))
     old = old_generate_module(args.old_rev)
-    result = {**header("cpu"), "mode": "criteria", "tokenizer": args.tokenizer, "old_rev": args.old_rev,
-              "steps": args.steps, "prompt_tokens": args.prompt_tokens, "rows": []}
+    result = {
+        **header("cpu"),
+        "mode": "criteria",
+        "tokenizer": args.tokenizer,
+        "old_rev": args.old_rev,
+        "steps": args.steps,
+        "prompt_tokens": args.prompt_tokens,
+        "rows": [],
+    }
     for rows in args.batch_sizes:
         ids = simulated_ids(tokenizer, args.data, rows, args.prompt_tokens, args.steps)
         for mode, stop in (("chat (EOS only)", ()), ("plain (stop strings)", gsm8k.PLAIN_STOP)):
             new._ENDS.pop(tokenizer, None)  # the new check's per-token table starts empty, as in a fresh run
             per_old, done_old = time_criteria(old, tokenizer, ids, args.prompt_tokens, stop, tokenizer.eos_token_id)
             per_new, done_new = time_criteria(new, tokenizer, ids, args.prompt_tokens, stop, tokenizer.eos_token_id)
-            row = {"batch_size": rows, "mode": mode, "old_ms_per_step": round(1000 * per_old, 3),
-                   "new_ms_per_step": round(1000 * per_new, 3), "speedup": round(per_old / per_new, 1),
-                   "same_rows_done_at_same_steps": done_old == done_new}
+            row = {
+                "batch_size": rows,
+                "mode": mode,
+                "old_ms_per_step": round(1000 * per_old, 3),
+                "new_ms_per_step": round(1000 * per_new, 3),
+                "speedup": round(per_old / per_new, 1),
+                "same_rows_done_at_same_steps": done_old == done_new,
+            }
             result["rows"].append(row)
             print(json.dumps(row))
     write(args.json, result)
@@ -306,8 +367,12 @@ def main() -> None:
     r.add_argument("--limit", type=int, default=None, help="the first N items (default: all)")
     r.add_argument("--batch-sizes", type=ints, default=[64, 256, 1319])
     r.add_argument("--batch-tokens", type=ints, default=[0], help="token budgets to try (0: none)")
-    r.add_argument("--compile", type=lambda s: [x.strip() == "on" for x in s.split(",")], default=[False, True],
-                   help="off,on (default both)")
+    r.add_argument(
+        "--compile",
+        type=lambda s: [x.strip() == "on" for x in s.split(",")],
+        default=[False, True],
+        help="off,on (default both)",
+    )
     r.add_argument("--max-new-tokens", type=int, default=256)
     r.add_argument("--dtype", default=None, help="e.g. bfloat16 (default: the loader's)")
     r.add_argument("--device", default="auto")

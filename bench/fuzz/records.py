@@ -35,8 +35,12 @@ import fuzz_cases  # noqa: E402
 def _commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return out.stdout.strip() + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -53,13 +57,18 @@ def main(argv: list[str] | None = None) -> dict:
     commit = _commit()  # the code as the run starts
     with tempfile.TemporaryDirectory(prefix="bridge-fuzz-") as tmp:
         summary = fuzz_cases.run(args.cases, args.seed, Path(tmp))
-    summary = {"commit": commit, "date": started,
-               "command": "python bench/fuzz/records.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               **summary}
-    print(f"{args.cases} cases ({summary['command_runs']} command runs over {summary['mutations']} mutations and "
-          f"the extreme valid streams) in {summary['seconds']} s: {summary['outcomes']}, "
-          f"{summary['tracebacks']} tracebacks, {summary['exit_0_on_a_broken_stream']} exit 0 on a broken stream, "
-          f"{summary['failures']} cases not as they must end")
+    summary = {
+        "commit": commit,
+        "date": started,
+        "command": "python bench/fuzz/records.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        **summary,
+    }
+    print(
+        f"{args.cases} cases ({summary['command_runs']} command runs over {summary['mutations']} mutations and "
+        f"the extreme valid streams) in {summary['seconds']} s: {summary['outcomes']}, "
+        f"{summary['tracebacks']} tracebacks, {summary['exit_0_on_a_broken_stream']} exit 0 on a broken stream, "
+        f"{summary['failures']} cases not as they must end"
+    )
     for case in summary["first_failures"]:
         print(json.dumps(case), file=sys.stderr)
     if args.output:
