@@ -265,9 +265,7 @@ def _check_each(ex: Example, stage: str) -> None:
             if not _rho_ok(rho, kept, size):
                 raise _Bad(f"selection.{name}", f"{rho} is not {kept} kept / {size} tokens")
         if sel.response_weights is not None:
-            w = _array(
-                "selection.response_weights", sel.response_weights, (len(sel.response_keep),), bound=MAX_RESULT
-            )
+            w = _array("selection.response_weights", sel.response_weights, (len(sel.response_keep),), bound=MAX_RESULT)
             if (w <= 0).any():
                 raise _Bad("selection.response_weights", "holds a weight <= 0")
 
