@@ -32,6 +32,9 @@ case "$phase" in
     mkdir -p /tmp/data && cp -r .carry/data/. /tmp/data/
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
     python3 -m bridgecli --version
+    for cmd in warmup score select close compact train eval reference inspect; do  # every import path, before any work
+      python3 -m bridgecli "$cmd" --help > /dev/null || { echo "device_grid.sh: bridge $cmd --help failed" >&2; exit 1; }
+    done
     exit 0 ;;
   stash) python3 bench/results/carry_file.py stash "$@"; exit $? ;;
   export)  # the grid's shared marks, results and compacted rows, for a later machine ($OUT/grid-carry.tar.zst*)
