@@ -43,6 +43,7 @@
 #   ANSWER_LOSS [0]   1: the answer-span loss (`eval --task answer-loss`) on GSM8K test and MATH-500
 #   GEN_BATCH [EVAL_BATCH]   generation batch size for the accuracy tasks
 #   IMPORTANCE_OPTIONS ["floor=0.5 by=abs"]   --option words of the importance and tilt rows
+#   TRAIN_OPTIONS [empty]   more `bridge train` flags, e.g. --no-packing
 #   PREPARE_ONLY [0]   1: every job stops after its compacted rows (no training, no evaluation, nothing
 #                      recorded): selections made on one machine, carried to the next (device_grid.sh export)
 #   EVAL_BATCH [32 on a GPU, 4 on CPU], EVAL_DTYPE [float32]   (eval and reference passes)
@@ -92,6 +93,7 @@ GEN_TOKENS=${GEN_TOKENS:-256}
 MATH_GEN_TOKENS=${MATH_GEN_TOKENS:-512}
 IMPORTANCE_OPTIONS=${IMPORTANCE_OPTIONS:-"floor=0.5 by=abs"}
 PREPARE_ONLY=${PREPARE_ONLY:-0}
+TRAIN_OPTIONS=${TRAIN_OPTIONS:-}
 EPOCHS=${EPOCHS:-1}
 MAX_STEPS=${MAX_STEPS:-}
 BATCH_SIZE=${BATCH_SIZE:-16}
@@ -341,7 +343,7 @@ for job in $GRID_JOBS; do
       [ "$PREPARE_ONLY" = 1 ] && continue  # the selection and its rows only (carried to a later machine)
       step "$run/train" bridge train "$out/$sel/train.jsonl" -o "$out/$run/model" "${schedule[@]}" \
         --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --lr "$LR" --seed "$seed" \
-        --save-every "$SAVE_EVERY" --resume
+        --save-every "$SAVE_EVERY" --resume $TRAIN_OPTIONS
       evaluate "$out/$run/model" "$run"
       record "$method" "$rho" "$seed" "$run" "$sel"
       [ "$KEEP_CHECKPOINTS" = 1 ] || rm -rf "$out/$run/model/checkpoints"  # the final model stays
