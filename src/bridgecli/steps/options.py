@@ -41,15 +41,11 @@ from ..artifacts.train_run import DEFAULT_TRAIN_DIR
 from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
 from ..evaluation.tasks import EvalOptions
 from ..training.config import CHECKPOINT_PANEL, LR_FULL, SFTConfig
+from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS
+from ..training.layouts import help_text as layouts_help
 
-#: ``bridge compact --format`` and ``--columns`` (column -> arrow type name)
+#: ``bridge compact --format``
 FORMATS = ("jsonl", "parquet", "hf", "text")
-PRESETS = {
-    "trl": {"id": "string", "input_ids": "int64", "labels": "int64", "tokenizer_fingerprint": "string"},
-    "axolotl": {"input_ids": "int64", "attention_mask": "int8", "labels": "int64"},
-    "torchtune": {"tokens": "int64", "mask": "bool"},
-    "loss-mask": {"input_ids": "int64", "loss_mask": "int8"},
-}
 TOKENIZER_CHECKS = ("strict", "vocab")
 FROM_HELP = "Warmup run folder (default: runs/warmup)."
 
@@ -281,13 +277,8 @@ class CompactOptions:
         f"{', '.join(FORMATS)}: JSONL rows, a Parquet file, a datasets save_to_disk folder, or a human view.",
         choices=FORMATS,
     )
-    columns: str = option(
-        "trl",
-        f"Columns for a trainer: {', '.join(PRESETS)} (trl: id, input_ids, labels; "
-        "axolotl: input_ids, attention_mask, labels; torchtune: tokens, mask (True = no "
-        "loss); loss-mask: input_ids, loss_mask (1 = loss)).",
-        choices=tuple(PRESETS),
-    )
+    #: a trainer's column layout (bridgecli/training/layouts.py)
+    columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
     #: processes for the per-example work (steps/workers.py)
