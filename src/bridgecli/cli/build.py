@@ -98,7 +98,7 @@ def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
         spec: Spec = f.metadata["option"]
         default = group.defaults[f.name] if f.name in group.defaults else _default(f)
         help = group.help.get(f.name, spec.help)
-        if group.prefix:
+        if group.prefix and help:
             help = f"{group.prefix}{help[0].lower()}{help[1:]}"
         name = _name(spec, f.name)
         tp = _cli_type(hints[f.name], spec)

@@ -54,7 +54,6 @@ FROM_HELP = "Warmup run folder (default: runs/warmup)."
 
 #: warmup's SFT defaults: one epoch, one micro-batch per step (the learning rate: full fine-tuning's)
 WARMUP_SFT_DEFAULTS: dict[str, Any] = {"epochs": 1.0, "grad_accum": 1, "lr": LR_FULL}
-WARMUP_SFT = SFTConfig(**WARMUP_SFT_DEFAULTS)
 #: where warmup words an SFT setting its own way (the rest is `bridge train`'s help)
 WARMUP_SFT_HELP = {
     "epochs": "Warmup epochs over the warm split.",
