@@ -39,6 +39,7 @@ BAD = [
     (["train"], ["x.jsonl", "--max-length", "0"], 2, "--max-length"),
     (["eval"], ["runs/x", "--few-shot", "-1"], 2, "--few-shot"),
     (["eval"], ["runs/x", "--task", ","], 2, "--task"),
+    (["eval"], ["runs/x", "--dtype", "int8"], 2, "--dtype must be one of float32, bfloat16, float16, float64"),
     (["compare"], ["runs/x", "--target"], 2, "--target"),
     (["inspect"], ["x.bridge", "--png"], 2, "--png"),
     (["show"], ["x.bridge", "--index", "first"], 2, "--index"),

@@ -15,6 +15,8 @@ from bridgecli.errors import UsageError
 from bridgecli.steps import compact as compact_mod
 from bridgecli.steps.compact import CompactOptions, run_compact
 from bridgecli.steps.train import read_rows
+from bridgecli.training.layouts import LAYOUTS, Layout, register
+from bridgecli.training.rows import Row
 
 datasets = pytest.importorskip("datasets")
 
@@ -47,32 +49,56 @@ def load(out: Path, fmt: str):
                                  cache_dir=str(out.parent / "cache"))
 
 
-COLUMNS = {"trl": ["id", "input_ids", "labels", "tokenizer_fingerprint"], "axolotl": ["input_ids", "attention_mask", "labels"],
-           "torchtune": ["tokens", "mask"], "loss-mask": ["input_ids", "loss_mask"]}
-
-
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])
-@pytest.mark.parametrize("columns", list(COLUMNS))
-def test_every_preset_and_format_carries_the_same_rows(tmp_path, reference, fmt, columns):
+@pytest.mark.parametrize("columns", list(LAYOUTS))
+def test_every_layout_and_format_carries_the_same_rows(tmp_path, reference, fmt, columns):
+    """Every registered layout, in every format: exactly its columns, and its trainer's reading of each
+    row (``Layout.read``) gives back the token ids and labels of the default rows."""
+    layout = LAYOUTS[columns]
     ds = load(write(tmp_path, fmt, columns), fmt)
-    assert sorted(ds.column_names) == sorted(COLUMNS[columns]) and len(ds) == len(reference)
+    assert sorted(ds.column_names) == sorted(layout.columns) and len(ds) == len(reference)
     for got, ref in zip(ds, reference):
-        ids, labels = ref["input_ids"], ref["labels"]
-        if columns == "trl":
-            assert got == ref
-        elif columns == "axolotl":
-            assert got == {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": labels}
-        elif columns == "torchtune":
-            assert got["tokens"] == ids and all(isinstance(m, bool) for m in got["mask"])
-            # torchtune's SFTTransform: labels = np.where(mask, CROSS_ENTROPY_IGNORE_IDX, tokens)
-            assert list(np.where(got["mask"], IGNORE, got["tokens"])) == labels
-        else:
-            assert got["input_ids"] == ids and set(got["loss_mask"]) <= {0, 1}
-            assert [t if m else IGNORE for t, m in zip(got["input_ids"], got["loss_mask"])] == labels
+        assert layout.read(got) == (ref["input_ids"], ref["labels"])
+        assert got == layout.record(Row(ref["id"], ref["input_ids"], ref["labels"]), ref["tokenizer_fingerprint"])
     meta = json.loads(Path(str(tmp_path / {"jsonl": "rows.jsonl", "parquet": "rows.parquet", "hf": "rows"}[fmt])
                            + ".bridge.json").read_text())
-    assert meta["format"] == fmt and meta["columns"] == COLUMNS[columns] and meta["rows"] == 3
+    assert meta["format"] == fmt and meta["columns"] == list(layout.columns) and meta["rows"] == 3
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file or folder left
+
+
+def test_the_layouts_conventions(reference):
+    """What each trainer expects, as its documentation states it: TRL the labels as given; axolotl
+    exactly input_ids, attention_mask (all 1), labels; torchtune a boolean mask, True where no loss is
+    taken (its SFTTransform: labels = np.where(mask, CROSS_ENTROPY_IGNORE_IDX, tokens)); a 0/1 loss mask,
+    1 where the token is a target. The command line's choices and help come from the same entries."""
+    from bridgecli.steps.options import CompactOptions as Options
+    from bridgecli.optionspec import field_of
+
+    assert list(LAYOUTS) == ["trl", "axolotl", "torchtune", "loss-mask"]
+    for ref in reference:
+        row = Row(ref["id"], ref["input_ids"], ref["labels"])
+        ids, labels = ref["input_ids"], ref["labels"]
+        assert LAYOUTS["trl"].record(row, ref["tokenizer_fingerprint"]) == ref
+        assert LAYOUTS["axolotl"].record(row, "") == {"input_ids": ids, "attention_mask": [1] * len(ids),
+                                                     "labels": labels}
+        tune = LAYOUTS["torchtune"].record(row, "")
+        assert tune["tokens"] == ids and all(isinstance(m, bool) for m in tune["mask"])
+        assert list(np.where(tune["mask"], IGNORE, tune["tokens"])) == labels
+        mask = LAYOUTS["loss-mask"].record(row, "")["loss_mask"]
+        assert set(mask) <= {0, 1} and [t if m else IGNORE for t, m in zip(ids, mask)] == labels
+    spec, default = field_of(Options, "columns")
+    assert spec.choices == tuple(LAYOUTS) and default == "trl"
+    assert all(f"{name}: {layout.summary}" in spec.help for name, layout in LAYOUTS.items())
+    assert [name for name, layout in LAYOUTS.items() if layout.weights] == ["trl"]
+
+
+def test_a_layout_is_checked_when_registered():
+    with pytest.raises(ValueError, match="already registered"):
+        register(LAYOUTS["trl"])
+    bad = Layout("x", {"input_ids": "int32"}, lambda row, fp: {}, lambda record: ([], []), "input_ids")
+    with pytest.raises(ValueError, match="unknown column types"):
+        register(bad)
+    assert "x" not in LAYOUTS
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])

@@ -1,16 +1,20 @@
 """Option fields, declared once. Each step's options type (a dataclass in steps/ or training/config.py)
-declares every option with :func:`option`: its default, its help text, its flags and its range. The
-command line reads defaults and help from there (``cli/options.py``); the step checks the values with
-:func:`check`, so a Python caller of a step gets the same one-line :class:`UsageError` (exit 2) as the
-command line. Torch-free and import-light: the CLI builds its help from it."""
+declares every option with :func:`option`: its default, its help text, its flags and its range, and
+how the command line shows it (an argument, a panel, a value label). A field that holds another
+options type (the data options, the SFT settings, fidelity's source) is declared with :func:`group`:
+its option fields are flags of the same command. ``cli/build.py`` makes each command from its options
+type alone, the way TRL's ``HfArgumentParser`` makes a parser from dataclasses; the step checks the
+values with :func:`check`, so a Python caller of a step gets the same one-line :class:`UsageError`
+(exit 2) as the command line. Torch-free and import-light: the CLI builds its help from it."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import MISSING, dataclass
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from .errors import UsageError
 
@@ -138,6 +142,18 @@ SEED = count(0, MAX_SEED)
 
 
 @dataclass(frozen=True)
+class Parse:
+    """How the command line spells a field whose value is not one value of the field's own type: the
+    type the command line reads (``list[str]``, ``str``), the function from that to the field's value
+    (given the flag, for its one-line error) and, where the default is not shown as it is, the
+    function from the field's default to what ``--help`` shows."""
+
+    type: Any
+    value: Callable[[Any, str], Any]
+    text: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
 class Spec:
     """What the command line and the checks need to know about one option field."""
 
@@ -146,6 +162,15 @@ class Spec:
     range: Range | None = None
     choices: tuple[str, ...] | None = None
     optional: bool = False  # None is allowed (meaning "not set" / "the default rule")
+    #: a positional argument (required when the field has no default); ``flags``, if given, holds its
+    #: one name (``("input",)``)
+    argument: bool = False
+    metavar: str | None = None  # what --help shows for the value (default: TEXT, INTEGER, FLOAT, PATH)
+    panel: str | None = None  # the --help panel that lists it (default: Options)
+    #: the parser refuses an integer outside ``range`` itself and --help shows the range
+    #: (``INTEGER RANGE [x>=1]``); otherwise the step's check does, with the same message for Python callers
+    show_range: bool = False
+    parse: Parse | None = None
 
     def label(self, name: str) -> str:
         """How errors name the option: ``-T/--rounds``, ``--rho-p``."""
@@ -162,6 +187,11 @@ def option(
     range: Range | None = None,
     choices: tuple[str, ...] | list[str] | None = None,
     optional: bool | None = None,
+    argument: bool = False,
+    metavar: str | None = None,
+    panel: str | None = None,
+    show_range: bool = False,
+    parse: Parse | None = None,
 ) -> Any:
     """A dataclass field that is also a command-line option (see the module docstring)."""
     spec = Spec(
@@ -169,11 +199,76 @@ def option(
         flags=tuple(flags),
         range=range,
         choices=tuple(choices) if choices else None,
-        optional=default is None if optional is None else optional,
+        optional=(default is None and factory is MISSING) if optional is None else optional,
+        argument=argument,
+        metavar=metavar,
+        panel=panel,
+        show_range=show_range,
+        parse=parse,
     )
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata={"option": spec})
     return dataclasses.field(default=default, metadata={"option": spec})
+
+
+@dataclass(frozen=True)
+class Group:
+    """A field holding another options type whose option fields are flags of the same command."""
+
+    #: its fields that are flags here (None: every option field), less ``exclude``
+    only: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    #: defaults of its fields where this type sets them its own way (warmup: one epoch)
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: help of its fields where this type words them its own way
+    help: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: put before each of its flags' help, first letter lowered (``--compare: ``)
+    prefix: str = ""
+    panel: str | None = None  # the --help panel of its flags (where a field names none)
+    #: an optional group (None unless turned on): the flag that turns it on; its fields' flags then
+    #: default to None (shown as "16 with --lora"), and ``build(on, **values)`` makes the field's value
+    switch: Spec | None = None
+    build: Callable[..., Any] | None = None
+
+    def fields(self, cls: type) -> list[dataclasses.Field]:
+        """The option fields and groups of ``cls`` that are flags here, in their order."""
+        return [
+            f
+            for f in dataclasses.fields(cls)
+            if ("option" in f.metadata or "group" in f.metadata)
+            and (self.only is None or f.name in self.only)
+            and f.name not in self.exclude
+        ]
+
+
+def group(
+    cls: type | None = None,
+    *,
+    default: Any = MISSING,
+    only: tuple[str, ...] | None = None,
+    exclude: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
+    help: Mapping[str, str] | None = None,
+    prefix: str = "",
+    panel: str | None = None,
+    switch: Spec | None = None,
+    build: Callable[..., Any] | None = None,
+) -> Any:
+    """A dataclass field holding the options type ``cls`` (see :class:`Group`): its default is
+    ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
+    spec = Group(
+        only=only,
+        exclude=exclude,
+        defaults=dict(defaults or {}),
+        help=dict(help or {}),
+        prefix=prefix,
+        panel=panel,
+        switch=switch,
+        build=build,
+    )
+    if cls is not None:
+        return dataclasses.field(default_factory=functools.partial(cls, **spec.defaults), metadata={"group": spec})
+    return dataclasses.field(default=default, metadata={"group": spec})
 
 
 def field_of(cls: type, name: str) -> tuple[Spec, Any]:
@@ -208,27 +303,99 @@ def check(opts: Any, *, prefix: str = "") -> None:
             _fail(flag, value, f"one of {', '.join(spec.choices)}")
 
 
+# -- what the command line reads as text --------------------------------------------------------
+
+
+def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item is a usage error."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def number_list(text: str, flag: str) -> tuple[float, ...]:
+    """``"1.0,0.5"`` (a comma-separated ``--flag``) as numbers; anything else is a usage error."""
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+
+
+def names(values: list[str] | None) -> list[str]:
+    """Comma-separated or repeated names (``--task gsm8k,math --task mmlu``) as one list."""
+    out: list[str] = []
+    for value in values or []:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+#: a repeatable ``--flag KEY=VALUE`` read into a dict
+KEY_VALUES = Parse(list[str], key_values)
+#: comma-separated numbers (``--levels 1.0,0.5``), shown as such
+NUMBERS = Parse(str, number_list, lambda values: ",".join(map(str, values)))
+#: comma-separated or repeated names (``--task gsm8k,math --task mmlu``)
+NAMES = Parse(list[str], lambda values, flag: names(values))
+
+# -- fields several commands share -------------------------------------------------------------
+
+INPUT_HELP = "Input bridge stream ('-' for stdin)."
+OUTPUT_HELP = "Output bridge stream ('-' for stdout)."
+
+
+def stream_input() -> Any:
+    """The input bridge stream: the command's argument INPUT, stdin by default."""
+    return option("-", INPUT_HELP, "input", argument=True)
+
+
+def stream_output() -> Any:
+    """The output bridge stream: ``-o/--output``, stdout by default."""
+    return option("-", OUTPUT_HELP, "--output", "-o")
+
+
+def workers(help: str = WORKERS_HELP) -> Any:
+    """``--workers N``: processes for the per-example work."""
+    return option(1, help, "--workers", range=count(), show_range=True)
+
+
 __all__ = [
     "ALLOW_EMPTY_HELP",
     "DEVICE_HELP",
     "FRACTION",
+    "INPUT_HELP",
+    "KEY_VALUES",
     "MAX_COUNT",
     "MAX_LAYERS",
     "MAX_ROUNDS",
     "MAX_SEED",
     "MODEL_HELP",
+    "NAMES",
+    "NUMBERS",
+    "OUTPUT_HELP",
     "RETENTION",
     "SEED",
     "SEED_HELP",
     "WORKERS_HELP",
+    "Group",
+    "Parse",
     "Range",
     "Spec",
     "check",
     "count",
     "field_of",
+    "group",
     "integer",
-    "switch",
+    "key_values",
+    "names",
     "number",
+    "number_list",
     "option",
     "real",
+    "stream_input",
+    "stream_output",
+    "switch",
+    "workers",
 ]

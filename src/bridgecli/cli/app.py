@@ -8,27 +8,25 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-import typer.core
-
-try:  # Typer >= 0.20 carries its own copy of click
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError
-except ImportError:  # pragma: no cover - an older Typer on the installed click
-    from click.exceptions import NoArgsIsHelpError, UsageError as ClickUsageError  # type: ignore[assignment]
 
 from .. import __version__
 from ..errors import BridgeError
 from ..io import guarded_stdout, silence_stdout, write_error
 from . import commands
-from .labels import install as _plain_labels
-
-_plain_labels()
+from .labels import Command, Group
 
 
-class _OneLineErrors(typer.core.TyperGroup):
+class _OneLineErrors(Group):
     """Click's own usage errors (an unknown flag, a value that is not a number, a missing argument)
     reported like every other error: one line, ``bridge CMD: error: ...``, exit 2."""
 
     def make_context(self, info_name, args, parent=None, **extra):
+        if not args and self.no_args_is_help:  # `bridge` or `bridge analyze` alone: Click shows the help
+            try:
+                return super().make_context(info_name, args, parent=parent, **extra)
+            except typer.TyperException as err:
+                setattr(err, _HELP, True)
+                raise
         with _one_line(None):
             return super().make_context(info_name, args, parent=parent, **extra)
 
@@ -44,15 +42,16 @@ class _OneLineErrors(typer.core.TyperGroup):
 
 
 _PATH = "bridgecli.command_path"
+_HELP = "_bridgecli_shows_help"
 
 
 @contextlib.contextmanager
 def _one_line(ctx):
     try:
         yield
-    except NoArgsIsHelpError:  # `bridge` or `bridge analyze` alone: the help
-        raise
-    except ClickUsageError as err:
+    except typer.TyperException as err:  # Click's exceptions (Typer's public base class of them)
+        if getattr(err, _HELP, False) or not _usage_error(err):
+            raise
         names, where = [], err.ctx
         while where is not None and where.parent is not None:  # the root is `bridge` however it was run
             names.insert(0, where.info_name)
@@ -63,6 +62,11 @@ def _one_line(ctx):
         message = " ".join(err.format_message().split())
         sys.stderr.write(f"{path}: error: {message} (see {path} --help)\n")
         raise typer.Exit(err.exit_code) from None
+
+
+def _usage_error(err: Exception) -> bool:
+    """Click's usage errors (exit 2, with the context they arose in), told by their public attributes."""
+    return getattr(err, "exit_code", None) == 2 and hasattr(err, "ctx") and hasattr(err, "format_message")
 
 
 app = typer.Typer(
@@ -105,7 +109,7 @@ def _reporting(name: str, fn):
 
 
 for _name, _fn in commands.COMMANDS:
-    app.command(_name)(_reporting(_name, _fn))
+    app.command(_name, cls=Command)(_reporting(_name, _fn))
 for _name, _build in commands.GROUPS:
     app.add_typer(_build(_reporting), name=_name, cls=_OneLineErrors)
 

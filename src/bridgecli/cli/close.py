@@ -1,17 +1,12 @@
 from __future__ import annotations
 
-from ..steps.close import CloseOptions as C
-from ..steps.close import run_close
-from .options import InputArg, StreamOut, opt, shown_range
+from ..steps.options import CloseOptions
+from .build import command
 
 
-def close(
-    input: InputArg = "-",
-    output: StreamOut = "-",
-    segmenter: str = opt(C, "segmenter"),
-    alpha: float = opt(C, "alpha"),
-    fill: bool = opt(C, "fill", "--fill/--no-fill"),
-    workers: int = opt(C, "workers", "--workers", **shown_range(C, "workers")),
-):
+@command(CloseOptions)
+def close(opts: CloseOptions) -> None:
     """Project the response selection onto whole structural units (exact knapsack under b_r)."""
-    run_close(C(inp=input, out=output, segmenter=segmenter, alpha=alpha, fill=fill, workers=workers))
+    from ..steps.close import run_close
+
+    run_close(opts)

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -9,7 +8,8 @@ from rich.table import Table
 
 from ..display import markup, printable
 from ..steps.inspect import summarize
-from .options import InputArg
+from ..steps.options import InspectOptions
+from .build import command
 
 
 def _fmt(v) -> str:
@@ -22,28 +22,16 @@ def _fmt(v) -> str:
     return markup(v)
 
 
-def inspect(
-    input: InputArg = "-",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
-    stats: Annotated[
-        bool,
-        typer.Option(
-            "--stats",
-            help="Distributions instead: kept ratios per side, U_sur gain "
-            "over rounds, closure unit sizes, and retention per token "
-            "class (answer, digits, math, words, space/punct).",
-        ),
-    ] = False,
-    png: Annotated[Optional[str], typer.Option(help="With --stats: also draw their histograms into this PNG.")] = None,
-):
+@command(InspectOptions)
+def inspect(opts: InspectOptions) -> None:
     """Header and summary of a bridge stream, human readable."""
-    if stats or png:
+    if opts.stats or opts.png:
         from ..analysis.stats import run_stats
 
-        run_stats(input, as_json=as_json, png=png)
+        run_stats(opts.inp, as_json=opts.as_json, png=opts.png)
         return
-    info = summarize(input)
-    if as_json:
+    info = summarize(opts.inp)
+    if opts.as_json:
         typer.echo(json.dumps(info, indent=2))
         return
     console = Console(emoji=False)  # :name: in the data stays as it is

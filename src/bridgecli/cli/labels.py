@@ -1,10 +1,19 @@
 """Plain type labels in ``--help``: TEXT, INTEGER, FLOAT, PATH (as click writes them) instead of the
-Python annotations Typer shows (``<list[str]>``, ``<str>``, ``<bool>`` on a flag)."""
+Python annotations Typer shows (``<list[str]>``, ``<str>``, ``<bool>`` on a flag), and ``MODEL...``
+instead of ``{model}...`` on the usage line.
+
+Through Typer's public classes only: :class:`Command` and :class:`Group` (given to Typer as ``cls``)
+turn their parameters (Click's public ``get_params``) into :class:`PlainOption` and :class:`PlainArgument`, subclasses of
+``typer.core.TyperOption`` and ``TyperArgument`` that override the public ``display_type`` and
+``get_usage_pieces``. Were a Typer upgrade to drop those methods, the labels would only go back to
+Typer's own."""
 
 from __future__ import annotations
 
-import functools
 import re
+from typing import Any
+
+import typer.core
 
 _NAMES = {
     "str": "TEXT",
@@ -36,32 +45,43 @@ def clean(label: str | None) -> str | None:
     return inner.upper() if inner.isidentifier() else inner
 
 
-def install() -> None:
-    """Patch Typer's parameter classes once so every command's help shows the plain labels (flags
-    show none)."""
-    try:
-        from typer.core import _TyperParameter
-    except ImportError:  # another Typer: keep its labels
-        return
-    if getattr(_TyperParameter.display_type, "_bridge", False):
-        return
-    original = _TyperParameter.display_type
-
-    @functools.wraps(original)
-    def display_type(self, ctx):
-        if getattr(self, "is_flag", False):  # --resume, --tf32/--no-tf32, --help: no value to label
+class PlainOption(typer.core.TyperOption):
+    def display_type(self, ctx: Any) -> Any:
+        if self.is_flag:  # --resume, --tf32/--no-tf32, --help: no value to label
             return None
-        return clean(original(self, ctx))
+        return clean(super().display_type(ctx))
 
-    display_type._bridge = True  # type: ignore[attr-defined]  # a marker on the wrapper: patched once
-    _TyperParameter.display_type = display_type  # type: ignore[method-assign]  # patching typer's label
 
-    from typer.core import TyperArgument
+class PlainArgument(typer.core.TyperArgument):
+    def display_type(self, ctx: Any) -> Any:
+        return clean(super().display_type(ctx))
 
-    def usage_name(self) -> str:  # "eval [OPTIONS] MODEL...", not "{model}..."
+    def get_usage_pieces(self, ctx: Any) -> list[str]:  # "eval [OPTIONS] MODEL...", not "{model}..."
         name = self.metavar or (self.name or "").upper()
         name = name if self.required else f"[{name}]"
-        return name + ("..." if self.nargs != 1 else "")
+        return [name + ("..." if self.nargs != 1 else "")]
 
-    if hasattr(TyperArgument, "_usage_display_name"):
-        TyperArgument._usage_display_name = usage_name  # type: ignore[method-assign]  # patching typer's usage line
+
+def plain(params: list | None) -> list | None:
+    """``params`` with Typer's options and arguments made :class:`PlainOption` and :class:`PlainArgument`
+    (the same objects: only their class changes, to a subclass that adds no state)."""
+    for param in params or []:
+        if type(param) is typer.core.TyperOption:
+            param.__class__ = PlainOption
+        elif type(param) is typer.core.TyperArgument:
+            param.__class__ = PlainArgument
+    return params
+
+
+class Command(typer.core.TyperCommand):
+    """A command whose help shows the plain labels."""
+
+    def get_params(self, ctx: Any) -> list:
+        return plain(super().get_params(ctx)) or []
+
+
+class Group(typer.core.TyperGroup):
+    """A group whose help shows the plain labels."""
+
+    def get_params(self, ctx: Any) -> list:
+        return plain(super().get_params(ctx)) or []

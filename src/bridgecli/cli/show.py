@@ -1,17 +1,11 @@
 from __future__ import annotations
 
-from typing import Optional
-
-from ..steps.options import ShowOptions as S
-from .options import InputArg, opt
+from ..steps.options import ShowOptions
+from .build import command
 
 
-def show(
-    input: InputArg = "-",
-    index: Optional[int] = opt(S, "index", metavar="K"),
-    id: Optional[str] = opt(S, "id"),
-    html: Optional[str] = opt(S, "html", metavar="OUT.html"),
-):
+@command(ShowOptions)
+def show(opts: ShowOptions) -> None:
     """Show what a selection keeps: dropped prompt tokens struck through, supervised response tokens
     highlighted by score, closure units delimited by ⟦ ⟧.
 
@@ -25,12 +19,12 @@ def show(
     from ..progress import note
     from ..steps.show import run_show
 
-    view = run_show(S(inp=input, index=index, id=id, html=html))
+    view = run_show(opts)
     console = Console(highlight=False)
     if console.is_terminal and not console.no_color and console.color_system is not None:
         console.print(render_terminal(view))
     else:
         sys.stdout.write(render_plain(view))
         sys.stdout.flush()
-    if html:
-        note(f"wrote {html}")
+    if opts.html:
+        note(f"wrote {opts.html}")

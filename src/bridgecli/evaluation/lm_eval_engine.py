@@ -492,15 +492,8 @@ def evaluate(
     """:func:`bridgecli.evaluation.run.evaluate`'s signature and result (``{"task", "summary", "items"}``),
     with lm-eval running the task. Options that only generation or code tasks use are accepted and
     ignored; ``journal`` too (lm-eval's scores are not journaled: ``--resume`` keeps finished tasks only)."""
-    from .run import check_numbers
+    from ..optionspec import check
 
-    check_numbers(
-        limit=limit,
-        few_shot=few_shot,
-        batch_size=batch_size,
-        max_new_tokens=_ignored.get("max_new_tokens"),
-        code_timeout=_ignored.get("code_timeout", 10.0),
-    )
     options = EvalOptions(
         data=str(data),
         limit=limit,
@@ -510,6 +503,7 @@ def evaluate(
         chat_template=chat_template,
         progress=progress,
     )
+    check(options)
     start = time.perf_counter()
     run = run_task(model, tokenizer, task, options)
     summary = dict(run["summary"])

@@ -12,6 +12,7 @@ from rich.table import Table
 from .. import registry
 from ..errors import PluginError, UsageError
 from ..io import atomic_path
+from ..optionspec import check
 from .journal import Journal, check_same_request, recording
 from .tasks import EvalOptions
 
@@ -22,49 +23,19 @@ def evaluate(
     task: str,
     data: str,
     *,
-    limit: int | None = None,
-    few_shot: int = 0,
-    few_shot_data: str | None = None,
-    batch_size: int = 8,
-    batch_tokens: int | None = None,
-    compile: bool = False,
-    max_new_tokens: int | None = None,
-    chat_template: bool | None = None,
-    progress: bool = True,
-    code_timeout: float = 10.0,
-    allow_code_execution: bool = False,
-    unsafe_code_execution: bool = False,
     journal: Journal | None = None,
+    **settings: Any,
 ) -> dict[str, Any]:
     """Run the eval task registered as ``task`` on ``data``: ``{"task", "summary", "items"}``.
+    ``settings`` are the fields of :class:`~bridgecli.evaluation.tasks.EvalOptions` (``limit``,
+    ``few_shot``, ``batch_size``, ...; checked against their declared ranges first).
 
     ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
     With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
     it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
-    check_numbers(
-        limit=limit,
-        few_shot=few_shot,
-        batch_size=batch_size,
-        max_new_tokens=max_new_tokens,
-        code_timeout=code_timeout,
-        batch_tokens=batch_tokens,
-    )
+    options = EvalOptions(data=str(data), **settings)
+    check(options)
     entry = registry.get("eval_task", task)
-    options = EvalOptions(
-        data=str(data),
-        limit=limit,
-        few_shot=few_shot,
-        few_shot_data=few_shot_data,
-        batch_size=batch_size,
-        batch_tokens=batch_tokens,
-        compile=compile,
-        max_new_tokens=max_new_tokens,
-        chat_template=chat_template,
-        progress=progress,
-        code_timeout=code_timeout,
-        allow_code_execution=allow_code_execution,
-        unsafe_code_execution=unsafe_code_execution,
-    )
     start = time.perf_counter()
     with recording(journal):
         run = entry.obj(model, tokenizer, options)
@@ -75,26 +46,6 @@ def evaluate(
     summary.setdefault("task", task)
     summary.setdefault("seconds", round(seconds, 3))
     return {"task": task, "summary": summary, "items": list(run["items"])}
-
-
-def check_numbers(
-    *,
-    limit: int | None,
-    few_shot: int,
-    batch_size: int,
-    max_new_tokens: int | None,
-    code_timeout: float,
-    batch_tokens: int | None = None,
-) -> None:
-    """The numeric options of ``bridge eval`` in their ranges (UsageError, exit 2)."""
-    from ..steps import params
-
-    params.integer("--limit", limit, optional=True)
-    params.integer("--few-shot", few_shot, low=0, high=1000)
-    params.integer("--batch-size", batch_size)
-    params.integer("--batch-tokens", batch_tokens, optional=True)
-    params.integer("--max-new-tokens", max_new_tokens, optional=True)
-    params.real("--code-timeout", code_timeout, low=0, high=86400, low_open=True)
 
 
 def default_data(task: str) -> str | None:

@@ -14,30 +14,8 @@ from ..format.reader import open_reader
 from ..format.records import Example, Header, Selection, Step
 from ..format.spec import STAGES
 from ..format.writer import open_writer
+from ..optionspec import key_values, number_list  # noqa: F401  (re-exported: the steps' text parsers)
 from ..progress import progress_bar
-
-
-def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
-    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item is a usage error."""
-    from ..errors import UsageError
-
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def number_list(text: str, flag: str) -> tuple[float, ...]:
-    """``"1.0,0.5"`` (a comma-separated ``--flag``) as numbers; anything else is a usage error."""
-    from ..errors import UsageError
-
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(f"{flag} must be comma-separated numbers, got {text!r}") from None
 
 
 def plugin_spec(spec: str, flag: str) -> tuple[str, dict[str, str]]:

@@ -1,14 +1,9 @@
 """``bridge compact``: the training rows BRIDGE executes (compacted prompt + full response).
 
 Rows go out as JSONL (stdout or a file), Parquet, or a ``datasets`` ``save_to_disk`` folder
-(``hf``), with the columns a trainer expects (``--columns``; token-aligned, unshifted: entry ``i``
-belongs to token ``i``, and the trainer shifts):
-
-- ``trl`` (default): ``id``, ``input_ids``, ``labels`` (-100 where no loss is taken).
-- ``axolotl``: ``input_ids``, ``attention_mask`` (all 1), ``labels``, exactly (its pre-tokenised format).
-- ``torchtune``: ``tokens``, ``mask`` (a boolean per token, True = masked out, no loss; torchtune's
-  ``SFTTransform`` sets ``labels = where(mask, -100, tokens)``).
-- ``loss-mask``: ``input_ids``, ``loss_mask`` (1 = the token is a target, 0 = not).
+(``hf``), with the columns a trainer expects (``--columns``: a column layout registered in
+:mod:`bridgecli.training.layouts`; token-aligned, unshifted: entry ``i`` belongs to token ``i``, and
+the trainer shifts).
 """
 
 from __future__ import annotations
@@ -37,9 +32,14 @@ from ..format.spec import PROMPT, RESPONSE
 from ..optionspec import check
 from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
-from ..training.rows import IGNORE, Row, compact_row, weighted_row
+from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
+from ..training.rows import Row, compact_row, weighted_row
 from .common import now, require_stage, selection_of
-from .options import FORMATS, PRESETS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
+from .options import FORMATS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
+
+
+#: the layouts whose rows may carry loss weights, as the message that refuses the others names them
+WEIGHTED = " or ".join(name for name, layout in LAYOUTS.items() if layout.weights)
 
 
 @dataclass
@@ -71,31 +71,16 @@ def supervision_of(example: Example) -> list[int]:
 
 
 def columns_of(row: Row, preset: str, tokenizer_fingerprint: str = "") -> dict:
-    """One output record of ``row`` with the columns of ``preset`` (see the module docstring). The
-    ``trl`` rows name their tokenizer, so that ``bridge train`` checks it even without the side file
-    (TRL and the other trainers select the columns they use). A weighted row (``select --method
-    importance``) adds ``loss_weights``, one per token, which ``bridge train`` applies."""
-    if preset == "trl":
-        record = {
-            "id": row.id,
-            "input_ids": row.input_ids,
-            "labels": row.labels,
-            "tokenizer_fingerprint": tokenizer_fingerprint,
-        }
-        if row.weights is not None:
-            record["loss_weights"] = row.weights
-        return record
-    if preset == "axolotl":
-        return {"input_ids": row.input_ids, "attention_mask": [1] * len(row.input_ids), "labels": row.labels}
-    if preset == "torchtune":
-        return {"tokens": row.input_ids, "mask": [y == IGNORE for y in row.labels]}
-    if preset == "loss-mask":
-        return {"input_ids": row.input_ids, "loss_mask": [int(y != IGNORE) for y in row.labels]}
-    raise UsageError(f"--columns must be one of {', '.join(PRESETS)}, got {preset!r}")
+    """One output record of ``row`` in the column layout ``preset`` (:mod:`bridgecli.training.layouts`);
+    a weighted row (``select --method importance``) adds ``loss_weights``, one per token, which
+    ``bridge train`` applies."""
+    if preset not in LAYOUTS:
+        raise UsageError(f"--columns must be one of {', '.join(LAYOUTS)}, got {preset!r}")
+    return record_of(row, preset, tokenizer_fingerprint)
 
 
 class _TableWriter:
-    """Rows to a Parquet file in batches (bounded memory), with the preset's column types."""
+    """Rows to a Parquet file in batches (bounded memory), with the layout's column types."""
 
     BATCH = 1024
 
@@ -110,7 +95,7 @@ class _TableWriter:
             "int8": pa.list_(pa.int8()),
             "bool": pa.list_(pa.bool_()),
         }
-        self.schema = pa.schema([(name, types[kind]) for name, kind in PRESETS[preset].items()])
+        self.schema = pa.schema([(name, types[kind]) for name, kind in LAYOUTS[preset].columns.items()])
         self._writer = pq.ParquetWriter(str(path), self.schema)
         self._rows: list[dict] = []
 
@@ -324,7 +309,7 @@ def long_rows_warning(stats: CompactStats) -> str | None:
 
 def run_compact(opts: CompactOptions) -> CompactStats:
     check(opts)
-    if opts.format == "text" and opts.columns != "trl":
+    if opts.format == "text" and opts.columns != DEFAULT_LAYOUT:
         raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
     if opts.format in ("parquet", "hf") and is_stdio(opts.out):
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
@@ -350,10 +335,10 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             if not supervise:
                 return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
             if sel.response_weights is not None:
-                if opts.format not in ("jsonl", "text") or opts.columns != "trl":
+                if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
                     raise UsageError(
                         f"this selection carries per-token loss weights ('{sel.method}'), which only "
-                        "--format jsonl --columns trl rows hold (bridge train applies them)",
+                        f"--format jsonl --columns {WEIGHTED} rows hold (bridge train applies them)",
                         file=reader.name,
                         record=ex.index,
                     )
@@ -445,7 +430,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             RowsMeta(
                 created=now(),
                 format=opts.format,
-                columns=list(PRESETS[opts.columns]),
+                columns=list(LAYOUTS[opts.columns].columns),
                 model=header.model.source,
                 model_fingerprint=header.model.fingerprint,
                 tokenizer_fingerprint=header.model.tokenizer_fingerprint,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..io import real_path
+from ..optionspec import check, names
 from ..progress import note
 from .options import CompareOptions, EvalRunOptions
 
@@ -23,14 +24,6 @@ __all__ = [
     "run_eval",
     "run_paired",
 ]
-
-
-def names(values: list[str] | None) -> list[str]:
-    """Comma-separated or repeated names (``--task gsm8k,math --task mmlu``) as one list."""
-    out: list[str] = []
-    for value in values or []:
-        out.extend(v.strip() for v in value.split(",") if v.strip())
-    return out
 
 
 def one_model(models: list[str]) -> str:
@@ -106,10 +99,7 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     """Every check that can fail before the model loads; returns each task's data and output paths."""
     from .. import registry
     from ..evaluation.code_tasks import CODE_TASKS, check_code_options
-    from ..evaluation.run import check_numbers
-    from ..evaluation.tasks import EvalOptions
     from ..io import check_input
-    from ..modeling.loading import DTYPES
 
     tasks = opts.tasks
     if not tasks:
@@ -121,27 +111,12 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     from ..evaluation.lm_eval_engine import check_engine
 
     check_engine(opts.engine, tasks)  # the engine, its tasks, and that it is installed
-    check_numbers(
-        limit=opts.limit,
-        few_shot=opts.few_shot,
-        batch_size=opts.batch_size,
-        max_new_tokens=opts.max_new_tokens,
-        code_timeout=opts.code_timeout,
-        batch_tokens=opts.batch_tokens,
-    )
+    check(opts.settings)
+    check(opts)  # --dtype
     if any(t in CODE_TASKS for t in tasks):
-        check_code_options(
-            EvalOptions(
-                data="",
-                code_timeout=opts.code_timeout,
-                allow_code_execution=opts.allow_code_execution,
-                unsafe_code_execution=opts.unsafe_code_execution,
-            )
-        )
+        check_code_options(opts.settings)
     paths = data_paths(tasks, opts.data, opts.data_dir)
     outputs = {t: output_for(t, opts.output, opts.model, len(tasks) > 1) for t in tasks}
-    if opts.dtype is not None and opts.dtype not in DTYPES:
-        raise UsageError(f"--dtype {opts.dtype}: choose one of {', '.join(DTYPES)}")
     if opts.resume and any(out is None for out in outputs.values()):
         raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
     for name in tasks:  # missing data: one line before the model loads
@@ -160,7 +135,7 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
     from ..evaluation.run import reusable, write_result
     from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device
 
-    tasks = opts.tasks
+    tasks, settings = opts.tasks, opts.settings
     dev = resolve_device(opts.device)
     ref = resolve(opts.model)
     model_id = fingerprint(ref)
@@ -171,12 +146,12 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
             "model": model_id,
             "task": t,
             "data": str(Path(paths[t]).resolve()),
-            "limit": opts.limit,
-            "few_shot": opts.few_shot,
-            "few_shot_data": opts.few_shot_data,
-            "max_new_tokens": opts.max_new_tokens,
-            "chat_template": opts.chat_template,
-            "code_timeout": opts.code_timeout,
+            "limit": settings.limit,
+            "few_shot": settings.few_shot,
+            "few_shot_data": settings.few_shot_data,
+            "max_new_tokens": settings.max_new_tokens,
+            "chat_template": settings.chat_template,
+            "code_timeout": settings.code_timeout,
             "dtype": opts.dtype,
             **({"engine": opts.engine} if opts.engine != "bridge" else {}),
         }
@@ -213,24 +188,7 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
             if book.entries:
                 note(f"{name}: resuming with {len(book.entries)} journaled results from {path.name}")
         try:
-            result = evaluate(
-                mdl,
-                tok,
-                name,
-                paths[name],
-                limit=opts.limit,
-                few_shot=opts.few_shot,
-                few_shot_data=opts.few_shot_data,
-                batch_size=opts.batch_size,
-                batch_tokens=opts.batch_tokens,
-                compile=opts.compile,
-                max_new_tokens=opts.max_new_tokens,
-                chat_template=opts.chat_template,
-                code_timeout=opts.code_timeout,
-                allow_code_execution=opts.allow_code_execution,
-                unsafe_code_execution=opts.unsafe_code_execution,
-                journal=book,
-            )
+            result = evaluate(mdl, tok, name, paths[name], journal=book, **task_settings(settings))
         except BaseException:
             if book is not None:
                 _keep_or_remove(book, name)
@@ -245,6 +203,11 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
             note(f"wrote {out}")
         results.append(result)
     return results
+
+
+def task_settings(settings) -> dict[str, Any]:
+    """An :class:`~bridgecli.evaluation.tasks.EvalOptions` as the keywords of ``evaluate`` (its data aside)."""
+    return {key: value for key, value in settings.to_dict().items() if key != "data"}
 
 
 def run_compare(opts: CompareOptions):

@@ -1,14 +1,17 @@
 """Every step's options type, in one torch-free module: each field is declared once with
-:func:`~bridgecli.optionspec.option` (default, help, flags, range). The command line builds its flags
-from these (``cli/``), and each ``run_*`` checks its options with :func:`~bridgecli.optionspec.check`
-before reading anything, so a Python caller gets the same one-line errors as the command line.
+:func:`~bridgecli.optionspec.option` (default, help, flags, range), and a field holding another
+options type with :func:`~bridgecli.optionspec.group`. Each command is built from its type alone
+(``cli/build.py``): adding a flag is adding a field. Each ``run_*`` checks its options with
+:func:`~bridgecli.optionspec.check` before reading anything, so a Python caller gets the same one-line
+errors as the command line.
 
 The step modules re-export their type (``from bridgecli.steps.score import ScoreOptions`` works)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..analysis.shift import LEVELS as SHIFT_LEVELS
 from ..analysis.shift import SUBSETS as SHIFT_SUBSETS
@@ -18,36 +21,39 @@ from ..optionspec import (
     ALLOW_EMPTY_HELP,
     DEVICE_HELP,
     FRACTION,
+    KEY_VALUES,
     MAX_LAYERS,
     MAX_ROUNDS,
     MODEL_HELP,
+    NAMES,
+    NUMBERS,
     RETENTION,
     SEED,
-    WORKERS_HELP,
     count,
+    group,
     number,
     option,
+    stream_input,
+    stream_output,
+    workers as workers_option,
 )
 from ..artifacts.train_run import DEFAULT_TRAIN_DIR
 from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
-from ..training.config import SFTConfig
+from ..evaluation.tasks import EvalOptions
+from ..training.config import CHECKPOINT_PANEL, LR_FULL, SFTConfig
+from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS
+from ..training.layouts import help_text as layouts_help
 
-#: ``bridge compact --format`` and ``--columns`` (column -> arrow type name)
+#: ``bridge compact --format``
 FORMATS = ("jsonl", "parquet", "hf", "text")
-PRESETS = {
-    "trl": {"id": "string", "input_ids": "int64", "labels": "int64", "tokenizer_fingerprint": "string"},
-    "axolotl": {"input_ids": "int64", "attention_mask": "int8", "labels": "int64"},
-    "torchtune": {"tokens": "int64", "mask": "bool"},
-    "loss-mask": {"input_ids": "int64", "loss_mask": "int8"},
-}
 TOKENIZER_CHECKS = ("strict", "vocab")
 FROM_HELP = "Warmup run folder (default: runs/warmup)."
 
 # ------------------------------------------------------------------------------------------------- warmup
 
 
-#: warmup's SFT defaults: one epoch, one micro-batch per step
-WARMUP_SFT = SFTConfig(epochs=1.0, grad_accum=1)
+#: warmup's SFT defaults: one epoch, one micro-batch per step (the learning rate: full fine-tuning's)
+WARMUP_SFT_DEFAULTS: dict[str, Any] = {"epochs": 1.0, "grad_accum": 1, "lr": LR_FULL}
 #: where warmup words an SFT setting its own way (the rest is `bridge train`'s help)
 WARMUP_SFT_HELP = {
     "epochs": "Warmup epochs over the warm split.",
@@ -59,7 +65,9 @@ WARMUP_SFT_HELP = {
 
 @dataclass
 class WarmupOptions:
-    data: str = option(help="Warm split (JSONL/JSON/Parquet/save_to_disk), or the full data with --warm-fraction.")
+    data: str = option(
+        help="Warm split (JSONL/JSON/Parquet/save_to_disk), or the full data with --warm-fraction.", argument=True
+    )
     val: str | None = option(None, "Validation data D_val for g_target.")
     out: str | Path = option(DEFAULT_WARMUP_DIR, "Run folder (score's default --from).", "--output", "-o")
     model: str | None = option(None, MODEL_HELP, "--model")
@@ -69,11 +77,14 @@ class WarmupOptions:
     val_fraction: float | None = option(None, "Without --val: hold out this fraction of DATA as D_val.", range=FRACTION)
     direction_layers: int = option(4, "Final blocks whose parameters define v.", range=count(1, MAX_LAYERS))
     lam: float = option(0.2, "Weight of the anchor direction in v.", "--lambda", range=number(0, 1e6))
-    device: str = option("auto", DEVICE_HELP)
-    sft: SFTConfig = field(
-        default_factory=lambda: SFTConfig(epochs=WARMUP_SFT.epochs, grad_accum=WARMUP_SFT.grad_accum)
+    sft: SFTConfig = group(
+        SFTConfig,
+        only=("epochs", "lr", "batch_size", "grad_accum", "max_steps", "seed"),
+        defaults=WARMUP_SFT_DEFAULTS,
+        help=WARMUP_SFT_HELP,
     )
-    data_opts: DataOptions = field(default_factory=DataOptions)
+    device: str = option("auto", DEVICE_HELP)
+    data_opts: DataOptions = group(DataOptions)
 
 
 # -------------------------------------------------------------------------------------------------- score
@@ -81,8 +92,8 @@ class WarmupOptions:
 
 @dataclass
 class ScoreOptions:
-    data: str = option(help="Data to score (JSONL/JSON/Parquet/save_to_disk folder).")
-    out: str | None = None
+    data: str = option(help="Data to score (JSONL/JSON/Parquet/save_to_disk folder).", argument=True)
+    out: str | None = stream_output()
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
     #: what the stream's header names as the data (default ``data``; ``<stdin>`` for data on stdin,
@@ -90,7 +101,11 @@ class ScoreOptions:
     source: str | None = None
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
-        help="KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.", factory=dict
+        None,
+        "KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.",
+        "--scorer-option",
+        factory=dict,
+        parse=KEY_VALUES,
     )
     #: at most this many rows per scoring pass
     batch_size: int = option(
@@ -105,6 +120,7 @@ class ScoreOptions:
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
+    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     device: str = option("auto", DEVICE_HELP)
     #: bfloat16 on CUDA, float32 on CPU
@@ -116,10 +132,9 @@ class ScoreOptions:
     )
     #: float32 on CUDA: TensorFloat-32 matmuls
     tf32: bool = option(True, "float32 on a GPU: TensorFloat-32 matmuls.", "--tf32/--no-tf32")
-    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
+    data_opts: DataOptions = group(DataOptions)
     #: an input with no example, or nothing scored: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
-    data_opts: DataOptions = field(default_factory=DataOptions)
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -127,8 +142,8 @@ class ScoreOptions:
 
 @dataclass
 class ReferenceOptions:
-    inp: str | None = None
-    out: str | None = None
+    inp: str | None = stream_input()
+    out: str | None = stream_output()
     #: None: the stream's base model
     model: str | None = option(
         None,
@@ -146,14 +161,14 @@ class ReferenceOptions:
     grad_norms: bool = option(
         False, "Also store ||dL/d embedding|| per token (one backward pass).", "--grad-norms/--no-grad-norms"
     )
-    batch_size: int = option(8, "Examples per forward pass.", range=count())
-    device: str = option("auto", DEVICE_HELP)
-    dtype: str = option("float32", f"Model dtype: {', '.join(DTYPES)}.", choices=DTYPES)
     tokenizer_check: str = option(
         "strict",
         "strict: tokenizer fingerprints must match; vocab: identical vocabularies suffice.",
         choices=TOKENIZER_CHECKS,
     )
+    batch_size: int = option(8, "Examples per forward pass.", range=count())
+    device: str = option("auto", DEVICE_HELP)
+    dtype: str = option("float32", f"Model dtype: {', '.join(DTYPES)}.", choices=DTYPES)
 
 
 # ------------------------------------------------------------------------------------------------- select
@@ -161,8 +176,8 @@ class ReferenceOptions:
 
 @dataclass
 class SelectOptions:
-    inp: str | None = None
-    out: str | None = None
+    inp: str | None = stream_input()
+    out: str | None = stream_output()
     method: str = option(
         "bridge",
         (
@@ -183,7 +198,11 @@ class SelectOptions:
     rounds: int = option(4, "Alternating rounds T.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
     #: --option key=value, passed to the selector
     options: dict = option(
-        help="KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.", factory=dict
+        None,
+        "KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.",
+        "--option",
+        factory=dict,
+        parse=KEY_VALUES,
     )
     #: presets or regexes: prompt tokens always kept
     protect_prompt: list[str] = option(
@@ -193,6 +212,7 @@ class SelectOptions:
             "\\boxed{...}). They count against b_p; the rest is filled by the method's ranking."
         ),
         factory=list,
+        metavar="REGEX",
     )
     #: ... response tokens always supervised
     protect_response: list[str] = option(
@@ -201,6 +221,7 @@ class SelectOptions:
             "e.g. 'answer' or '####.*$'. Same presets; they count against b_r."
         ),
         factory=list,
+        metavar="REGEX",
     )
     #: example | global | global-sides (steps/global_budget.py)
     budget: str = option(
@@ -213,9 +234,10 @@ class SelectOptions:
             "docs/method.md, Global budget."
         ),
         "--budget",
+        metavar="example|global|global-sides",
     )
     #: processes for the per-example work (steps/workers.py)
-    workers: int = option(1, WORKERS_HELP, "--workers", range=count())
+    workers: int = workers_option()
 
 
 # -------------------------------------------------------------------------------------------------- close
@@ -223,8 +245,8 @@ class SelectOptions:
 
 @dataclass
 class CloseOptions:
-    inp: str | None = None
-    out: str | None = None
+    inp: str | None = stream_input()
+    out: str | None = stream_output()
     segmenter: str = option("sentence", "Segmenter: sentence, math, step, list, code, or a plugin's.")
     alpha: float = option(0.0, "Length normalisation: q(u) = |u|^-alpha * sum of scores.", range=number(0, 1))
     fill: bool = option(
@@ -234,7 +256,7 @@ class CloseOptions:
         "--fill/--no-fill",
     )
     #: processes for the per-example work (steps/workers.py)
-    workers: int = option(1, WORKERS_HELP, "--workers", range=count())
+    workers: int = workers_option()
 
 
 # ------------------------------------------------------------------------------------------------ compact
@@ -242,9 +264,9 @@ class CloseOptions:
 
 @dataclass
 class CompactOptions:
-    inp: str | None = None
+    inp: str | None = stream_input()
     out: str | None = option(
-        None,
+        "-",
         "Training rows: a JSONL or Parquet file, an hf folder, or text ('-' for stdout: jsonl or text).",
         "--output",
         "-o",
@@ -254,17 +276,12 @@ class CompactOptions:
         f"{', '.join(FORMATS)}: JSONL rows, a Parquet file, a datasets save_to_disk folder, or a human view.",
         choices=FORMATS,
     )
-    columns: str = option(
-        "trl",
-        f"Columns for a trainer: {', '.join(PRESETS)} (trl: id, input_ids, labels; "
-        "axolotl: input_ids, attention_mask, labels; torchtune: tokens, mask (True = no "
-        "loss); loss-mask: input_ids, loss_mask (1 = loss)).",
-        choices=tuple(PRESETS),
-    )
+    #: a trainer's column layout (bridgecli/training/layouts.py)
+    columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
     #: processes for the per-example work (steps/workers.py)
-    workers: int = option(1, WORKERS_HELP, "--workers", range=count())
+    workers: int = workers_option()
 
 
 # -------------------------------------------------------------------------------------------------- train
@@ -272,17 +289,22 @@ class CompactOptions:
 
 @dataclass
 class TrainOptions:
-    data: str = option(help="JSONL rows with input_ids and labels (what `bridge compact` writes).")
+    data: str = option(help="JSONL rows with input_ids and labels (what `bridge compact` writes).", argument=True)
     out: str | Path = option(
         DEFAULT_TRAIN_DIR, "Run folder: the trained HF model, metrics.jsonl, checkpoints/.", "--output", "-o"
     )
     model: str | None = option(None, MODEL_HELP, "--model")
+    sft: SFTConfig = group(SFTConfig)
     device: str = option("auto", DEVICE_HELP)
-    sft: SFTConfig = field(default_factory=SFTConfig)
     resume: bool = option(
-        False, "Continue from the latest complete checkpoint in OUT (start fresh when there is none).", "--resume"
+        False,
+        "Continue from the latest complete checkpoint in OUT (start fresh when there is none).",
+        "--resume",
+        panel=CHECKPOINT_PANEL,
     )
-    overwrite: bool = option(False, "Start over in an OUT that holds checkpoints of another run.", "--overwrite")
+    overwrite: bool = option(
+        False, "Start over in an OUT that holds checkpoints of another run.", "--overwrite", panel=CHECKPOINT_PANEL
+    )
     live: bool | None = None  # None: when stderr is a terminal
     #: no row to train on: exit 0 without writing a model, instead of an error
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
@@ -311,12 +333,14 @@ class TrainOptions:
 class EvalRunOptions:
     """``bridge eval``: one model, one or more tasks, one model load."""
 
-    model: str = option(
-        help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run "
-        "folders (or eval-*.json files)."
-    )
+    #: model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'
+    model: str
     tasks: list[str] = option(
-        help="Eval task(s), comma-separated or repeated (`bridge plugins` lists them).", factory=lambda: ["gsm8k"]
+        None,
+        "Eval task(s), comma-separated or repeated (`bridge plugins` lists them).",
+        "--task",
+        factory=lambda: ["gsm8k"],
+        parse=NAMES,
     )
     #: PATH (one task) or TASK=PATH each
     data: list[str] = option(
@@ -333,45 +357,10 @@ class EvalRunOptions:
         "--output",
         "-o",
     )
-    limit: int | None = option(None, "Evaluate only the first N items (MMLU: per subject).")
-    few_shot: int = option(0, "Worked examples prepended to each prompt.")
-    few_shot_data: str | None = option(
-        None, "Where few-shot examples come from (default: the data past the evaluated items; MMLU: dev/)."
-    )
-    batch_size: int = option(8, "Prompts per generation batch / inputs per scoring forward.")
-    batch_tokens: int | None = option(
-        None,
-        "Generation: also cap a batch at this many tokens, rows x (longest prompt + max new tokens), "
-        "so --batch-size can be large (e.g. --batch-size 2048 --batch-tokens 400000).",
-    )
-    compile: bool = option(
-        False,
-        "Generation on CUDA: a static KV cache and a torch.compile'd decoding step (elsewhere: ignored, with a note).",
-        "--compile",
-    )
-    max_new_tokens: int | None = option(
-        None, "Generation length limit (default: the task's: gsm8k 256, math 512, humaneval/mbpp 512)."
-    )
-    chat_template: bool | None = option(
-        None,
-        "Use the tokenizer's chat template (default: yes for generation tasks, "
-        "heldout-loss and answer-loss, no for multiple choice).",
-        "--chat-template/--no-chat-template",
-    )
-    code_timeout: float = option(10.0, "Seconds per generated program (humaneval, mbpp).")
-    allow_code_execution: bool = option(
-        False,
-        "Let humaneval/mbpp run model-written code (in a bubblewrap sandbox; or set BRIDGE_ALLOW_CODE_EXECUTION=1).",
-        "--allow-code-execution",
-    )
-    unsafe_code_execution: bool = option(
-        False,
-        "Where no bubblewrap sandbox works: run model-written code anyway, "
-        "with process limits only (not a security boundary).",
-        "--unsafe-code-execution",
-    )
+    #: what every task is given (its ``data`` is set per task)
+    settings: EvalOptions = group(EvalOptions, defaults={"data": ""})
     device: str = option("auto", "auto, cpu, cuda, ...")
-    dtype: str | None = option(None, "float32 (default), bfloat16, float16.")
+    dtype: str | None = option(None, "float32 (default), bfloat16, float16.", choices=DTYPES)
     resume: bool = option(
         False,
         "Continue an interrupted run: keep each task's result already written by the same "
@@ -391,7 +380,7 @@ class EvalRunOptions:
 class CompareOptions:
     """``bridge compare``: the paper's Table 1 for finished runs."""
 
-    runs: list[str] = option(help="Run folders (or eval-*.json files), one row each.", factory=list)
+    runs: list[str] = option(help="Run folders (or eval-*.json files), one row each.", argument=True)
     target: str | None = option(None, "The target task column (default: gsm8k if present, else math).")
     #: comma-separated; None: every general task present
     general: str | None = option(
@@ -411,10 +400,39 @@ class CompareOptions:
 
 @dataclass
 class ShowOptions:
-    inp: str | None = None
-    index: int | None = option(None, "The example whose index (position in the input data) is K.")
+    inp: str | None = stream_input()
+    index: int | None = option(None, "The example whose index (position in the input data) is K.", metavar="K")
     id: str | None = option(None, "The example with this id.", "--id")
-    html: str | None = option(None, "Also write a self-contained HTML page (scores on hover).")
+    html: str | None = option(None, "Also write a self-contained HTML page (scores on hover).", metavar="OUT.html")
+
+
+# ------------------------------------------------------------------------------------------------ inspect
+
+
+@dataclass
+class InspectOptions:
+    inp: str | None = stream_input()
+    as_json: bool = option(False, "Print the summary as JSON.", "--json")
+    stats: bool = option(
+        False,
+        "Distributions instead: kept ratios per side, U_sur gain over rounds, closure unit sizes, and retention "
+        "per token class (answer, digits, math, words, space/punct).",
+        "--stats",
+    )
+    png: str | None = option(None, "With --stats: also draw their histograms into this PNG.")
+
+
+# -------------------------------------------------------------------------------------------------- merge
+
+
+@dataclass
+class MergeOptions:
+    shards: list[str] = option(help="Shard streams of one run (e.g. OUT.shard-00000-of-00002 ...).", argument=True)
+    out: str | None = stream_output()
+    workers: int = workers_option(
+        "Processes compressing the merged stream (1: this process). Output is identical for any number; about one "
+        "per core (more than the CPUs this process may use is lowered to that)."
+    )
 
 
 # ------------------------------------------------------------------------------------------------ analyze
@@ -432,18 +450,18 @@ ANALYZE_OUT_HELP = "JSON report ('-' for stdout)."
 class Source:
     """Where the examples and the scoring checkpoint come from (shared by fidelity and shift)."""
 
-    data: str = option(help="Data (JSONL/JSON/Parquet/save_to_disk), as for `bridge score`.")
+    data: str = option(help="Data (JSONL/JSON/Parquet/save_to_disk), as for `bridge score`.", argument=True)
     run: str | Path | None = option(None, FROM_HELP, "--from")
     n: int = option(200, "Examples to analyse.", "--n", range=count())
     seed: int = option(0, "Sampling seed (examples; random subsets).", range=SEED)
     first: bool = option(False, "Take the first N examples instead of a seeded sample.", "--first")
-    device: str = option("auto", DEVICE_HELP)
+    batch_size: int = option(16, "Examples per scoring pass, and perturbed copies per exact pass.", range=count())
     dtype: str = option(
         "float32", "Model dtype: float32 or float64 (exact differences are small).", choices=("float32", "float64")
     )
-    batch_size: int = option(16, "Examples per scoring pass, and perturbed copies per exact pass.", range=count())
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
-    data_opts: DataOptions = field(default_factory=DataOptions)
+    device: str = option("auto", DEVICE_HELP)
+    data_opts: DataOptions = group(DataOptions, exclude=("limit",))
     #: exact prompt matrices, reused across runs (fidelity, shift)
     cache: str | Path | None = option(
         None,
@@ -470,8 +488,7 @@ class Source:
 
 @dataclass
 class FidelityOptions:
-    src: Source
-    out: str | None = option("fidelity.json", ANALYZE_OUT_HELP, "--output", "-o")
+    src: Source = group()
     rho_p: float = option(0.75, "Prompt retention of the selected state.", "--rho-p", range=RETENTION)
     rho_r: float = option(0.75, "Response retention of the selected state.", "--rho-r", range=RETENTION)
     rounds: int = option(4, "Alternating rounds T of the selected state.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
@@ -479,35 +496,38 @@ class FidelityOptions:
     perturb: str = option("mask", PERTURB_HELP)
     neutral: str | None = option(None, NEUTRAL_HELP)
     proxies: list[str] = option(
-        help="Also compare a scorer plugin's scores (its B matrix if it writes one, else "
+        None,
+        "Also compare a scorer plugin's scores (its B matrix if it writes one, else "
         "(a, c, A) through the BRIDGE formula); NAME or NAME:KEY=VALUE,... (scorer "
         "options); repeatable.",
+        "--proxy",
         factory=list,
     )
+    out: str | None = option("fidelity.json", ANALYZE_OUT_HELP, "--output", "-o")
 
 
 @dataclass
 class ShiftOptions:
-    src: Source
-    out: str | None = option("shift.json", ANALYZE_OUT_HELP, "--output", "-o")
-    png: str | None = option(None, "Line plot (default: the JSON path with .png).")
-    #: opposite-side retentions; each a retention ratio, 0 excluded (nothing left to rank against)
-    levels: tuple[float, ...] = option(SHIFT_LEVELS, "Opposite-side retention ratios, comma-separated.")
+    src: Source = group()
+    scores: str = option("both", "exact (perturbation), surrogate, or both.", choices=SCORE_KINDS)
     subset: str = option(
         "top",
         "Opposite-side state at each retention: top (its full-state surrogate top-b) or random.",
         choices=SHIFT_SUBSETS,
     )
-    scores: str = option("both", "exact (perturbation), surrogate, or both.", choices=SCORE_KINDS)
+    #: opposite-side retentions; each a retention ratio, 0 excluded (nothing left to rank against)
+    levels: tuple[float, ...] = option(SHIFT_LEVELS, "Opposite-side retention ratios, comma-separated.", parse=NUMBERS)
+    out: str | None = option("shift.json", ANALYZE_OUT_HELP, "--output", "-o")
+    png: str | None = option(None, "Line plot (default: the JSON path with .png).")
     perturb: str = option("mask", PERTURB_HELP)
     neutral: str | None = option(None, NEUTRAL_HELP)
 
 
 @dataclass
 class RobustnessOptions:
-    inp: str | None = None
-    out: str | None = option("robustness.json", ANALYZE_OUT_HELP, "--output", "-o")
+    inp: str | None = stream_input()
     rho_p: float = option(0.75, "Prompt retention: b_p of S^F and q = b_p for responses.", "--rho-p", range=RETENTION)
     rho_r: float = option(0.75, "Response retention: b_r of S^F and q = b_r for prompts.", "--rho-r", range=RETENTION)
+    out: str | None = option("robustness.json", ANALYZE_OUT_HELP, "--output", "-o")
     #: every q's pair and improving swap in the JSON
     full: bool = option(False, "Write the improving swap of every q with kappa_q < 0.", "--all-swaps")

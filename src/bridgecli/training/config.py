@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..optionspec import SEED, SEED_HELP, count, number, option
+from ..optionspec import SEED, SEED_HELP, Spec, count, group, number, option
 
 #: LoRA target modules when --lora-targets is not given: every linear layer but the output head.
 ALL_LINEAR = "all-linear"
+
+#: ``bridge train --help``'s panels
+LORA_PANEL = "LoRA (peft)"
+EFFICIENCY_PANEL = "Efficiency"
+CHECKPOINT_PANEL = "Checkpoints and resume"
 
 
 @dataclass
@@ -28,78 +33,6 @@ LR_FULL, LR_LORA = 2e-5, 2e-4
 
 def default_lr(lora: bool) -> float:
     return LR_LORA if lora else LR_FULL
-
-
-@dataclass
-class SFTConfig:
-    """The SFT loop's settings; the help is `bridge train`'s (``bridge warmup`` words a few its own way)."""
-
-    epochs: float = option(3.0, "Epochs (paper: 3).", range=number(0, 1e6, low_open=True))
-    lr: float = option(
-        LR_FULL, "Peak learning rate (default: paper's 2e-5; 2e-4 with --lora).", range=number(0, 10, low_open=True)
-    )
-    #: rows per micro-batch when ``max_tokens_per_batch`` is not set
-    batch_size: int = option(8, "Rows per micro-batch (without --max-tokens-per-batch).", range=count())
-    #: the optimizer step takes ``batch_size * grad_accum`` rows (paper: 64 = 8 x 8)
-    grad_accum: int = option(8, "Rows per optimizer step = batch-size x grad-accum (paper: 64 = 8 x 8).", range=count())
-    weight_decay: float = option(0.0, "AdamW weight decay.", range=number(0, 1e3))
-    warmup_ratio: float = option(0.03, "Linear warmup fraction before the cosine decay.", range=number(0, 1))
-    max_grad_norm: float = option(1.0, "Gradient clipping (total norm).", range=number(0, 1e12, low_open=True))
-    seed: int = option(42, SEED_HELP, range=SEED)
-    max_steps: int | None = option(None, "Stop after this many optimizer steps.", range=count())
-    bf16: bool = False
-    #: padding-free packing (True), length bucketing (False), or packing where verified (None)
-    packing: bool | None = option(
-        None,
-        "Padding-free packing (position ids restart per row, no cross-row "
-        "attention) or length bucketing. Default: pack when a packed forward "
-        "matches separate forwards for this model.",
-        "--packing/--no-packing",
-    )
-    #: cap micro-batches by tokens (packed: sum of lengths; bucketed: rows x longest) instead of rows
-    max_tokens_per_batch: int | None = option(
-        None,
-        "Cut micro-batches by computed tokens (lines x longest line) instead of --batch-size rows. The step "
-        "keeps batch-size x grad-accum rows, so the loss does not change.",
-        range=count(),
-    )
-    #: longest packed line (None: the longest row, rounded up to 64; one line with flash attention)
-    pack_length: int | None = option(
-        None,
-        "Longest packed line (default: the longest row, rounded up to 64; one "
-        "line per micro-batch with flash attention).",
-        range=count(),
-    )
-    gradient_checkpointing: bool = option(False, "Recompute activations in backward (less memory).")
-    lora: LoraSettings | None = option(
-        None, "Train LoRA adapters instead of all parameters; saves OUT/adapter and the merged model in OUT.", "--lora"
-    )
-    #: checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN (0/None: never)
-    save_every: int | None = option(
-        None, "Checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN.", range=count()
-    )
-    #: complete checkpoints kept (oldest removed first; None keeps all)
-    keep_checkpoints: int | None = option(2, "Complete checkpoints kept (0: all).", range=count(), optional=True)
-
-    @property
-    def rows_per_step(self) -> int:
-        return self.batch_size * self.grad_accum
-
-
-#: Settings that may change between a checkpoint and ``--resume``: they change how a step is cut
-#: into micro-batches or how often it is saved, not what the step computes.
-RESUMABLE_CHANGES = (
-    "packing",
-    "max_tokens_per_batch",
-    "pack_length",
-    "gradient_checkpointing",
-    "save_every",
-    "keep_checkpoints",
-)
-
-
-def config_dict(cfg: SFTConfig) -> dict:
-    return asdict(cfg)
 
 
 def lora_settings(targets: str | None = None, **kw) -> LoraSettings:
@@ -138,6 +71,108 @@ def lora_from_flags(
     return lora_settings(targets, **{name: value for name, value in values.items() if value is not None})
 
 
+@dataclass
+class SFTConfig:
+    """The SFT loop's settings; the help is `bridge train`'s (``bridge warmup`` words a few its own way).
+
+    Two defaults follow from other settings, here, so that a Python caller gets what the command line
+    gets: ``lr`` None (the default) is :func:`default_lr` (2e-4 with LoRA, else 2e-5), and
+    ``keep_checkpoints`` 0 keeps every checkpoint, as None does."""
+
+    epochs: float = option(3.0, "Epochs (paper: 3).", range=number(0, 1e6, low_open=True))
+    #: None: :func:`default_lr` of ``lora`` (set when the config is made)
+    lr: float = option(
+        None,
+        "Peak learning rate (default: paper's 2e-5; 2e-4 with --lora).",
+        range=number(0, 10, low_open=True),
+    )
+    #: rows per micro-batch when ``max_tokens_per_batch`` is not set
+    batch_size: int = option(8, "Rows per micro-batch (without --max-tokens-per-batch).", range=count())
+    #: the optimizer step takes ``batch_size * grad_accum`` rows (paper: 64 = 8 x 8)
+    grad_accum: int = option(8, "Rows per optimizer step = batch-size x grad-accum (paper: 64 = 8 x 8).", range=count())
+    warmup_ratio: float = option(0.03, "Linear warmup fraction before the cosine decay.", range=number(0, 1))
+    weight_decay: float = option(0.0, "AdamW weight decay.", range=number(0, 1e3))
+    max_grad_norm: float = option(1.0, "Gradient clipping (total norm).", range=number(0, 1e12, low_open=True))
+    max_steps: int | None = option(None, "Stop after this many optimizer steps.", range=count())
+    seed: int = option(42, SEED_HELP, range=SEED)
+    bf16: bool = False
+    #: padding-free packing (True), length bucketing (False), or packing where verified (None)
+    packing: bool | None = option(
+        None,
+        "Padding-free packing (position ids restart per row, no cross-row "
+        "attention) or length bucketing. Default: pack when a packed forward "
+        "matches separate forwards for this model.",
+        "--packing/--no-packing",
+        panel=EFFICIENCY_PANEL,
+    )
+    #: cap micro-batches by tokens (packed: sum of lengths; bucketed: rows x longest) instead of rows
+    max_tokens_per_batch: int | None = option(
+        None,
+        "Cut micro-batches by computed tokens (lines x longest line) instead of --batch-size rows. The step "
+        "keeps batch-size x grad-accum rows, so the loss does not change.",
+        range=count(),
+        panel=EFFICIENCY_PANEL,
+    )
+    #: longest packed line (None: the longest row, rounded up to 64; one line with flash attention)
+    pack_length: int | None = option(
+        None,
+        "Longest packed line (default: the longest row, rounded up to 64; one "
+        "line per micro-batch with flash attention).",
+        range=count(),
+        panel=EFFICIENCY_PANEL,
+    )
+    gradient_checkpointing: bool = option(
+        False, "Recompute activations in backward (less memory).", panel=EFFICIENCY_PANEL
+    )
+    #: None: full fine-tuning
+    lora: LoraSettings | None = group(
+        switch=Spec(
+            "Train LoRA adapters instead of all parameters; saves OUT/adapter and the merged model in OUT.",
+            ("--lora",),
+        ),
+        build=lora_from_flags,
+        default=None,
+        panel=LORA_PANEL,
+    )
+    #: checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN (0/None: never)
+    save_every: int | None = option(
+        None,
+        "Checkpoint every N optimizer steps into OUT/checkpoints/step-NNNNNN.",
+        range=count(),
+        panel=CHECKPOINT_PANEL,
+    )
+    #: complete checkpoints kept (oldest removed first; None, or 0, keeps all)
+    keep_checkpoints: int | None = option(
+        2, "Complete checkpoints kept (0: all).", range=count(), optional=True, panel=CHECKPOINT_PANEL
+    )
+
+    def __post_init__(self) -> None:
+        if self.lr is None:
+            self.lr = default_lr(self.lora is not None)
+        if self.keep_checkpoints == 0:
+            self.keep_checkpoints = None
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.batch_size * self.grad_accum
+
+
+#: Settings that may change between a checkpoint and ``--resume``: they change how a step is cut
+#: into micro-batches or how often it is saved, not what the step computes.
+RESUMABLE_CHANGES = (
+    "packing",
+    "max_tokens_per_batch",
+    "pack_length",
+    "gradient_checkpointing",
+    "save_every",
+    "keep_checkpoints",
+)
+
+
+def config_dict(cfg: SFTConfig) -> dict:
+    return asdict(cfg)
+
+
 def check_targets(targets: object, given: object = None) -> None:
     """``targets`` is ``all-linear`` or a non-empty list of module names (each a non-empty string);
     ``given``: what the user typed, for the message."""
@@ -154,6 +189,9 @@ def check_targets(targets: object, given: object = None) -> None:
 
 __all__ = [
     "ALL_LINEAR",
+    "CHECKPOINT_PANEL",
+    "EFFICIENCY_PANEL",
+    "LORA_PANEL",
     "LR_FULL",
     "LR_LORA",
     "LoraSettings",
