@@ -19,6 +19,8 @@ from bridgecli.hookspecs import hookimpl
 
 from tiny import head
 
+pytestmark = pytest.mark.integration  # warmup, score and the analyses on a tiny model; one subprocess
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "data"
 

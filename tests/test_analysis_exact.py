@@ -18,6 +18,8 @@ from bridgecli.modeling.scoring import ScoringContext
 from tiny import tiny_llama_config, tiny_model
 from test_scoring import examples
 
+pytestmark = pytest.mark.integration  # exact references on a tiny model (seconds each)
+
 
 @pytest.fixture(scope="module")
 def setup(tokenizer):

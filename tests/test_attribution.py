@@ -99,6 +99,7 @@ def assert_effects_match_gate_differences(scorer, ex, which, math_layers=None) -
         assert effects[0, i] == pytest.approx(fd, rel=1e-2, abs=1e-6)  # float32 norms: 1% is rounding, a missed term is more
 
 
+@pytest.mark.integration  # the model fixture and exact removals (seconds)
 def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
     """Group effects (the reverse pass through the JVP) against central differences of
     M = sum_j a_j in the key-gate bias of one key, applied at every layer."""
@@ -108,6 +109,7 @@ def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
     assert_effects_match_gate_differences(scorer, exs[0], lambda n: (0, n // 2, n - 1))
 
 
+@pytest.mark.integration  # the model fixture and exact removals (seconds)
 @pytest.mark.parametrize("init", [0.002, 0.02])
 def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init):
     """Per-token groups give B[j, i] ~ a_j(P) - a_j(P with i hidden). Near-linear weights (small init):
@@ -130,6 +132,7 @@ def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init)
         assert spearman(B.sum(0), beta.sum(0)) > 0.95
 
 
+@pytest.mark.integration  # the model fixture and exact removals (seconds)
 def test_one_group_splits_its_effect_and_keeps_bridge_scores(setup, tokenizer):
     """chunks=1: each prompt column of B sums to the full-response estimate; a, c, A are the bridge
     scorer's."""
@@ -147,6 +150,7 @@ def test_one_group_splits_its_effect_and_keeps_bridge_scores(setup, tokenizer):
         assert o.scorer == "atp"
 
 
+@pytest.mark.integration  # the model fixture (seconds)
 def test_scorer_options_are_checked(setup, tokenizer):
     build, _ = setup
     model, v = build(0.02)
@@ -230,6 +234,7 @@ def one_prompt_token(ex, keep: int):
     return msgspec.structs.replace(ex, tokens=msgspec.structs.replace(ex.tokens, kinds=bytes(kinds)))
 
 
+@pytest.mark.integration  # the model fixture and exact removals (seconds)
 def test_ig_path_converges_to_the_exact_single_removal(setup, tokenizer):
     """One eligible prompt token, depth 1 (the whole path from kept to hidden): the midpoint rule's
     error against the exact removal effect falls with K (O(1/K^2)) and is small at K = 16, where the
@@ -253,6 +258,7 @@ def test_ig_path_converges_to_the_exact_single_removal(setup, tokenizer):
     assert errs[16] < 0.2 * err_plain
 
 
+@pytest.mark.integration  # the model fixture and exact removals (seconds)
 @pytest.mark.parametrize("depth", [0.5, 1.0])
 def test_ig_path_is_exact_where_the_jump_is_first_order(setup, tokenizer, depth):
     """Near-linear weights (small init), one eligible prompt token per example: IG to depth h, then the
@@ -272,6 +278,7 @@ def test_ig_path_is_exact_where_the_jump_is_first_order(setup, tokenizer, depth)
         np.testing.assert_allclose(est, exact, atol=0.01 * np.abs(exact).max())
 
 
+@pytest.mark.integration  # the model fixture and finite differences (seconds)
 def test_gated_gradients_match_finite_differences_along_the_path(setup, tokenizer):
     """At a gated state g = 1 - t h of every prompt key: the plain-bias gradient is g dM/dg_i (central
     differences of log g_i) and the removal-bias gradient is dM/db_i (central differences of the
@@ -308,6 +315,7 @@ def test_gated_gradients_match_finite_differences_along_the_path(setup, tokenize
         assert removal[0, 0, pos] == pytest.approx(fd_bias, rel=1e-2, abs=1e-6)
 
 
+@pytest.mark.integration  # the model fixture (seconds)
 def test_ig_options_are_checked_and_leave_the_default_unchanged(setup, tokenizer):
     build, exs = setup
     model, v = build(0.02)
@@ -321,6 +329,7 @@ def test_ig_options_are_checked_and_leave_the_default_unchanged(setup, tokenizer
         assert np.array_equal(p.B.numpy(), q.B.numpy())
 
 
+@pytest.mark.integration  # the model fixture (seconds)
 def test_selection_with_the_ig_estimate_keeps_its_invariants(setup, tokenizer):
     """B from ig=2 on the tiny model: budgets hold, U_sur never decreases, the result is deterministic."""
     build, exs = setup
@@ -336,6 +345,7 @@ def test_selection_with_the_ig_estimate_keeps_its_invariants(setup, tokenizer):
         assert np.array_equal(res.prompt, again.prompt) and np.array_equal(res.response, again.response)
 
 
+@pytest.mark.integration  # the model fixture (seconds)
 def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokenizer):
     """ig_rule=avg, K = 1, depth 1: the key-gate removal estimate at the one joint state g = 1/2."""
     from bridgecli.modeling.score_batch import make_batch
@@ -351,6 +361,7 @@ def test_ig_avg_rule_is_the_key_gate_estimate_at_the_joint_states(setup, tokeniz
         np.testing.assert_array_equal(eff, removal[b, :1][:, batch.prompt[b]].astype(np.float64))
 
 
+@pytest.mark.integration  # the model fixture and finite differences (seconds)
 @pytest.mark.parametrize("k", [2, 5])
 def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenizer, k):
     """layers=k: the reverse pass gives dM/db for a key-gate bias on the final k blocks only (k = 2
@@ -363,6 +374,7 @@ def test_gating_the_final_layers_only_matches_finite_differences(setup, tokenize
     assert_effects_match_gate_differences(scorer, exs[1], lambda n: (0, n - 1), math_layers=frozenset(range(n_layers)))
 
 
+@pytest.mark.integration  # the model fixture (seconds)
 def test_layers_option_is_checked_and_all_layers_is_the_default(setup, tokenizer):
     build, exs = setup
     model, v = build(0.02)

@@ -35,6 +35,8 @@ from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 from test_scoring import examples
 from tiny import tiny_llama_config, tiny_model
 
+pytestmark = pytest.mark.integration  # scores tiny models against the golden scores (seconds each)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "golden" / "atp-68b685c.npz"
 #: the fixture's scorer options (tests/golden/atp-68b685c.npz holds the Scores of each, at commit 68b685c)

@@ -274,6 +274,7 @@ def stream(tmp_path_factory, tokenizer, tiny_model_dir, warm_dir):
     return d
 
 
+@pytest.mark.integration  # the stream fixture runs reference models (seconds)
 def test_reference_matches_a_direct_forward_and_backward(stream, tiny_model_dir, warm_dir):
     import torch
     import torch.nn.functional as F
@@ -307,6 +308,7 @@ def test_reference_matches_a_direct_forward_and_backward(stream, tiny_model_dir,
                 assert ref.prompt_grad is None
 
 
+@pytest.mark.integration  # the stream fixture runs reference models (seconds)
 def test_every_method_honours_its_budget_and_is_deterministic(stream):
     header, exs = read_all(stream / "ref.bridge")
     rho_p, rho_r = 0.5, 0.75
@@ -349,6 +351,7 @@ def test_every_method_honours_its_budget_and_is_deterministic(stream):
     assert all(e.selection.b_p == 0 for e in read_all(stream / "llmlingua1-0.bridge")[1])
 
 
+@pytest.mark.integration  # the stream fixture runs reference models (seconds)
 def test_llmlingua2_with_a_local_classifier(tmp_path, tokenizer, stream):
     import torch
     from transformers import LlamaForTokenClassification
@@ -384,6 +387,7 @@ def bridge(*args, stdin=None, **kw):
                           env={**os.environ, "BRIDGE_NO_PROGRESS": "1"}, **kw)
 
 
+@pytest.mark.integration  # starts `python -m bridgecli`
 def test_cli_select_rho1_end_to_end(stream):
     with open(stream / "ref.bridge", "rb") as fh:  # through stdin: the first pass reads a spooled copy
         proc = bridge("select", "--method", "rho1", "--rho-p", "0.5", "--rho-r", "0.5", "--option", "ranking=global",
@@ -415,6 +419,7 @@ def test_cli_select_rho1_end_to_end(stream):
     assert len(piped.stderr.decode().strip().splitlines()) == 1
 
 
+@pytest.mark.integration  # the stream fixture runs reference models (seconds)
 def test_cli_reference_refuses_another_tokenizer(stream, tmp_path):
     header, exs = read_all(stream / "scores.bridge")
     other = msgspec.structs.replace(header, model=msgspec.structs.replace(header.model,

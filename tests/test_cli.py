@@ -19,6 +19,7 @@ from tiny import head
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "data"
 BRIDGE = [sys.executable, "-m", "bridgecli"]
+pytestmark = pytest.mark.integration  # every test runs `python -m bridgecli` processes
 
 
 def bridge(*args, cwd=None, input=None, check=True, env=None):

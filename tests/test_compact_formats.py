@@ -107,6 +107,7 @@ def test_bridge_train_reads_the_trl_rows_in_every_format(tmp_path, reference, fm
     assert [(r.id, r.input_ids, r.labels) for r in rows] == [(r["id"], r["input_ids"], r["labels"]) for r in reference]
 
 
+@pytest.mark.integration  # builds TRL's SFTTrainer (seconds)
 def test_trl_sft_trainer_takes_the_labels_as_given(tmp_path, reference, tokenizer):
     pytest.importorskip("trl")
     from trl import SFTConfig, SFTTrainer
@@ -214,6 +215,7 @@ def test_rows_over_the_model_limit_are_reported(tmp_path, reference):
     assert gone.exit_code == 0 and "warning" not in gone.stderr  # no model files here: nothing to say
 
 
+@pytest.mark.integration  # starts Python processes
 def test_hf_sweeps_the_scratch_folders_of_killed_runs_only(tmp_path):
     """`--format hf` works in a `.bridge-compact.*` folder next to the output; a SIGKILL leaves it. The
     next run removes those that no process holds, never a running one's (held by its lock)."""

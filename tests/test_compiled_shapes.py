@@ -33,6 +33,7 @@ def compiled(monkeypatch):
 SHAPES = [(4, 7), (16, 16), (1, 9), (3, 16), (5, 3), (1, 2)]
 
 
+@pytest.mark.integration  # torch.compile (seconds)
 def test_fused_tangents_compile_once_for_every_shape(compiled):
     torch.manual_seed(0)
     norm = compiled(dual_llama._rmsnorm_dual)
@@ -69,6 +70,7 @@ def test_off_switch_runs_eagerly(compiled, monkeypatch):
     assert counters["stats"]["unique_graphs"] == 0
 
 
+@pytest.mark.integration  # torch.compile (seconds)
 def test_float_arguments_are_constants_of_the_graph(compiled):
     """An RMSNorm's eps and attention's scale reach the graph as constants: unspecialised, dynamo
     passed them in as 0-d float64 CPU tensors, for which inductor wrote a C++ kernel, and every

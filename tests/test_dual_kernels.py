@@ -247,6 +247,7 @@ def test_applies_and_dispatch(monkeypatch):
         assert not dk.swiglu_applies(randn(2, 8), randn(2, 8))
 
 
+@pytest.mark.integration  # a model's fast and eager passes (seconds)
 def test_fast_tail_on_the_kernels_matches_its_eager_path(tokenizer, monkeypatch):
     """dual_llama's three functions dispatched to the kernels (the wiring proposed for it), on a
     tiny float32 Llama and one short example (the interpreter is slow; bf16 CPU matmuls too):

@@ -21,6 +21,7 @@ def qwen2(vocab):
                        tie_word_embeddings=True)
 
 
+@pytest.mark.integration  # a model's fast pass against forward AD (seconds)
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_fast_tail_equals_forward_ad(tokenizer, family):
     cfg = tiny_llama_config(len(tokenizer)) if family == "llama" else qwen2(len(tokenizer))

@@ -37,6 +37,7 @@ def opts(**kwargs) -> EvalOptions:
 
 # -- the sandbox ------------------------------------------------------------------------------
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_passing_and_failing_programs():
     passed, failed, exited = run_programs(["def f(x):\n    return x + 1\nassert f(1) == 2\n",
                                            "assert 1 == 2, 'nope'\n",
@@ -54,6 +55,7 @@ EARLY_EXITS = {
 CHEAT_TEST = "def check(candidate):\n    assert candidate(1) == 999\n"
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 @pytest.mark.parametrize("runner", ["default", "unsafe"])
 @pytest.mark.parametrize("how", sorted(EARLY_EXITS))
 def test_exiting_0_before_the_asserts_is_not_passing(runner, how, monkeypatch):
@@ -69,12 +71,14 @@ def test_exiting_0_before_the_asserts_is_not_passing(runner, how, monkeypatch):
     assert honest.passed
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_infinite_loop_times_out():
     outcome = run_program("while True:\n    pass\n", Limits(timeout=1.5))
     assert outcome.status == "timeout" and not outcome.passed
     assert outcome.seconds < 10
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_memory_bomb_is_stopped():
     outcome = run_program("chunks = []\nwhile True:\n    chunks.append(' ' * 10**7)\n", FAST)
     assert outcome.status in ("memory", "killed") and not outcome.passed
@@ -82,11 +86,13 @@ def test_memory_bomb_is_stopped():
     assert big.status == "memory"
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_output_flood_is_cut():
     outcome = run_program("import sys\nwhile True:\n    sys.stdout.write('x' * 10**6)\n", Limits(timeout=3, file_size_mb=1))
     assert not outcome.passed and outcome.status in ("failed", "killed")
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_writes_outside_the_work_folder_are_refused(tmp_path):
     target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
     outcome = run_program(f"open({str(target)!r}, 'w').write('x')\n", FAST)
@@ -108,6 +114,7 @@ KILLER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration  # starts a Python process that runs the sandbox
 @pytest.mark.parametrize("attack", [
     "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(PARENT, signal.SIGKILL)\n",
     "import importlib, os\nimportlib.reload(os)\nos.kill(PARENT, 9)\n",
@@ -122,6 +129,7 @@ def test_program_cannot_kill_the_evaluator(attack):
     assert "SURVIVED" in done.stdout
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_no_network_with_namespaces():
     if isolation() not in ("bwrap", "unsafe: pid+net namespaces"):
         pytest.skip("network isolation needs bwrap or unshare")
@@ -147,6 +155,7 @@ def test_extract_code():
     assert extract_code("plain") == "plain"
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 @pytest.mark.parametrize("completion, chat, passes", [
     ("    return sum(xs)\n", False, True),  # base-model continuation of the body
     ("    return 0\n", False, False),
@@ -184,6 +193,7 @@ class _Tok:
     chat_template = None
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
     rows = [HE_ROW, {**HE_ROW, "task_id": "HumanEval/1"}, {**HE_ROW, "task_id": "HumanEval/2"}]
     seen = {}
@@ -206,6 +216,7 @@ def test_humaneval_task_with_fake_generation(tmp_path, monkeypatch):
         code_tasks.humaneval_task(object(), _Tok(), opts(data=_he_file(tmp_path, rows), few_shot=1))
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_humaneval_item_that_exits_early_is_not_passed(tmp_path, monkeypatch):
     # issue 30: one such item in a two-item file read pass@1 50%, though its test asserts inc(1) == 999
     rows = [HE_ROW, {"task_id": "HumanEval/1", "prompt": "def inc(x):\n", "entry_point": "inc",
@@ -217,6 +228,7 @@ def test_humaneval_item_that_exits_early_is_not_passed(tmp_path, monkeypatch):
     assert run["summary"]["pass@1"] == 0.5 and "no success signal" in run["items"][1]["error"]
 
 
+@pytest.mark.integration  # runs programs in the sandbox
 def test_mbpp_task_with_fake_generation(tmp_path, monkeypatch):
     rows = [{"task_id": k, "text": f"Write a function f returning {k}.", "code": f"def f():\r\n    return {k}",
              "test_list": [f"assert f() == {k}"], "test_setup_code": "", "challenge_test_list": []}

@@ -164,6 +164,7 @@ def test_score_and_warmup_on_an_empty_file(tmp_path, no_model_loads):
     assert not (tmp_path / "x.bridge").exists() and not (tmp_path / "w").exists()
 
 
+@pytest.mark.integration  # runs warmup and score (seconds)
 def test_score_that_scores_nothing_is_an_error(tmp_path, data, tiny_model_dir):
     run = tmp_path / "warm"
     made = invoke("warmup", data, "--val", data, "--model", tiny_model_dir, "--max-steps", "1", "--batch-size", "3",
@@ -178,6 +179,7 @@ def test_score_that_scores_nothing_is_an_error(tmp_path, data, tiny_model_dir):
     result = invoke("score", data, "--from", run, "-o", out, "--max-length", "2", "--device", "cpu", "--allow-empty")
     assert result.exit_code == 0 and out.exists()
 
+@pytest.mark.integration  # runs warmup and score (seconds)
 def test_a_failed_score_keeps_its_partial_output_only_when_there_is_something_to_resume(
     tmp_path, data, tiny_model_dir
 ):
@@ -246,6 +248,7 @@ def test_train_on_nothing_is_an_error_and_writes_no_model(tmp_path, no_model_loa
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration  # runs train (seconds)
 def test_train_never_writes_a_model_after_zero_steps(tmp_path, tiny_model_dir, monkeypatch):
     from bridgecli.steps import train as train_step
 
@@ -386,6 +389,7 @@ def test_generation_bar_moves_per_finished_item():
     assert bar.tasks[0].completed == 6
 
 
+@pytest.mark.integration  # starts scripts/setup.sh
 def test_setup_prints_a_line_per_stage(tmp_path):
     import os
     import shutil

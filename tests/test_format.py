@@ -460,15 +460,18 @@ def _assert_cli_error(run: dict, pattern: str) -> None:
     assert re.search(pattern, lines[0]), lines[0]
 
 
+@pytest.mark.integration  # the `bridge` console script (cli_runs)
 @pytest.mark.parametrize("name", list(FAILURES))
 def test_failure_mode_through_the_cli(name, cli_runs):
     _assert_cli_error(cli_runs[name], FAILURES[name][1])
 
 
+@pytest.mark.integration  # the `bridge` console script (cli_runs)
 def test_console_script_reports_a_jsonl_file_in_one_line(cli_runs):
     _assert_cli_error(cli_runs["console script"], r"not a bridge stream .*run `bridge score` on it")
 
 
+@pytest.mark.integration  # the `bridge` console script (cli_runs)
 def test_newer_minor_version_through_the_cli(cli_runs):
     run = cli_runs["newer minor"]
     assert run["code"] == 0, run
@@ -607,6 +610,7 @@ def test_golden_file_reads_without_bridgecli(expected_name, name):
         assert_contains(ex, want["record"])
 
 
+@pytest.mark.integration  # the `bridge` console script (cli_runs)
 def test_golden_files_through_the_cli(cli_runs):
     for expected_name, file in GOLDEN_CASES:
         run = cli_runs[f"golden {file}"]

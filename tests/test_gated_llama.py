@@ -24,6 +24,8 @@ from test_dual_llama import qwen2
 from test_scoring import examples
 from tiny import tiny_llama_config, tiny_model
 
+pytestmark = pytest.mark.integration  # tiny models' gated passes, torch.compile (seconds each)
+
 #: scorer options that reach the gated pass: layers=2 leaves two of the four tail blocks ungated,
 #: layers=5 gates one block before the tail, ig=... run the pass at gated states with plain biases
 CASES = {

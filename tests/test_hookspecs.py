@@ -124,6 +124,7 @@ def test_no_import_back(files, forbidden):
             assert not bad, f"{path.relative_to(SRC)} imports {bad}"
 
 
+@pytest.mark.integration  # starts a Python process
 def test_artifacts_import_no_torch():
     import subprocess
     import sys

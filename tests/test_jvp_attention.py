@@ -69,6 +69,7 @@ def test_dual_attention_and_routing_rows():
     assert fwAD.unpack_dual(ja.dual_causal_attention(q, k, v, scale)).tangent is None
 
 
+@pytest.mark.integration  # scores a model in Triton's interpreter (seconds)
 def test_scorer_with_fused_attention_matches_math(tokenizer, monkeypatch):
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.scoring import BridgeScorer, ScoringContext

@@ -122,6 +122,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration  # starts and kills a Python process
 @pytest.mark.parametrize("kind", ["file", "dir"])
 def test_leftovers_of_a_killed_run_are_swept_by_the_next(tmp_path, monkeypatch, kind):
     target = tmp_path / ("out.bridge" if kind == "file" else "warmup")
@@ -161,6 +162,7 @@ def test_fresh_leftovers_are_kept(tmp_path):
     assert not young.exists() and (tmp_path / "out.bridge").read_text() == "z"
 
 
+@pytest.mark.integration  # starts and stops `python -m bridgecli`
 def test_sigterm_leaves_no_temporary_file(tmp_path):
     """SIGTERM unwinds the command (exit 143), so its atomic output's temporary file goes with it."""
 

@@ -22,6 +22,8 @@ from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
 from bridgecli.format.spec import RECORDS_PER_FRAME
 from bridgecli.format.writer import StreamWriter
 
+pytestmark = pytest.mark.integration  # worker processes (a fork server), and `python -m bridgecli`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -151,6 +151,7 @@ def test_folders_and_unwritable_outputs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.integration  # starts `python -m bridgecli`
 def test_cli_reports_one_line():
     done = subprocess.run([sys.executable, "-m", "bridgecli", "score", "x.jsonl", "--max-tokens", "-5"],
                           capture_output=True, text=True)
@@ -184,6 +185,7 @@ def test_max_length_defaults_to_the_model_limit():
     assert report.lines() == ["skipped 2 examples longer than --max-length 8192 (a, b)"]
 
 
+@pytest.mark.integration  # loads the default model's tokenizer (seconds)
 def test_long_examples_are_skipped_and_reported(tmp_path):
     from types import SimpleNamespace
 

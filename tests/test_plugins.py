@@ -193,6 +193,7 @@ CLAUSE_ENTRY = {"name": "clause", "hooks": ["register_segmenters"], "builtin": F
                 "package": "bridge-segmenter-clause", "version": "0.1.0"}
 
 
+@pytest.mark.integration  # pip-installs the plugin, starts `bridge plugins`
 @pytest.mark.parametrize(("allow", "loaded"), [(None, True), ("", False)])
 def test_installed_plugin_is_picked_up(plugin_site, allow, loaded):
     """The real command in a fresh process: autoloaded by default, not loaded with an empty allow-list."""
@@ -208,6 +209,7 @@ def test_installed_plugin_is_picked_up(plugin_site, allow, loaded):
         assert "clause" not in out["registered"]["segmenter"]
 
 
+@pytest.mark.integration  # pip-installs the plugin (plugin_site)
 @pytest.mark.parametrize(("allow", "loaded"),
                          [("clause", True), (" other , clause ", True), ("other", False)])
 def test_allow_list(plugin_site, monkeypatch, allow, loaded):

@@ -12,6 +12,8 @@ from bridgecli.data.examples import DataOptions, Report, iter_examples
 from bridgecli.data.prefetch import TokenizeProcess, handover, prefetch_examples, wanted
 from bridgecli.errors import BridgeError
 
+pytestmark = pytest.mark.integration  # tokenises in a child process
+
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
 
 

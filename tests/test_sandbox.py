@@ -23,6 +23,8 @@ from bridgecli.evaluation.sandbox import Limits, bwrap_problem, run_program
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bwrap sandbox here: {bwrap_problem()}")
 FAST = Limits(timeout=5, memory_mb=512)
+pytestmark = pytest.mark.integration  # runs programs in the sandbox (bwrap) as processes
+
 HAS_CGROUP = containment.cgroup_parent()[0] is not None
 
 

@@ -23,7 +23,8 @@ from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, load_scorin
 from bridgecli.steps import score as score_step
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
 
 

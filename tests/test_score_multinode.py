@@ -87,6 +87,7 @@ def split_header(path: Path) -> tuple[bytes, bytes]:
     return data[:cut], data[cut:]
 
 
+@pytest.mark.integration  # two torchrun launchers
 def test_two_nodes_on_a_shared_folder_give_one_process_stream(warmup, tmp_path):
     single = tmp_path / "single.bridge"  # what `bridge score` with score_args() writes
     run_score(ScoreOptions(data=str(SAMPLE / "train.jsonl"), out=str(single), run=warmup, device="cpu",
@@ -120,6 +121,7 @@ def test_two_nodes_on_a_shared_folder_give_one_process_stream(warmup, tmp_path):
     assert [(s.step, s.producer) for s in h1.steps] == [(s.step, s.producer) for s in h2.steps]
 
 
+@pytest.mark.integration  # starts `python -m bridgecli` per rank
 def test_node_local_output_folders_stop_before_scoring(warmup, tmp_path):
     # the same relative -o from two working folders: each "node" writes where the other cannot see.
     # The ranks get the environment torchrun gives them (two launchers are tested above)

@@ -69,6 +69,7 @@ def after_header(path: Path) -> bytes:
     return dobj.unused_data
 
 
+@pytest.mark.integration  # starts warmup and score processes (run_dir)
 def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
     full = tmp_path / "full.bridge"
     log = subprocess.run(score_cmd(run_dir, full), check=True, env=ENV, capture_output=True).stderr.decode()
@@ -105,6 +106,7 @@ def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
     assert [e.id for e in e1] == [e.id for e in e2] and len(e1) == 48
 
 
+@pytest.mark.integration  # starts warmup and score processes (run_dir)
 def test_resume_refuses_other_parameters(run_dir, tmp_path):
     out = tmp_path / "x.bridge"
     partial = Path(str(out) + ".partial")
@@ -123,6 +125,7 @@ def test_resume_refuses_other_parameters(run_dir, tmp_path):
     assert partial.exists()  # nothing lost
 
 
+@pytest.mark.integration  # torchrun with 2 processes
 def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path):
     single = tmp_path / "single.bridge"
     subprocess.run(score_cmd(run_dir, single, "--limit", "9"), check=True, env=ENV, capture_output=True)
@@ -183,6 +186,7 @@ def test_token_ce_tangent_matches_forward_ad():
     torch.testing.assert_close(dl, tt)
 
 
+@pytest.mark.integration  # scores a model in several precisions (seconds)
 def test_tail_dtype_and_prefix_autocast_options(tokenizer):
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, _cast_floats

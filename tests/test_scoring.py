@@ -16,6 +16,8 @@ from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext
 
 from tiny import RECORDS, tiny_llama_config, tiny_model
 
+pytestmark = pytest.mark.integration  # every scorer on tiny models of four families (seconds each)
+
 
 def examples(tokenizer, chat_template=True):
     out = []

@@ -121,6 +121,7 @@ def test_show_command_and_html(stream, tmp_path):
     assert by_id.exit_code == 0 and "example ex2" in by_id.stdout
 
 
+@pytest.mark.integration  # draws the plots (seconds)
 def test_inspect_stats(stream, tmp_path, tokenizer):
     png = tmp_path / "stats.png"
     result = CliRunner().invoke(app, ["inspect", "--stats", "--json", str(stream), "--png", str(png)])
@@ -162,6 +163,7 @@ def _chromium() -> str | None:
     return None
 
 
+@pytest.mark.integration  # starts headless Chromium
 @pytest.mark.skipif(_chromium() is None, reason="no Chromium here (Debian: apt-get install -y chromium)")
 def test_html_renders_in_headless_chromium(stream, tmp_path):
     page = tmp_path / "show.html"

@@ -24,7 +24,8 @@ IGNORE = -100
 ENV = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+# integration: train runs, two with processes of their own; one_thread: tests/conftest.py
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ def compact_rows(n=4, seed=0, vocab=500):
     return rows
 
 
+@pytest.mark.integration  # trains with TRL's SFTTrainer (seconds)
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_sft_trainer_uses_our_labels_and_our_loss(tmp_path, tokenizer, padding_free):
     from datasets import Dataset

@@ -229,6 +229,7 @@ def test_a_row_too_long_stops_train_before_any_model_work(tmp_path, tiny_model_d
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration  # runs train (seconds)
 def test_clip_long_rows_trains_on_the_first_tokens(tmp_path, tiny_model_dir):
     path = rows_file(tmp_path / "rows.jsonl", [row("short", 20), row("long", 1500),
                                                row("tail", 1100, supervised_from=1050)])

@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 from bridgecli.cli.app import app
 from bridgecli.format.spec import PREAMBLE
 
+pytestmark = pytest.mark.integration  # forks worker pools, and `python -m bridgecli`
+
 N = 150  # two full frames of 64 records and a partial one
 
 
