@@ -42,7 +42,7 @@ WARM=${WARM:-$data/warm.jsonl}
 VAL=${VAL:-$data/val.jsonl}
 TRAIN=${TRAIN:-$data/train.jsonl}
 TEST=${TEST:-$data/test.jsonl}
-METHODS=${METHODS-"bridge one-pass independent random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
+METHODS=${METHODS-"bridge one-pass independent importance random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
 CLOSE_ALL=${CLOSE_ALL:-0}
 mkdir -p "$out"
 start=$(date +%s)
@@ -65,6 +65,7 @@ for method in $METHODS; do
   final="$d/selected.bridge"
   case "$method" in
     bridge|one-pass|independent) close=1 ;;
+    importance) close=0 ;;  # a weighted draw: closing it would drop the loss weights (close refuses)
     *) close=$CLOSE_ALL ;;
   esac
   if [ "$close" = 1 ]; then

@@ -225,7 +225,7 @@ def _run_train(opts: TrainOptions) -> dict:
         return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
     cfg = opts.sft
     device = resolve_device(opts.device)
-    cfg.bf16 = cfg.bf16 or device.startswith("cuda")
+    cfg.bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16 and device.startswith("cuda")
     acc = make_accelerator(device, cfg.bf16)
     main = acc.is_main_process
     if acc.num_processes > 1:

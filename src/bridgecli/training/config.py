@@ -95,7 +95,14 @@ class SFTConfig:
     max_grad_norm: float = option(1.0, "Gradient clipping (total norm).", range=number(0, 1e12, low_open=True))
     max_steps: int | None = option(None, "Stop after this many optimizer steps.", range=count())
     seed: int = option(42, SEED_HELP, range=SEED)
-    bf16: bool = False
+    #: bf16 mixed precision (None: on with CUDA, off on CPU)
+    bf16: bool | None = option(
+        None,
+        "bf16 mixed precision (default: on a GPU, off on the CPU). --no-bf16 trains in float32: slower, for "
+        "a model whose bf16 gradients overflow (train stops when they do and says so).",
+        "--bf16/--no-bf16",
+        panel=EFFICIENCY_PANEL,
+    )
     #: padding-free packing (True), length bucketing (False), or packing where verified (None)
     packing: bool | None = option(
         None,

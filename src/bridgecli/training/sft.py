@@ -341,6 +341,7 @@ def fit(
                     world=world,
                     rank=rank,
                 )
+                _check_finite(rec, history, cfg)
                 rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
                 rec["epoch"] = round(rows_done[s + 1] / len(rows), 4)  # rows seen so far (the last step may be short)
                 history.append(rec)
@@ -387,6 +388,36 @@ def fit(
     )
 
 
+#: non-finite gradients in a row after which training stops (a skipped step leaves the weights as they were)
+MAX_NONFINITE_RUN = 3
+
+
+def _check_finite(rec: dict, history: list[dict], cfg: SFTConfig) -> None:
+    """Stop with one line when the gradients keep coming out NaN or infinite: ``_one_step`` skips the update
+    of such a step (the weights stay finite), and a few in a row, or more than 5% of the steps so far (from
+    the 20th on), mean the run cannot train. In bf16 mixed precision the usual way out is float32."""
+    if not rec.get("skipped"):
+        return
+    from ..errors import ModelError
+    from ..progress import note
+
+    run = 1
+    for past in reversed(history):
+        if not past.get("skipped"):
+            break
+        run += 1
+    skipped = run + sum(1 for past in history[: len(history) - run + 1] if past.get("skipped"))
+    done = len(history) + 1
+    precision = "bf16 mixed precision" if cfg.bf16 else "float32"
+    if run >= MAX_NONFINITE_RUN or (done >= 20 and skipped > 0.05 * done):
+        raise ModelError(
+            f"training stopped at step {rec['step']}: the gradient was NaN or infinite in {skipped} of {done} steps "
+            f"({run} in a row) in {precision}",
+            hint="rerun with --no-bf16 (float32)" if cfg.bf16 else "lower --lr or --max-grad-norm",
+        )
+    note(f"step {rec['step']}: the gradient is NaN or infinite ({precision}): the update is skipped")
+
+
 def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, packing, pack_length, world, rank) -> dict:
     t = time.perf_counter()
     lr = cosine_lr(s, total, cfg.lr, cfg.warmup_ratio)
@@ -421,7 +452,9 @@ def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, pack
             else:
                 acc.backward(_dummy_loss(model, dummy_batch(pad_id).to(device)))
     grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
-    opt.step()
+    finite = math.isfinite(float(grad_norm))
+    if finite:  # a NaN or infinite gradient would make every weight NaN: the step is skipped (fit decides more)
+        opt.step()
     opt.zero_grad(set_to_none=True)
     if world > 1:
         local = acc.reduce(local, reduction="sum")
@@ -441,6 +474,7 @@ def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, pack
         "micro_batches": n_micro,
         "step_time": round(dt, 5),
         "tokens_per_s": executed / dt if dt > 0 else 0.0,
+        **({} if finite else {"skipped": True}),
     }
 
 
