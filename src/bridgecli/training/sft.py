@@ -249,7 +249,7 @@ def fit(
     """Train ``model`` in place. With ``run_dir``: metrics.jsonl and (``cfg.save_every``)
     checkpoints there, ``resume`` continues from the latest complete checkpoint."""
     rows = [r for r in rows if r.supervised > 0]
-    acc = accelerator or make_accelerator(device, cfg.bf16 and str(device).startswith("cuda"))
+    acc = accelerator or make_accelerator(device, bool(cfg.bf16) and str(device).startswith("cuda"))
     world, rank, main = acc.num_processes, acc.process_index, acc.is_main_process
     if world > 1:
         device = acc.device
