@@ -1,4 +1,4 @@
-"""The math segmenter's expression scan skips runs that cannot hold an expression (builtin/segmenters.py,
+"""The math segmenter's expression scan skips runs that cannot hold an expression (segmenting/math_spans.py,
 ``_expression_spans``); here against the scan it replaced, which trimmed every run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.builtin.segmenters import (
+from bridgecli.segmenting.math_spans import (
     _MATH_SCAN, _MATH_TOKEN, _OPERANDS, _expression_spans, _is_expression, _trim_run,
 )
 
