@@ -90,62 +90,25 @@ if HAVE_TRITON:
         return fits or configs[:1]
 
     # the context length and the LSE's strides (multiples of it) vary batch by batch: not specialised
-    # on (Triton would compile a second variant for lengths that are multiples of 16)
+    # on (Triton would compile a second variant for lengths that are multiples of 16).
+    # One kernel, long on purpose: its body is one loop over key blocks (five block matmuls each),
+    # which Triton helpers would only split across calls; its arguments are grouped per tensor by
+    # hand (fmt: off) rather than one a line.
+    # fmt: off
     @triton.jit(do_not_specialize=["N_CTX", "slb", "slh"])
     def _attn_jvp_kernel(
-        Q,
-        K,
-        V,
-        DQ,
-        DK,
-        DV,
-        O,
-        LSE,
-        DO,
-        sqb,
-        sqh,
-        sqm,
-        sqd,
-        skb,
-        skh,
-        skn,
-        skd,
-        svb,
-        svh,
-        svn,
-        svd,
-        sdqb,
-        sdqh,
-        sdqm,
-        sdqd,
-        sdkb,
-        sdkh,
-        sdkn,
-        sdkd,
-        sdvb,
-        sdvh,
-        sdvn,
-        sdvd,
-        sob,
-        soh,
-        som,
-        sod,
-        slb,
-        slh,
-        slm,
-        sdob,
-        sdoh,
-        sdom,
-        sdod,
-        H,
-        GROUPS,
-        N_CTX,
-        CTX_BUCKET,
-        sm_scale,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        CAUSAL: tl.constexpr,
+        Q, K, V, DQ, DK, DV, O, LSE, DO,
+        sqb, sqh, sqm, sqd,  # the strides of each tensor: batch, head, position, head dimension
+        skb, skh, skn, skd,
+        svb, svh, svn, svd,
+        sdqb, sdqh, sdqm, sdqd,
+        sdkb, sdkh, sdkn, sdkd,
+        sdvb, sdvh, sdvn, sdvd,
+        sob, soh, som, sod,
+        slb, slh, slm,  # the LSE's: batch, head, position
+        sdob, sdoh, sdom, sdod,
+        H, GROUPS, N_CTX, CTX_BUCKET, sm_scale,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
         start_m = tl.program_id(0)
@@ -211,6 +174,8 @@ if HAVE_TRITON:
             do.to(DO.dtype.element_ty),
             mask=m_ok[:, None],
         )
+
+    # fmt: on
 
     # Triton >= 3.4 keeps the timings on disk (its cache folder): later processes skip the tuning
     _cache = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
