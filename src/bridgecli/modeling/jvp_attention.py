@@ -119,12 +119,10 @@ if HAVE_TRITON:
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, HEAD_DIM)
         m_ok = offs_m < N_CTX
-        q = tl.load(
-            Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=m_ok[:, None], other=0.0
-        )
-        dq = tl.load(
-            DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd, mask=m_ok[:, None], other=0.0
-        )
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                    mask=m_ok[:, None], other=0.0)
+        dq = tl.load(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd,
+                     mask=m_ok[:, None], other=0.0)
         lse = tl.load(LSE + b * slb + h * slh + offs_m * slm, mask=m_ok, other=0.0)
         g = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         mu = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -135,22 +133,14 @@ if HAVE_TRITON:
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             n_ok = offs_n < N_CTX
-            k = tl.load(
-                K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=n_ok[:, None], other=0.0
-            )
-            dk = tl.load(
-                DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
-                mask=n_ok[:, None],
-                other=0.0,
-            )
-            v = tl.load(
-                V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=n_ok[:, None], other=0.0
-            )
-            dv = tl.load(
-                DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
-                mask=n_ok[:, None],
-                other=0.0,
-            )
+            k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                        mask=n_ok[:, None], other=0.0)
+            dk = tl.load(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
+                         mask=n_ok[:, None], other=0.0)
+            v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                        mask=n_ok[:, None], other=0.0)
+            dv = tl.load(DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
+                         mask=n_ok[:, None], other=0.0)
             kt = tl.trans(k)
             s = tl.dot(q, kt, input_precision=PRECISION) * sm_scale
             ds = (
@@ -165,9 +155,8 @@ if HAVE_TRITON:
             mu += tl.sum(pds, 1)
             g += tl.dot(pds.to(v.dtype), v, input_precision=PRECISION)
             g += tl.dot(p.to(dv.dtype), dv, input_precision=PRECISION)
-        o = tl.load(
-            O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod, mask=m_ok[:, None], other=0.0
-        )
+        o = tl.load(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+                    mask=m_ok[:, None], other=0.0)
         do = g - mu[:, None] * o.to(tl.float32)
         tl.store(
             DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
