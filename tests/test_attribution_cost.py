@@ -16,17 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridgecli.modeling import attribution
-from bridgecli.modeling.attribution import (
-    MEMORY_SHARE,
-    RESERVE,
-    AttributionScorer,
-    GatedShape,
-    chunk_ids,
-    pass_bytes,
-    pass_tokens,
-    spread,
-    token_bytes,
-)
+from bridgecli.modeling import gated_memory
+from bridgecli.modeling.attribution import AttributionScorer, chunk_ids, spread
+from bridgecli.modeling.gated_memory import MEMORY_SHARE, RESERVE, GatedShape, pass_bytes, pass_tokens, token_bytes
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.saved_bytes import saved_bytes
 from bridgecli.modeling.score_batch import make_batch
@@ -161,7 +153,7 @@ def test_passes_split_a_batch_that_does_not_fit_and_score_the_same(tiny, tokeniz
     lengths = [len(e.tokens.input_ids) for e in exs]
     # free bytes where a pass holds about two of the longest sequences
     target = 2 * max(lengths)
-    per = token_bytes(scorer.shape, max(lengths), True) + scorer.shape.heads * max(lengths) * 8 * attribution.TRANSIENT_LXL
+    per = token_bytes(scorer.shape, max(lengths), True) + scorer.shape.heads * max(lengths) * 8 * gated_memory.TRANSIENT_LXL
     free = (RESERVE + scorer.row_chunk * scorer.shape.vocab * 32 + target * per) / MEMORY_SHARE
     parts = scorer._passes(exs, free)
     assert [e.id for p in parts for e in p] == [e.id for e in exs]

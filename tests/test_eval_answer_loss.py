@@ -20,7 +20,8 @@ from bridgecli.evaluation.answer_loss import answer_loss_task, answer_row, answe
 from bridgecli.evaluation.tasks import EvalOptions
 from bridgecli.format.spec import RESPONSE
 
-from tiny import RECORDS, tiny_llama_config, tiny_model
+from test_eval_heldout import tiny  # noqa: F401  (the tiny model fixture)
+from tiny import RECORDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -31,11 +32,6 @@ MATH = [
 ]
 NO_ANSWER = {"prompt": "Say hi.", "completion": "Hi there!"}
 ROWS = [*RECORDS, *MATH, NO_ANSWER]
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    return tiny_model(tiny_llama_config(len(tokenizer), layers=2, hidden=32)), tokenizer
 
 
 @pytest.fixture

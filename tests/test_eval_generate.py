@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from bridgecli.evaluation import generate as gen
+from bridgecli.evaluation import generate as gen, stopping
 from bridgecli.evaluation.generate import StopOnStrings, cut_at_stop, generate, plan_batches
 
 from test_eval_gsm8k import PROMPTS, tiny  # noqa: F401  (the module's tiny model fixture)
@@ -57,7 +57,7 @@ def test_stop_check_equals_decoding_every_row_real_tokenizer(tokenizer, texts):
 
 
 def test_ending_tokens(tokenizer):
-    ends = gen.ending_tokens(tokenizer, ["\nQ:", "\n\n\n"])
+    ends = stopping.ending_tokens(tokenizer, ["\nQ:", "\n\n\n"])
     colon = tokenizer(": :", add_special_tokens=False)["input_ids"]
     words = tokenizer(" apples and pears", add_special_tokens=False)["input_ids"]
     newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
@@ -66,7 +66,7 @@ def test_ending_tokens(tokenizer):
     assert ends(torch.tensor([len(tokenizer) + 5, colon[0]])).all()  # an id past the tokenizer's is looked at
     sample = torch.arange(0, len(tokenizer), 97)
     assert 0.0 < ends(sample).float().mean() < 0.3  # most tokens cannot end these: their rows are not decoded
-    assert gen.ending_tokens(tokenizer, ["\nQ:", "\n\n\n"]) is ends  # kept per tokenizer and stop set
+    assert stopping.ending_tokens(tokenizer, ["\nQ:", "\n\n\n"]) is ends  # kept per tokenizer and stop set
 
 
 class NaiveStop(StoppingCriteria):

@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from bridgecli.errors import UsageError
-from bridgecli.evaluation import containment, sandbox
+from bridgecli.evaluation import containment, sandbox, sandbox_bwrap
 from bridgecli.evaluation.sandbox import Limits, bwrap_problem, run_program
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bwrap sandbox here: {bwrap_problem()}")
@@ -539,7 +539,7 @@ def test_unsafe_runner_still_limits(monkeypatch):
 
 
 def test_missing_features_are_said(monkeypatch):
-    box = sandbox._Box("/usr/bin/bwrap", "/usr/bin/python3", (), frozenset({"--perms"}), "3.11.2", monitor=False)
+    box = sandbox_bwrap.Box("/usr/bin/bwrap", "/usr/bin/python3", (), frozenset({"--perms"}), "3.11.2", monitor=False)
     monkeypatch.setattr(sandbox, "_probe", lambda: (box, ""))
     warnings = sandbox.sandbox_warnings()
     assert any("--size" in w and "not size-limited" in w for w in warnings)
@@ -547,8 +547,8 @@ def test_missing_features_are_said(monkeypatch):
     assert any("memory is limited per process only" in w for w in warnings)
     assert set(sandbox.sandbox_info()["missing"]) == {"--disable-userns", "--size", "--remount-ro", "--seccomp",
                                                       "cgroup", "tree memory monitor"}
-    full = sandbox._Box("/usr/bin/bwrap", "/usr/bin/python3", (), frozenset(sandbox._WANTED + sandbox._SETUP),
-                        "3.11.2", monitor=True)
+    full = sandbox_bwrap.Box("/usr/bin/bwrap", "/usr/bin/python3", (),
+                            frozenset(sandbox_bwrap.WANTED + sandbox_bwrap.SETUP), "3.11.2", monitor=True)
     monkeypatch.setattr(sandbox, "_probe", lambda: (full, ""))
     monkeypatch.setattr(containment, "cgroup_parent", lambda: (None, "no memory cgroup found in /proc/self/cgroup"))
     (warning,) = sandbox.sandbox_warnings()

@@ -1,4 +1,4 @@
-"""The math segmenter's expression scan skips runs that cannot hold an expression (builtin/segmenters.py,
+"""The math segmenter's expression scan skips runs that cannot hold an expression (segmenting/math_spans.py,
 ``_expression_spans``); here against the scan it replaced, which trimmed every run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.builtin.segmenters import (
+from bridgecli.segmenting.math_spans import (
     _MATH_SCAN, _MATH_TOKEN, _OPERANDS, _expression_spans, _is_expression, _trim_run,
 )
 
@@ -55,9 +55,9 @@ def test_same_spans_on_gsm8k_answers():
     path = next((p / "gsm8k" / "train.jsonl" for p in (Path(__file__).resolve().parents[2] / "shared" / "data",
                                                        Path("/work/shared/data")) if (p / "gsm8k").is_dir()), None)
     if path is None:  # the real answers where this checkout has them; the generated sample otherwise
-        from bridgecli.sample import generate
+        from tiny import sample_module
 
-        answers = [r["answer"] for r in generate(300, seed=0)]
+        answers = [r["answer"] for r in sample_module().generate(300, seed=0)]
     else:
         import json
 

@@ -34,31 +34,16 @@ METRIC_TITLES = {"spearman": "Spearman", "overlap": "Top-b overlap", "jaccard": 
 
 #: Table 2 of the paper: 200 MetaMathQA examples, Llama-3.2-3B warmup checkpoint, rho_p = rho_r = 0.75.
 #: (mean, std) pairs where the paper gives a std, else (value, None).
+_PAPER_ROWS = {
+    # side and proxy: Spearman (mean, std), top-b overlap (mean, std), Jaccard, normalised regret
+    ("prompt", ATTENTION): ((-0.0528, 0.1830), (0.7094, 0.0353), 0.5509, 0.5905),
+    ("prompt", BRIDGE): ((0.9123, 0.1922), (0.9462, 0.0372), 0.9192, 0.0347),
+    ("response", ATTENTION): ((-0.0409, 0.1170), (0.7639, 0.0262), 0.6187, 0.5182),
+    ("response", BRIDGE): ((0.9463, 0.0376), (0.9667, 0.0188), 0.9362, 0.0251),
+}
 PAPER_TABLE2 = {
-    ("prompt", ATTENTION): {
-        "spearman": (-0.0528, 0.1830),
-        "overlap": (0.7094, 0.0353),
-        "jaccard": (0.5509, None),
-        "regret": (0.5905, None),
-    },
-    ("prompt", BRIDGE): {
-        "spearman": (0.9123, 0.1922),
-        "overlap": (0.9462, 0.0372),
-        "jaccard": (0.9192, None),
-        "regret": (0.0347, None),
-    },
-    ("response", ATTENTION): {
-        "spearman": (-0.0409, 0.1170),
-        "overlap": (0.7639, 0.0262),
-        "jaccard": (0.6187, None),
-        "regret": (0.5182, None),
-    },
-    ("response", BRIDGE): {
-        "spearman": (0.9463, 0.0376),
-        "overlap": (0.9667, 0.0188),
-        "jaccard": (0.9362, None),
-        "regret": (0.0251, None),
-    },
+    key: {"spearman": spearman, "overlap": overlap, "jaccard": (jaccard, None), "regret": (regret, None)}
+    for key, (spearman, overlap, jaccard, regret) in _PAPER_ROWS.items()
 }
 PAPER_SETTING = "paper Table 2: 200 MetaMathQA examples, Llama-3.2-3B warmup checkpoint, rho_p = rho_r = 0.75"
 

@@ -64,12 +64,116 @@ def _summary(view: ExampleView, sep: str) -> str:
     return sep.join(f"{printable(k)}: {printable(v)}" for k, v in view.summary.items())
 
 
+@dataclass
+class _Scores:
+    """The example's scores as the view shows them (all None without scores)."""
+
+    a: np.ndarray | None = None
+    c: np.ndarray | None = None
+    A: np.ndarray | None = None
+    loss: np.ndarray | None = None
+    score: np.ndarray | None = None  # what the response highlight follows
+    score_name: str | None = None
+    scale: float = 0.0  # max |score|
+    delta_p: np.ndarray | None = None  # prompt-side conditional scores under the kept response state
+    attn_in: np.ndarray | None = None  # attention each prompt token receives
+
+
+def _scores(example: Example, resp: np.ndarray, resp_index: dict[int, int]) -> _Scores:
+    sc, sel = example.scores, example.selection
+    out = _Scores()
+    if sc is not None:
+        out.a, out.c = sc.a.numpy().astype(np.float64), sc.c.numpy().astype(np.float64)
+        out.A = sc.A.numpy().astype(np.float64)
+        out.loss = sc.loss.numpy() if sc.loss is not None else None
+    if sel is not None:
+        out.score, out.score_name = sel.response_scores.numpy().astype(np.float64), "Delta_r(j|S_p)"
+    elif out.a is not None:
+        out.score, out.score_name = out.a, "a_j"
+    out.scale = float(np.max(np.abs(out.score))) if out.score is not None and out.score.size else 0.0
+    if out.a is not None and out.A is not None and out.A.size:
+        s_r = [resp_index[p] for p in (sel.response_keep if sel is not None else resp.tolist()) if p in resp_index]
+        out.delta_p = (out.A[s_r] * out.a[s_r, None]).sum(axis=0)
+        out.attn_in = out.A.sum(axis=0)
+    return out
+
+
+@dataclass
+class _Units:
+    """The closure units: each response position's unit, the units' first and last positions and
+    sizes, and the chosen ones (all empty without a closure)."""
+
+    of: dict[int, int] = field(default_factory=dict)
+    first: set[int] = field(default_factory=set)
+    last: set[int] = field(default_factory=set)
+    sizes: dict[int, int] = field(default_factory=dict)
+    chosen: set[int] = field(default_factory=set)
+
+
+def _units(example: Example) -> _Units:
+    cl = example.closure
+    out = _Units()
+    if cl is None:
+        return out
+    out.chosen = set(cl.chosen)
+    u = np.asarray(cl.units, dtype=np.int64).reshape(-1, 2)
+    for k, (s, e) in enumerate(u):
+        out.first.add(int(s))
+        out.last.add(int(e) - 1)
+        out.sizes[k] = int(e - s)
+        for p in range(int(s), int(e)):
+            out.of[p] = k
+    return out
+
+
+def _prompt_token(pos: int, text: str, kname: str, kept: bool, k: int, sc: _Scores) -> TokenView:
+    info: dict = {"position": pos, "kept": "yes" if kept else "no (dropped)"}
+    if sc.delta_p is not None and sc.attn_in is not None:
+        info["Delta_p(i|S_r)"] = _fmt(sc.delta_p[k])
+        info["attention received"] = _fmt(sc.attn_in[k])
+    return TokenView(pos, text, kname, kept, info=info)
+
+
+def _response_token(
+    pos: int, text: str, kname: str, kept: bool, k: int, sc: _Scores, units: _Units, kept_cols: list[int]
+) -> TokenView:
+    info: dict = {"position": pos, "supervised": "yes" if kept else "no"}
+    val = None
+    if sc.score is not None:
+        val = float(sc.score[k])
+        info[sc.score_name or ""] = _fmt(val)
+    if sc.a is not None and sc.c is not None and sc.A is not None:  # set together
+        info["a_j"] = _fmt(sc.a[k])
+        info["c_j"] = _fmt(sc.c[k])
+        if sc.A.size:
+            info["attention to kept prompt"] = _fmt(sc.A[k, kept_cols].sum()) if kept_cols else "0"
+    if sc.loss is not None:
+        info["loss"] = _fmt(sc.loss[k])
+    unit = units.of.get(pos)
+    if unit is not None:
+        info["unit"] = f"{unit}{' (chosen)' if unit in units.chosen else ''}"
+    return TokenView(
+        pos,
+        text,
+        kname,
+        kept,
+        score=val,
+        strength=(abs(val) / sc.scale if (val is not None and sc.scale > 0) else 0.0),
+        unit=unit,
+        unit_start=pos in units.first,
+        unit_end=pos in units.last,
+        unit_size=units.sizes.get(unit, 0) if unit is not None else 0,
+        unit_chosen=unit in units.chosen,
+        info=info,
+    )
+
+
 def build_view(example: Example, header: Header | None = None) -> ExampleView:
     tk = example.tokens
     kinds = np.frombuffer(tk.kinds, dtype=np.uint8)
     spans = tk.spans()
     prompt, resp = tk.prompt_positions(), tk.response_positions()
-    sc, sel, cl = example.scores, example.selection, example.closure
+    sel, cl = example.selection, example.closure
     prompt_keep = set(sel.prompt_keep) if sel is not None else set(prompt.tolist())
     if cl is not None:
         supervised = set(cl.supervise)
@@ -79,93 +183,23 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
         supervised = set(resp.tolist())
     resp_index = {int(p): k for k, p in enumerate(resp)}
     prompt_index = {int(p): k for k, p in enumerate(prompt)}
-
-    a = c = A = loss = None
-    if sc is not None:
-        a, c, A = sc.a.numpy().astype(np.float64), sc.c.numpy().astype(np.float64), sc.A.numpy().astype(np.float64)
-        loss = sc.loss.numpy() if sc.loss is not None else None
-    score, score_name = None, None
-    if sel is not None:
-        score, score_name = sel.response_scores.numpy().astype(np.float64), "Delta_r(j|S_p)"
-    elif a is not None:
-        score, score_name = a, "a_j"
-    scale = float(np.max(np.abs(score))) if score is not None and score.size else 0.0
-
-    # prompt-side conditional scores under the kept response state
-    delta_p = None
-    if a is not None and A is not None and A.size:
-        s_r = [resp_index[p] for p in (sel.response_keep if sel is not None else resp.tolist()) if p in resp_index]
-        delta_p = (A[s_r] * a[s_r, None]).sum(axis=0)
-        attn_in = A.sum(axis=0)
-    unit_of: dict[int, int] = {}
-    unit_first: set[int] = set()
-    unit_last: set[int] = set()
-    unit_sizes: dict[int, int] = {}
-    chosen_units: set[int] = set(cl.chosen) if cl is not None else set()
-    if cl is not None:
-        u = np.asarray(cl.units, dtype=np.int64).reshape(-1, 2)
-        for k, (s, e) in enumerate(u):
-            unit_first.add(int(s))
-            unit_last.add(int(e) - 1)
-            unit_sizes[k] = int(e - s)
-            for p in range(int(s), int(e)):
-                unit_of[p] = k
+    sc = _scores(example, resp, resp_index)
+    units = _units(example)
+    kept_cols = [prompt_index[p] for p in prompt_keep if p in prompt_index]
 
     views = []
     for pos, kind in enumerate(kinds):
         s, e = spans[pos]
         text = example.text[s:e]
-        info: dict = {"position": pos}
         kname = KIND_NAMES.get(int(kind), str(kind))
         if kind == PROMPT:
-            k = prompt_index[pos]
-            kept = pos in prompt_keep
-            info["kept"] = "yes" if kept else "no (dropped)"
-            if delta_p is not None:
-                info["Delta_p(i|S_r)"] = _fmt(delta_p[k])
-                info["attention received"] = _fmt(attn_in[k])
-            views.append(TokenView(pos, text, kname, kept, info=info))
+            views.append(_prompt_token(pos, text, kname, pos in prompt_keep, prompt_index[pos], sc))
         elif kind == RESPONSE:
-            k = resp_index[pos]
-            kept = pos in supervised
-            info["supervised"] = "yes" if kept else "no"
-            val = None
-            if score is not None:
-                val = float(score[k])
-                info[score_name] = _fmt(val)
-            if a is not None and c is not None and A is not None:  # set together
-                info["a_j"] = _fmt(a[k])
-                info["c_j"] = _fmt(c[k])
-                if A.size:
-                    kept_cols = [prompt_index[p] for p in prompt_keep if p in prompt_index]
-                    info["attention to kept prompt"] = _fmt(A[k, kept_cols].sum()) if kept_cols else "0"
-            if loss is not None:
-                info["loss"] = _fmt(loss[k])
-            unit = unit_of.get(pos)
-            if unit is not None:
-                info["unit"] = f"{unit}{' (chosen)' if unit in chosen_units else ''}"
-            views.append(
-                TokenView(
-                    pos,
-                    text,
-                    kname,
-                    kept,
-                    score=val,
-                    strength=(abs(val) / scale if (val is not None and scale > 0) else 0.0),
-                    unit=unit,
-                    unit_start=pos in unit_first,
-                    unit_end=pos in unit_last,
-                    unit_size=unit_sizes.get(unit, 0) if unit is not None else 0,
-                    unit_chosen=unit in chosen_units,
-                    info=info,
-                )
-            )
+            views.append(_response_token(pos, text, kname, pos in supervised, resp_index[pos], sc, units, kept_cols))
         elif kind == EOS:
-            info["supervised"] = "yes (EOS, always)"
-            views.append(TokenView(pos, text, kname, True, info=info))
+            views.append(TokenView(pos, text, kname, True, info={"position": pos, "supervised": "yes (EOS, always)"}))
         else:
-            info["kept"] = "yes (template, always)"
-            views.append(TokenView(pos, text, kname, True, info=info))
+            views.append(TokenView(pos, text, kname, True, info={"position": pos, "kept": "yes (template, always)"}))
 
     summary = {
         "tokens": len(kinds),
@@ -179,7 +213,7 @@ def build_view(example: Example, header: Header | None = None) -> ExampleView:
     if cl is not None:
         summary.update({"segmenter": cl.segmenter, "units": len(cl.units) // 2, "chosen units": len(cl.chosen)})
     stage = header.stage if header is not None else example.stage()
-    return ExampleView(example.id, example.index, stage, views, summary, score_name)
+    return ExampleView(example.id, example.index, stage, views, summary, sc.score_name)
 
 
 # ------------------------------------------------------------------------------------------ terminal

@@ -10,16 +10,23 @@ if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
 
-def fidelity_table(report: dict):
+def _side_table(title: str, second: str):
+    """A table whose first column names the side (prompt or response) and whose second is ``second``."""
     from rich.table import Table
 
-    p = report["params"]
-    t = Table(
-        title=f"Selection-level fidelity: rho_p={p['rho_p']}, rho_r={p['rho_r']}, T={p['rounds']}, "
-        f"{p['perturb']} perturbation, n={report['examples_used']}"
-    )
+    t = Table(title=title)
     t.add_column("side", style="bold")
-    t.add_column("proxy")
+    t.add_column(second)
+    return t
+
+
+def fidelity_table(report: dict):
+    p = report["params"]
+    t = _side_table(
+        f"Selection-level fidelity: rho_p={p['rho_p']}, rho_r={p['rho_r']}, T={p['rounds']}, "
+        f"{p['perturb']} perturbation, n={report['examples_used']}",
+        "proxy",
+    )
     t.add_column("source", style="dim")
     for m in METRICS:
         t.add_column(METRIC_TITLES[m] + (" ↓" if m == "regret" else " ↑"), justify="right")
@@ -47,16 +54,13 @@ def fidelity_table(report: dict):
 
 
 def shift_table(report: dict):
-    from rich.table import Table
-
     levels = report["levels"]
     p = report["params"]
-    t = Table(
-        title=f"Ranking shift (1 - Spearman with full retention), {p['subset']} opposite-side subsets, "
-        f"n={report['examples_used']}"
+    t = _side_table(
+        f"Ranking shift (1 - Spearman with full retention), {p['subset']} opposite-side subsets, "
+        f"n={report['examples_used']}",
+        "scores",
     )
-    t.add_column("side", style="bold")
-    t.add_column("scores")
     for rho in levels:
         t.add_column(f"{rho:g}", justify="right")
     for scores, sides in report["summary"].items():

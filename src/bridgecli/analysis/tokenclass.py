@@ -32,9 +32,9 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 def math_spans(text: str) -> list[tuple[int, int]]:
     """LaTeX regions and ``<<...>>`` calculations."""
-    from ..builtin.segmenters import _math_blocks  # the math segmenter's LaTeX finder (pure)
+    from ..segmenting.math_spans import math_blocks  # the math segmenter's LaTeX finder (pure)
 
-    spans = [(s, e) for s, e in _math_blocks(text) if not text[s:e].lstrip().startswith("####")]
+    spans = [(s, e) for s, e in math_blocks(text) if not text[s:e].lstrip().startswith("####")]
     spans += [m.span() for m in _CALCULATION.finditer(text)]
     return sorted(spans)
 

@@ -33,14 +33,13 @@ import re
 from typing import Any
 
 from ..data.tokenize import Tokenized
-from ..errors import InputError, UsageError
+from ..errors import InputError
 from ..format.spec import RESPONSE
 from ..training.rows import IGNORE, Row
 from .bootstrap import ratio_bootstrap
-from .heldout import fitting, load_tokenized, pad_id, row_losses
+from .heldout import load_tokenized, loss_items, loss_summary, loss_task_chat, pad_id, row_losses, split_fitting
 from .math_verify_grader import last_boxed_span
-from .readers import check_limit
-from .tasks import EvalOptions, EvalRun, model_name
+from .tasks import EvalOptions, EvalRun
 
 TASK = "answer-loss"
 _HASH = "####"
@@ -92,10 +91,7 @@ def answer_row(row_id: str, tok: Tokenized) -> tuple[Row, str] | None:
 
 def answer_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``answer-loss`` eval task (see the module docstring)."""
-    check_limit(options.limit, options.few_shot)
-    if options.few_shot:
-        raise UsageError("answer-loss takes no --few-shot: it scores each reference given its own prompt")
-    chat = True if options.chat_template is None else options.chat_template
+    chat = loss_task_chat(options, TASK)
     loaded = load_tokenized(options.data, tokenizer, chat_template=chat, limit=options.limit)
     found = []
     no_answer: list[str] = []
@@ -111,9 +107,7 @@ def answer_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRu
             file=options.data,
             hint="answer-loss needs GSM8K- or MATH-style references",
         )
-    fits = fitting(model, [r[2].id for r in found], [len(r[2].input_ids) for r in found], options.data)
-    rows = [r for r, ok in zip(found, fits) if ok]
-    skipped = [r[2].id for r, ok in zip(found, fits) if not ok]
+    rows, skipped = split_fitting(model, found, options.data)
     scored = row_losses(
         model,
         [r[2] for r in rows],
@@ -124,38 +118,13 @@ def answer_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRu
     )
     means = [total / n for total, n in scored]
     ci = ratio_bootstrap(means, [1.0] * len(means))
-    tokens = sum(n for _, n in scored)
-    items = [
-        {
-            "index": index,
-            "id": row.id,
-            "source": f"{options.data}:{where}",
-            "answer": answer,
-            "tokens": n,
-            "loss_sum": total,
-            "loss": total / n,
-        }
-        for (index, where, row, answer), (total, n) in zip(rows, scored)
-    ]
-    summary = {
-        "task": TASK,
-        "metric": "loss",
-        "average": "items",  # the mean over items of each item's mean token loss
-        "n": len(rows),
-        "tokens": tokens,
-        "loss": ci.mean,
-        "ci_low": ci.low,
-        "ci_high": ci.high,
-        "ci_level": ci.level,
-        "loss_token_mean": sum(t for t, _ in scored) / tokens,
+    extra = {
+        "loss_token_mean": sum(t for t, _ in scored) / sum(n for _, n in scored),
         "nll_sum_mean": sum(t for t, _ in scored) / len(scored),
         "no_answer": len(no_answer),
         "no_answer_ids": no_answer,
-        "skipped_too_long": skipped,
-        "bootstrap": {"resamples": ci.resamples, "seed": ci.seed, "over": "items"},
-        "model": model_name(model),
-        "data": str(options.data),
-        "chat_template": chat,
-        "settings": options.to_dict(),
     }
+    # the loss is the mean over items of each item's mean token loss
+    summary = loss_summary(TASK, "items", "items", scored, ci, (skipped, model, options, chat), extra)
+    items = loss_items(rows, scored, options.data)
     return {"summary": summary, "items": items}

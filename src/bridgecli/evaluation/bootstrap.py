@@ -15,7 +15,7 @@ two separate intervals suggest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -51,13 +51,9 @@ def ratio_bootstrap(
     c = np.asarray(counts, dtype=np.float64)
     if s.ndim != 1 or s.shape != c.shape or len(s) == 0:
         raise ValueError("sums and counts must be two non-empty sequences of the same length")
-    if (c <= 0).any():
-        raise ValueError("every example needs at least one token")
-    _check(resamples, level)
+    _check(resamples, level, c)
     mean = float(s.sum() / c.sum())
-    stats = np.empty(resamples, dtype=np.float64)
-    for start, idx in _draws(len(s), resamples, seed):
-        stats[start : start + len(idx)] = s[idx].sum(axis=1) / c[idx].sum(axis=1)
+    stats = _resampled(len(s), resamples, seed, lambda idx: s[idx].sum(axis=1) / c[idx].sum(axis=1))
     return _interval(mean, stats, level, resamples, seed)
 
 
@@ -78,20 +74,29 @@ def paired_bootstrap(
     if any(x.ndim != 1 or x.shape != arrays[0].shape for x in arrays) or len(arrays[0]) == 0:
         raise ValueError("the four sequences must be non-empty and of the same length")
     sa, ca, sb, cb = arrays
-    if (ca <= 0).any() or (cb <= 0).any():
-        raise ValueError("every example needs at least one token")
-    _check(resamples, level)
+    _check(resamples, level, ca, cb)
     mean = float(sa.sum() / ca.sum() - sb.sum() / cb.sum())
-    stats = np.empty(resamples, dtype=np.float64)
-    for start, idx in _draws(len(sa), resamples, seed):
-        ratio_a = sa[idx].sum(axis=1) / ca[idx].sum(axis=1)
-        stats[start : start + len(idx)] = ratio_a - sb[idx].sum(axis=1) / cb[idx].sum(axis=1)
+
+    def difference(idx: np.ndarray) -> np.ndarray:
+        return sa[idx].sum(axis=1) / ca[idx].sum(axis=1) - sb[idx].sum(axis=1) / cb[idx].sum(axis=1)
+
+    stats = _resampled(len(sa), resamples, seed, difference)
     return _interval(mean, stats, level, resamples, seed)
 
 
-def _check(resamples: int, level: float) -> None:
+def _check(resamples: int, level: float, *counts: np.ndarray) -> None:
+    if any((c <= 0).any() for c in counts):
+        raise ValueError("every example needs at least one token")
     if resamples < 1 or not 0 < level < 1:
         raise ValueError("resamples must be at least 1 and level in (0, 1)")
+
+
+def _resampled(n: int, resamples: int, seed: int, statistic: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``statistic`` of each resample (rows of example indices in, one value per row out), in order."""
+    stats = np.empty(resamples, dtype=np.float64)
+    for start, idx in _draws(n, resamples, seed):
+        stats[start : start + len(idx)] = statistic(idx)
+    return stats
 
 
 def _draws(n: int, resamples: int, seed: int) -> Iterator[tuple[int, np.ndarray]]:

@@ -252,11 +252,9 @@ def _generate_and_run(
 ) -> tuple[list[dict], dict]:
     """What the code tasks share: greedy completions of ``prompt(item, chat)``, the programs
     ``program(item, completion, chat)`` run in the sandbox, one record per item, and the settings."""
-    from .generate import generate, uses_chat_template
+    from .generate import generate, generation_mode
 
-    use_template = options.chat_template is not False
-    chat = uses_chat_template(tokenizer, use_template)
-    stop = () if chat else plain_stop
+    use_template, chat, stop = generation_mode(tokenizer, options, plain_stop)
     max_new = options.max_new_tokens or MAX_NEW_TOKENS
     completions = generate(
         model,

@@ -15,7 +15,8 @@ seccomp filter, and killing a process tree that is still being set up.
   x86-64), and allows the rest.
 - :func:`kill_tree` stops a process and all its descendants (again and again until no new one
   appears), then kills them: it reaches processes that left the process group (``setsid``) and
-  those not yet bound to their parent's death, which ``killpg`` alone misses.
+  those not yet bound to their parent's death, which ``killpg`` alone misses; :func:`end_run`
+  ends and reaps a run with it, its process group and its cgroup.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import platform
 import signal
 import struct
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -115,6 +117,20 @@ def kill_tree(pid: int) -> None:
             stopped.append(p)
     for p in stopped:
         _signal(p, signal.SIGKILL)
+
+
+def end_run(proc: subprocess.Popen, cgroup: Cgroup | None = None) -> int:
+    """Kill what is left of a sandboxed run (its whole tree, wherever its setup had got to; its
+    process group; its cgroup) and reap it: the exit status."""
+    if proc.poll() is None:
+        kill_tree(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if cgroup is not None:
+        cgroup.kill()
+    return proc.wait()
 
 
 # -- cgroups ------------------------------------------------------------------------------------

@@ -13,24 +13,26 @@ and one row count for every batch, so the step compiles once); elsewhere it gene
 The per-step host work is kept small for batches of a thousand rows: the EOS check and the
 progress bar look at the newest token only, and a stop string is looked for (by decoding the last
 few tokens, as before) only in rows still running whose newest token can end one
-(:class:`StopOnStrings`).
+(:class:`.stopping.StopOnStrings`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import time
-import weakref
-from typing import Any, Iterator, Sequence, Union, cast
+from typing import Any, Callable, Iterator, Sequence, Union
 
 import torch
 from rich.progress import Progress
-from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers import StoppingCriteriaList
 
 from ..errors import UsageError
 from ..progress import make_progress, note
 from . import journal
+from .stopping import ItemProgress, StopOnStrings, cut_at_stop
+from .tasks import EvalOptions
 
 Message = dict[str, str]
 Prompt = Union[str, list[Message]]
@@ -51,6 +53,17 @@ def render_plain(messages: list[Message]) -> str:
     return "\n\n".join(m["content"] for m in messages)
 
 
+def chat_turns(shots: Sequence[tuple[str, str]], question: str) -> list[Message]:
+    """A few-shot chat: each worked example as a user turn and the assistant's answer, then the
+    question as the last user turn."""
+    messages: list[Message] = []
+    for asked, answered in shots:
+        messages.append({"role": "user", "content": asked})
+        messages.append({"role": "assistant", "content": answered})
+    messages.append({"role": "user", "content": question})
+    return messages
+
+
 def render_prompt(tokenizer: Any, prompt: Prompt, *, chat_template: bool = True) -> str:
     """The text that is tokenized for ``prompt``. With a chat template a bare string becomes one
     user turn; without one, a chat is flattened by :func:`render_plain`."""
@@ -58,116 +71,6 @@ def render_prompt(tokenizer: Any, prompt: Prompt, *, chat_template: bool = True)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return prompt if isinstance(prompt, str) else render_plain(list(prompt))
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """``text`` up to (not including) the earliest occurrence of any stop string."""
-    cut = len(text)
-    for s in stop:
-        if s:
-            i = text.find(s)
-            if 0 <= i < cut:
-                cut = i
-    return text[:cut]
-
-
-class StopOnStrings(StoppingCriteria):
-    """Per-row stop once the continuation (tokens after ``prompt_length``) contains a stop string.
-
-    A row stays stopped once it has stopped (``generate`` never resumes a stopped row). At each
-    step only the rows still running are looked at, and of those only the ones whose newest token
-    can end a stop string: its text (decoded after a plain token, so a leading space counts) holds
-    the last character of a stop string, or is not whole characters (a byte of a longer one). Those
-    rows decode their last ``window`` tokens and are searched for the stop strings, as every row was
-    before: a stop string completes in the newest token and spans at most about one token per
-    character. Skipping a row can only delay its stop (its text is cut at the stop string anyway),
-    never change its output.
-    """
-
-    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_length: int):
-        self.tokenizer = tokenizer
-        self.stop = [s for s in stop if s]
-        self.prompt_length = prompt_length
-        self.window = max((len(s) for s in self.stop), default=0) + 8
-        self.ends = ending_tokens(tokenizer, self.stop)
-        self.hit: torch.Tensor | None = None  # on the CPU, one flag per row
-        self.seen = prompt_length  # columns already looked at
-
-    def check(self, input_ids: torch.Tensor, running: torch.Tensor | None = None) -> torch.Tensor:
-        """The rows (a CPU bool tensor) whose continuation holds a stop string; ``running`` (CPU
-        bool) limits the search to rows not otherwise finished."""
-        rows = input_ids.shape[0]
-        if self.hit is None:
-            self.hit = torch.zeros(rows, dtype=torch.bool)
-        new = input_ids[:, max(self.seen, self.prompt_length) :].cpu()
-        self.seen = input_ids.shape[1]
-        if not self.stop or new.shape[1] == 0:
-            return self.hit
-        look = ~self.hit if running is None else (~self.hit & running)
-        if look.any():
-            look &= self.ends(new).any(dim=1)
-        picked = look.nonzero()[:, 0]
-        if len(picked):
-            tail = input_ids[picked.to(input_ids.device), self.prompt_length :][:, -self.window :]
-            texts = self.tokenizer.batch_decode(tail.cpu(), skip_special_tokens=True)
-            for row, text in zip(picked.tolist(), texts):
-                if any(s in text for s in self.stop):
-                    self.hit[row] = True
-        return self.hit
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        # transformers' StoppingCriteria types the result as the legacy torch.BoolTensor
-        return cast(torch.BoolTensor, self.check(input_ids).to(input_ids.device))
-
-
-class EndingTokens:
-    """Which token ids can end one of ``stop`` (see :class:`StopOnStrings`): a token's text, decoded
-    after a plain one-token anchor (``"a"``) so a leading space counts, holds the last character of
-    a stop string or is not whole characters. Decided for each id the first time it is generated
-    (a run meets a few thousand distinct ids, not the whole vocabulary) and kept for the tokenizer's
-    lifetime. Without a one-token anchor every id counts as one that can."""
-
-    def __init__(self, tokenizer: Any, stop: Sequence[str]):
-        self.tokenizer = tokenizer
-        self.last = {s[-1] for s in stop if s}
-        anchor = tokenizer("a", add_special_tokens=False)["input_ids"]
-        self.anchor = anchor[0] if len(anchor) == 1 else None
-        self.lead = tokenizer.decode(anchor, skip_special_tokens=True) if self.anchor is not None else ""
-        self.known = torch.full((max(len(tokenizer), 1),), -1, dtype=torch.int8)  # -1: not decided yet
-
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """A bool for each of ``ids`` (a CPU tensor of any shape)."""
-        if self.anchor is None:
-            return torch.ones(ids.shape, dtype=torch.bool)
-        if ids.numel() and int(ids.max()) >= len(self.known):  # an id past the tokenizer's: looked at
-            grown = torch.ones((int(ids.max()) + 1,), dtype=torch.int8)
-            grown[: len(self.known)] = self.known
-            self.known = grown
-        ids = ids.clamp(min=0)
-        flags = self.known[ids]
-        if (flags < 0).any():
-            new = torch.unique(ids[flags < 0]).tolist()
-            texts = self.tokenizer.batch_decode([[self.anchor, i] for i in new], skip_special_tokens=True)
-            for i, t in zip(new, texts):
-                t = t[len(self.lead) :] if t.startswith(self.lead) else t
-                self.known[i] = int("\ufffd" in t or any(c in t for c in self.last))
-            flags = self.known[ids]
-        return flags > 0
-
-
-_ENDS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], EndingTokens]]" = weakref.WeakKeyDictionary()
-
-
-def ending_tokens(tokenizer: Any, stop: Sequence[str]) -> EndingTokens:
-    """The :class:`EndingTokens` of ``tokenizer`` and ``stop``, one per pair while the tokenizer lives."""
-    key = tuple(stop)
-    try:
-        cached = _ENDS.setdefault(tokenizer, {})
-    except TypeError:  # not weak-referenceable: a fresh one
-        return EndingTokens(tokenizer, stop)
-    if key not in cached:
-        cached[key] = EndingTokens(tokenizer, stop)
-    return cached[key]
 
 
 @contextlib.contextmanager
@@ -235,65 +138,6 @@ def progress_bar(enabled: bool, description: str = "") -> Progress:
     return make_progress(None if enabled else False)
 
 
-class ItemProgress(StoppingCriteria):
-    """Moves the bar per item while a batch generates: a row counts as done once its continuation
-    holds an EOS token or (through the wrapped ``stop`` criteria) a stop string. Never stops a row
-    by itself; returns what ``stop`` returns. Each call looks only at the tokens added since the last."""
-
-    def __init__(
-        self,
-        bar: Progress,
-        task: Any,
-        base: int,
-        prompt_length: int,
-        eos_ids: Sequence[int],
-        stop: StoppingCriteria | None = None,
-        counted: int | None = None,
-    ):
-        self.bar, self.task, self.base = bar, task, base
-        self.counted = counted  # rows the bar counts (the first ones); None: all
-        self.prompt_length = prompt_length
-        self.eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long) if eos_ids else None
-        self.stop = stop
-        self.done: torch.Tensor | None = None  # on the CPU
-        self.ended: torch.Tensor | None = None  # rows that generated an EOS (on the CPU)
-        self.seen = prompt_length
-        self.shown = -1
-        self.finished_at: torch.Tensor | None = None  # per row: the continuation's length when it ended (-1: not yet)
-        self.none: torch.Tensor | None = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        rows = input_ids.shape[0]
-        if self.done is None or self.ended is None or self.finished_at is None:
-            self.done = torch.zeros(rows, dtype=torch.bool)
-            self.ended = torch.zeros(rows, dtype=torch.bool)
-            self.finished_at = torch.full((rows,), -1, dtype=torch.long)
-        new = input_ids[:, max(self.seen, self.prompt_length) :]
-        self.seen = input_ids.shape[1]
-        if self.eos is not None and new.shape[1]:
-            if self.eos.device != input_ids.device:
-                self.eos = self.eos.to(input_ids.device)
-            self.ended |= torch.isin(new, self.eos).any(dim=1).cpu()
-        if isinstance(self.stop, StopOnStrings):
-            hit_cpu = self.stop.check(input_ids, running=~self.ended)
-            hit = hit_cpu.to(input_ids.device)
-        elif self.stop is not None:
-            hit = self.stop(input_ids, scores, **kwargs)
-            hit_cpu = hit.cpu()
-        else:  # no stop strings: the same all-false flags every step
-            if self.none is None or self.none.device != input_ids.device:
-                self.none = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
-            hit_cpu, hit = torch.zeros(rows, dtype=torch.bool), self.none
-        now = self.ended | hit_cpu
-        self.finished_at[now & ~self.done] = input_ids.shape[1] - self.prompt_length
-        self.done = self.done | now
-        count = int(self.done[: self.counted].sum())
-        if count != self.shown:
-            self.shown = count
-            self.bar.update(self.task, completed=self.base + count)
-        return cast(torch.BoolTensor, hit)  # a bool tensor, typed as transformers' StoppingCriteria says
-
-
 def plan_batches(
     lengths: Sequence[int], *, batch_size: int, batch_tokens: int | None, max_new_tokens: int
 ) -> list[tuple[int, int]]:
@@ -349,12 +193,7 @@ def generate(
     and seconds of each; none for continuations taken from a journal), ``items`` (input index ->
     generated tokens, EOS or stop string included, and whether ``max_new_tokens`` cut it off) and
     ``compiled``."""
-    if max_new_tokens < 1:
-        raise UsageError(f"max_new_tokens must be at least 1 (got {max_new_tokens})")
-    if batch_size < 1:
-        raise UsageError(f"batch size must be at least 1 (got {batch_size})")
-    if batch_tokens is not None and batch_tokens < 1:
-        raise UsageError(f"batch tokens must be at least 1 (got {batch_tokens})")
+    _check_sizes(max_new_tokens, batch_size, batch_tokens)
     if stats is not None:
         stats.update(batches=[], items={}, compiled=False)
     if not prompts:
@@ -365,11 +204,7 @@ def generate(
     # an interrupted `bridge eval` resumed: continuations already in the task's journal are reused
     book = journal.active()
     keys = [journal.key(t, max_new_tokens, stop) for t in texts] if book is not None else []
-    todo, kept = journal.pending(book, keys, len(texts))
-    for i, found in kept.items():
-        outputs[i] = found["text"] if isinstance(found, dict) else found
-        if stats is not None and isinstance(found, dict) and isinstance(found.get("meta"), dict):
-            stats["items"][i] = found["meta"]
+    todo = _reuse(book, keys, outputs, stats)
     if not todo:
         return outputs
     # A rendered chat template already holds its special tokens (BOS included); plain text gets the
@@ -378,60 +213,26 @@ def generate(
     order = sorted(todo, key=lambda i: -len(encoded[i]))
     device = getattr(model, "device", None) or next(model.parameters()).device
     lengths = [len(encoded[i]) for i in order]
-    plan = plan_batches(lengths, batch_size=batch_size, batch_tokens=batch_tokens, max_new_tokens=max_new_tokens)
-    compiled = compile and torch.device(device).type in COMPILE_DEVICES
-    if compile and not compiled:
-        note(f"--compile: generating on {torch.device(device).type} without a static cache or compilation (CUDA only)")
-    if compiled:  # one row count for every batch: the step compiles once
-        rows_each = plan[0][1] - plan[0][0]
-        plan = [(start, min(start + rows_each, len(order))) for start in range(0, len(order), rows_each)]
-
-    with (
-        _left_padding(tokenizer),
-        _eval_mode(model),
-        torch.inference_mode(),
-        progress_bar(progress, description) as bar,
-    ):
+    plan, compiled = _plan(lengths, batch_size, batch_tokens, max_new_tokens, compile, torch.device(device).type)
+    with _generating(model, tokenizer, progress, description) as bar:
         eos_list = _eos_ids(model, tokenizer)
-        config = _greedy_config(
+        plain = _greedy_config(
             model, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_list
         )
-        plain = config
-        if compiled:
-            config = copy.deepcopy(plain)
-            config.cache_implementation = "static"
-            config.max_cache_len = lengths[0] + max_new_tokens  # one cache size for every batch
-            config.compile_config = compile_config()
+        config = _static_config(plain, lengths[0] + max_new_tokens) if compiled else plain
         task = bar.add_task(description, total=len(texts), completed=len(texts) - len(todo), unit="item")
         for start, end in plan:
             rows = order[start:end]
             # a compiled step keeps its row count: the last batch is filled up with copies of its last row
             filled = rows + [rows[-1]] * ((plan[0][1] - plan[0][0]) - len(rows) if compiled else 0)
             batch = tokenizer.pad({"input_ids": [encoded[i] for i in filled]}, padding=True, return_tensors="pt")
-            input_ids = batch["input_ids"].to(device)
-            attention_mask = batch["attention_mask"].to(device)
-            prompt_length = input_ids.shape[1]
+            prompt_length = batch["input_ids"].shape[1]
             base = len(texts) - len(todo) + start
             began = time.perf_counter()
-            while True:
-                stop_rule = StopOnStrings(tokenizer, stop, prompt_length) if any(stop) else None
-                watch = ItemProgress(bar, task, base, prompt_length, eos_list, stop_rule, counted=len(rows))
-                try:
-                    out = model.generate(
-                        input_ids=input_ids,
-                        attention_mask=attention_mask,
-                        generation_config=config,
-                        stopping_criteria=StoppingCriteriaList([watch]),
-                    )
-                    break
-                except (KeyboardInterrupt, torch.OutOfMemoryError):
-                    raise
-                except Exception as err:
-                    if config is plain:
-                        raise
-                    first = (str(err).strip().splitlines() or [""])[0][:200]
-                    note(f"--compile failed ({type(err).__name__}: {first}); generating without it")
-                    config, compiled = plain, False
+            watcher = functools.partial(_watch, tokenizer, stop, bar, task, base, prompt_length, eos_list, len(rows))
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            out, watch, config = _generate_batch(model, ids, mask, config, plain, watcher)
+            compiled = compiled and config is not plain
             seconds = time.perf_counter() - began
             continuations = tokenizer.batch_decode(out[: len(rows), prompt_length:], skip_special_tokens=True)
             for i, text in zip(rows, continuations):
@@ -442,18 +243,162 @@ def generate(
             bar.update(task, completed=base + len(rows))
             if stats is not None:
                 stats["items"].update(numbers)
-                stats["batches"].append(
-                    {
-                        "rows": len(rows),
-                        "prompt_tokens": prompt_length,
-                        "steps": out.shape[1] - prompt_length,
-                        "new_tokens": sum(n["new_tokens"] for n in numbers.values()),
-                        "seconds": round(seconds, 4),
-                    }
-                )
+                stats["batches"].append(_batch_stats(numbers, prompt_length, out.shape[1] - prompt_length, seconds))
     if stats is not None:
         stats["compiled"] = compiled
     return outputs
+
+
+@contextlib.contextmanager
+def _generating(model: Any, tokenizer: Any, progress: bool, description: str) -> Iterator[Progress]:
+    """Left padding, eval mode and no autograd for the duration, and the progress bar."""
+    with (
+        _left_padding(tokenizer),
+        _eval_mode(model),
+        torch.inference_mode(),
+        progress_bar(progress, description) as bar,
+    ):
+        yield bar
+
+
+def _watch(
+    tokenizer: Any,
+    stop: Sequence[str],
+    bar: Progress,
+    task: Any,
+    base: int,
+    prompt_length: int,
+    eos_ids: list[int],
+    rows: int,
+) -> ItemProgress:
+    """A fresh watch of one batch's rows (and their stop strings), for one ``model.generate``."""
+    stop_rule = StopOnStrings(tokenizer, stop, prompt_length) if any(stop) else None
+    return ItemProgress(bar, task, base, prompt_length, eos_ids, stop_rule, counted=rows)
+
+
+def generation_mode(
+    tokenizer: Any, options: EvalOptions, plain_stop: Sequence[str]
+) -> tuple[bool, bool, tuple[str, ...]]:
+    """What a generation task renders and stops at: ``(chat_template asked, chat template used,
+    stop strings)``. Generation tasks use the chat template unless ``--chat-template`` is off; the
+    task's stop strings apply to plain-text prompts only."""
+    use_template = options.chat_template is not False
+    chat = uses_chat_template(tokenizer, use_template)
+    return use_template, chat, (() if chat else tuple(plain_stop))
+
+
+def generate_for_task(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    options: EvalOptions,
+    *,
+    stop: Sequence[str],
+    max_new_tokens: int,
+    description: str,
+    stats: dict[str, Any] | None = None,
+) -> list[str]:
+    """:func:`generate` with an answer task's options (gsm8k, math): batch size and tokens, chat
+    template, progress and ``--compile``."""
+    return generate(
+        model,
+        tokenizer,
+        prompts,
+        max_new_tokens=max_new_tokens,
+        batch_size=options.batch_size,
+        stop=stop,
+        chat_template=options.chat_template is not False,
+        progress=options.progress,
+        description=description,
+        batch_tokens=options.batch_tokens,
+        compile=options.compile,
+        stats=stats,
+    )
+
+
+def _check_sizes(max_new_tokens: int, batch_size: int, batch_tokens: int | None) -> None:
+    if max_new_tokens < 1:
+        raise UsageError(f"max_new_tokens must be at least 1 (got {max_new_tokens})")
+    if batch_size < 1:
+        raise UsageError(f"batch size must be at least 1 (got {batch_size})")
+    if batch_tokens is not None and batch_tokens < 1:
+        raise UsageError(f"batch tokens must be at least 1 (got {batch_tokens})")
+
+
+def _reuse(book: Any, keys: list[str], outputs: list[str], stats: dict[str, Any] | None) -> list[int]:
+    """Fill ``outputs`` (and ``stats``) with the continuations the journal ``book`` already holds:
+    the input indices still to generate."""
+    todo, kept = journal.pending(book, keys, len(outputs))
+    for i, found in kept.items():
+        outputs[i] = found["text"] if isinstance(found, dict) else found
+        if stats is not None and isinstance(found, dict) and isinstance(found.get("meta"), dict):
+            stats["items"][i] = found["meta"]
+    return todo
+
+
+def _plan(
+    lengths: list[int], batch_size: int, batch_tokens: int | None, max_new_tokens: int, compile: bool, device: str
+) -> tuple[list[tuple[int, int]], bool]:
+    """The batches (:func:`plan_batches`) and whether they run compiled: on a device of
+    :data:`COMPILE_DEVICES` every batch has the first one's row count, so the step compiles once."""
+    plan = plan_batches(lengths, batch_size=batch_size, batch_tokens=batch_tokens, max_new_tokens=max_new_tokens)
+    compiled = compile and device in COMPILE_DEVICES
+    if compile and not compiled:
+        note(f"--compile: generating on {device} without a static cache or compilation (CUDA only)")
+    if compiled:  # one row count for every batch: the step compiles once
+        rows_each = plan[0][1] - plan[0][0]
+        plan = [(start, min(start + rows_each, len(lengths))) for start in range(0, len(lengths), rows_each)]
+    return plan, compiled
+
+
+def _static_config(plain: Any, cache_length: int) -> Any:
+    """``plain`` with a static cache of ``cache_length`` (one size for every batch) and compilation."""
+    config = copy.deepcopy(plain)
+    config.cache_implementation = "static"
+    config.max_cache_len = cache_length
+    config.compile_config = compile_config()
+    return config
+
+
+def _generate_batch(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    config: Any,
+    plain: Any,
+    watcher: Callable[[], ItemProgress],
+) -> tuple[torch.Tensor, ItemProgress, Any]:
+    """``model.generate`` on one padded batch: its output ids, the :class:`ItemProgress` that watched
+    it, and the config that worked. Where a compiled config fails (anything but an interrupt or a
+    lack of memory), that is said once and the batch runs again with ``plain``."""
+    while True:
+        watch = watcher()
+        try:
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList([watch]),
+            )
+            return out, watch, config
+        except (KeyboardInterrupt, torch.OutOfMemoryError):
+            raise
+        except Exception as err:
+            if config is plain:
+                raise
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            note(f"--compile failed ({type(err).__name__}: {first}); generating without it")
+            config = plain
+
+
+def _batch_stats(numbers: dict[int, dict[str, Any]], prompt_tokens: int, steps: int, seconds: float) -> dict[str, Any]:
+    return {
+        "rows": len(numbers),
+        "prompt_tokens": prompt_tokens,
+        "steps": steps,
+        "new_tokens": sum(n["new_tokens"] for n in numbers.values()),
+        "seconds": round(seconds, 4),
+    }
 
 
 def _numbers(rows: list[int], watch: ItemProgress, steps: int) -> dict[int, dict[str, Any]]:

@@ -137,15 +137,10 @@ def few_shot_examples(items: list[Item], evaluated: int, k: int, pool_path: str 
 def build_prompt(question: str, shots: list[Item], *, chat: bool) -> str | list[dict[str, str]]:
     """Chat turns (user question, assistant solution) or plain ``Q:``/``A:`` blocks."""
     if chat:
-        messages: list[dict[str, str]] = []
-        for shot in shots:
-            messages.append({"role": "user", "content": shot.question})
-            messages.append({"role": "assistant", "content": worked_answer(shot)})
-        messages.append({"role": "user", "content": question})
-        return messages
-    blocks = [f"Q: {shot.question}\nA: {worked_answer(shot)}" for shot in shots]
-    blocks.append(f"Q: {question}\nA:")
-    return "\n\n".join(blocks)
+        from .generate import chat_turns
+
+        return chat_turns([(shot.question, worked_answer(shot)) for shot in shots], question)
+    return "\n\n".join([*(f"Q: {shot.question}\nA: {worked_answer(shot)}" for shot in shots), f"Q: {question}\nA:"])
 
 
 def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
@@ -173,7 +168,7 @@ def summarize(records: list[dict[str, Any]], settings: dict[str, Any]) -> dict[s
 
 def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``gsm8k`` eval task (see the module docstring)."""
-    from .generate import add_generation_stats, generate, uses_chat_template
+    from .generate import add_generation_stats, generate_for_task, generation_mode
 
     if options.limit is not None and options.limit < 1:
         raise UsageError(f"--limit must be at least 1 (got {options.limit})")
@@ -184,24 +179,12 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     if not evaluated:
         raise InputError("no items to evaluate", file=options.data)
     shots = few_shot_examples(items, len(evaluated), options.few_shot, options.few_shot_data)
-    use_template = options.chat_template is not False  # generation tasks default to the chat template
-    chat = uses_chat_template(tokenizer, use_template)
-    stop = () if chat else PLAIN_STOP
+    _, chat, stop = generation_mode(tokenizer, options, PLAIN_STOP)
     prompts = [build_prompt(item.question, shots, chat=chat) for item in evaluated]
     stats: dict[str, Any] = {}
-    predictions = generate(
-        model,
-        tokenizer,
-        prompts,
-        max_new_tokens=options.max_new_tokens or MAX_NEW_TOKENS,
-        batch_size=options.batch_size,
-        stop=stop,
-        chat_template=use_template,
-        progress=options.progress,
-        description=TASK,
-        batch_tokens=options.batch_tokens,
-        compile=options.compile,
-        stats=stats,
+    max_new = options.max_new_tokens or MAX_NEW_TOKENS
+    predictions = generate_for_task(
+        model, tokenizer, prompts, options, stop=stop, max_new_tokens=max_new, description=TASK, stats=stats
     )
     records = grade(evaluated, predictions)
     generation = add_generation_stats(records, stats)
@@ -210,7 +193,7 @@ def gsm8k_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         "chat_template_used": chat,
         "stop": list(stop),
         "few_shot_indices": [s.index for s in shots],
-        "max_new_tokens": options.max_new_tokens or MAX_NEW_TOKENS,
+        "max_new_tokens": max_new,
         "model": model_name(model),
     }
     return {"summary": {**summarize(records, settings), "generation": generation}, "items": records}

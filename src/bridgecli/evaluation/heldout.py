@@ -159,47 +159,81 @@ def row_losses(
     return results  # type: ignore[return-value]
 
 
-def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
+def loss_task_chat(options: EvalOptions, task: str) -> bool:
+    """The checks a loss task makes first (``--limit``; no ``--few-shot``), and whether it renders
+    with the chat template (yes unless ``--chat-template`` says otherwise)."""
     check_limit(options.limit, options.few_shot)
     if options.few_shot:
-        raise UsageError("heldout-loss takes no --few-shot: it scores each reference given its own prompt")
-    chat = True if options.chat_template is None else options.chat_template
-    loaded = load_rows(options.data, tokenizer, chat_template=chat, limit=options.limit)
-    fits = fitting(model, [r[2].id for r in loaded], [len(r[2].input_ids) for r in loaded], options.data)
-    rows = [r for r, ok in zip(loaded, fits) if ok]
-    skipped = [r[2].id for r, ok in zip(loaded, fits) if not ok]
-    scored = row_losses(
-        model, [r[2] for r in rows], pad_id=pad_id(tokenizer), batch_size=options.batch_size, progress=options.progress
-    )
-    ci = ratio_bootstrap([s for s, _ in scored], [n for _, n in scored])
-    tokens = sum(n for _, n in scored)
-    items = [
+        raise UsageError(f"{task} takes no --few-shot: it scores each reference given its own prompt")
+    return True if options.chat_template is None else options.chat_template
+
+
+def split_fitting(model: Any, loaded: list, file: str) -> tuple[list, list[str]]:
+    """The loaded rows (``(index, where, row, ...)``) that fit the model's context, and the ids of
+    those that do not (:func:`fitting`)."""
+    fits = fitting(model, [r[2].id for r in loaded], [len(r[2].input_ids) for r in loaded], file)
+    return [r for r, ok in zip(loaded, fits) if ok], [r[2].id for r, ok in zip(loaded, fits) if not ok]
+
+
+def loss_items(rows: list, scored: list[tuple[float, int]], data: str) -> list[dict[str, Any]]:
+    """One record per scored row (``(index, where, row)``, or ``(index, where, row, answer)``):
+    where it comes from, its answer if it has one, its tokens and its loss."""
+    return [
         {
-            "index": index,
-            "id": row.id,
-            "source": f"{options.data}:{where}",
+            "index": r[0],
+            "id": r[2].id,
+            "source": f"{data}:{r[1]}",
+            **({"answer": r[3]} if len(r) > 3 else {}),
             "tokens": n,
             "loss_sum": total,
             "loss": total / n,
         }
-        for (index, where, row), (total, n) in zip(rows, scored)
+        for r, (total, n) in zip(rows, scored)
     ]
-    summary = {
-        "task": "heldout-loss",
+
+
+def loss_summary(
+    task: str,
+    average: str,
+    over: str,
+    scored: list[tuple[float, int]],
+    ci: Any,
+    run: tuple[list[str], Any, EvalOptions, bool],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """A loss task's summary: the loss with its bootstrap interval (``ci``, resampled ``over`` items
+    or examples), the task's own ``extra`` entries, then what was skipped and what ran (``run``:
+    the skipped ids, the model, the options and whether the chat template was used)."""
+    skipped, model, options, chat = run
+    return {
+        "task": task,
         "metric": "loss",
-        "average": "tokens",  # the loss is a token mean over the file (paired comparisons use loss_sum/tokens)
-        "n": len(rows),
-        "tokens": tokens,
+        "average": average,
+        "n": len(scored),
+        "tokens": sum(n for _, n in scored),
         "loss": ci.mean,
         "ci_low": ci.low,
         "ci_high": ci.high,
         "ci_level": ci.level,
-        "perplexity": math.exp(ci.mean),
+        **extra,
         "skipped_too_long": skipped,
-        "bootstrap": {"resamples": ci.resamples, "seed": ci.seed, "over": "examples"},
+        "bootstrap": {"resamples": ci.resamples, "seed": ci.seed, "over": over},
         "model": model_name(model),
         "data": str(options.data),
         "chat_template": chat,
         "settings": options.to_dict(),
     }
-    return {"summary": summary, "items": items}
+
+
+def heldout_loss_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
+    chat = loss_task_chat(options, "heldout-loss")
+    loaded = load_rows(options.data, tokenizer, chat_template=chat, limit=options.limit)
+    rows, skipped = split_fitting(model, loaded, options.data)
+    scored = row_losses(
+        model, [r[2] for r in rows], pad_id=pad_id(tokenizer), batch_size=options.batch_size, progress=options.progress
+    )
+    ci = ratio_bootstrap([s for s, _ in scored], [n for _, n in scored])
+    # the loss is a token mean over the file (paired comparisons use loss_sum/tokens)
+    run = (skipped, model, options, chat)
+    summary = loss_summary("heldout-loss", "tokens", "examples", scored, ci, run, {"perplexity": math.exp(ci.mean)})
+    return {"summary": summary, "items": loss_items(rows, scored, options.data)}

@@ -5,7 +5,8 @@ lm-eval's ``HFLM`` with its tokenizer; lm-eval builds the prompts, scores the ch
 them. Only the data comes from bridge: each task reads the SAME local file ``bridge eval`` reads
 (checked by the same loaders, so bad data fails with the same one-line errors) and hands lm-eval
 the records in the layout of the Hugging Face dataset its task expects (``allenai/ai2_arc``,
-``Rowan/hellaswag``, ``cais/mmlu``) through a ``custom_dataset``. Nothing is downloaded.
+``Rowan/hellaswag``, ``cais/mmlu``) through a ``custom_dataset`` (:mod:`.lm_eval_docs`). Nothing
+is downloaded.
 
 Task configs are lm-eval's own YAML files as installed (``lm_eval/tasks/arc/arc_easy.yaml``,
 ``hellaswag/hellaswag.yaml`` with its ``process_docs``, ``mmlu/default/*``): prompt template,
@@ -31,10 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..data.sources import open_text
 from ..errors import UsageError
 from . import multiple_choice as mc
-from .readers import check_limit, iter_jsonl
+from .lm_eval_docs import arc_docs, dataset, hellaswag_docs, mmlu_doc, mmlu_docs
+from .readers import check_limit
 from .tasks import EvalOptions, model_name
 
 ENGINES = ("bridge", "lm-eval")
@@ -100,97 +101,6 @@ def engine_evaluate(engine: str, tasks: Sequence[str]) -> Callable[..., dict[str
     return evaluate
 
 
-# -- documents in the layout of lm-eval's datasets ----------------------------------------------
-
-
-def arc_docs(path: str | Path) -> list[dict[str, Any]]:
-    """An AI2 ARC JSONL file as ``allenai/ai2_arc`` rows: ``{id, question, choices: {text, label}, answerKey}``."""
-    items = mc.load_arc(path)  # validates: one-line errors naming file, line and field
-    docs = []
-    for item, (_, obj) in zip(items, iter_jsonl(path, hint=mc.ARC_HINT), strict=True):
-        q = obj["question"]
-        docs.append(
-            {
-                "id": item.id,
-                "question": q["stem"],
-                "choices": {"text": [c["text"] for c in q["choices"]], "label": [c["label"] for c in q["choices"]]},
-                "answerKey": obj["answerKey"],
-            }
-        )
-    return docs
-
-
-def hellaswag_docs(path: str | Path) -> list[dict[str, Any]]:
-    """HellaSwag as ``Rowan/hellaswag`` rows (``activity_label``, ``ctx_a``, ``ctx_b``, ``endings``, ``label``),
-    which lm-eval's own ``process_docs`` turns into prompts.
-
-    The llama.cpp text rendering holds ``activity_label: ctx`` on one line, ``ctx_b`` already
-    joined to ``ctx_a`` and not capitalised: the label is the text before the first ``": "``, ``ctx_a``
-    the rest, ``ctx_b`` empty, so lm-eval's ``activity_label + ": " + ctx_a + " " + ctx_b``
-    (stripped) is the line as written, as ``bridge eval`` reads it."""
-    mc.load_hellaswag(path)  # validates
-    p = Path(path)
-    if ".jsonl" in p.suffixes:
-        return [
-            {
-                "id": str(obj.get("ind", k)),
-                "activity_label": obj["activity_label"],
-                "ctx_a": obj["ctx_a"],
-                "ctx_b": obj["ctx_b"],
-                "endings": list(obj["endings"]),
-                "label": str(int(obj["label"])),
-            }
-            for k, (_, obj) in enumerate(iter_jsonl(p, hint="HellaSwag JSONL"))
-        ]
-    with open_text(p) as fh:
-        lines = [line.rstrip("\r\n") for line in fh]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    docs: list[dict[str, Any]] = []
-    for start in range(0, len(lines), 6):
-        ctx, label, *endings = lines[start : start + 6]
-        activity, sep, rest = ctx.partition(": ")
-        if not sep:  # no label: lm-eval's ": " join would add one; keep the line whole instead
-            activity, rest = "", ctx
-        docs.append(
-            {
-                "id": str(len(docs)),
-                "activity_label": activity,
-                "ctx_a": rest,
-                "ctx_b": "",
-                "endings": endings,
-                "label": label.strip(),
-            }
-        )
-    return docs
-
-
-def _mmlu_doc(item: mc.Item) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "question": item.extra["question"],
-        "subject": item.subject,
-        "choices": list(item.extra["options"]),
-        "answer": item.gold,
-    }
-
-
-def mmlu_docs(path: str | Path) -> list[dict[str, Any]]:
-    """One subject's MMLU CSV as ``cais/mmlu`` rows: ``{question, subject, choices, answer}``."""
-    return [_mmlu_doc(item) for item in mc.load_mmlu_csv(path)]
-
-
-def _dataset(test: list[dict[str, Any]], fewshot: list[dict[str, Any]] | None, **_metadata: Any):
-    """lm-eval's ``custom_dataset``: the documents as a ``datasets.DatasetDict`` (it passes the task's
-    metadata as keyword arguments, which are not needed here)."""
-    import datasets
-
-    splits = {"test": datasets.Dataset.from_list(test)}
-    if fewshot is not None:
-        splits["fewshot"] = datasets.Dataset.from_list(fewshot)
-    return datasets.DatasetDict(splits)
-
-
 # -- task configs ------------------------------------------------------------------------------
 
 
@@ -220,7 +130,7 @@ def task_config(
         dataset_path=str(data),
         test_split="test",
         num_fewshot=few_shot,
-        custom_dataset=partial(_dataset, test, fewshot),
+        custom_dataset=partial(dataset, test, fewshot),
     )
     if fewshot is not None:
         config.update(
@@ -240,13 +150,7 @@ def _pool(
     if k <= 0:
         return None
     pool = reader(few_shot_data) if few_shot_data else docs[evaluated:]
-    if len(pool) < k:
-        source = few_shot_data or "the data file past the evaluated items"
-        raise UsageError(
-            f"--few-shot {k} needs {k} examples; {source} has {len(pool)}",
-            hint="pass --few-shot-data, or lower --limit",
-        )
-    return pool[:k]
+    return mc.take_shots(pool, k, few_shot_data or "the data file past the evaluated items")
 
 
 def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
@@ -271,7 +175,7 @@ def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
         evaluated = docs if options.limit is None else docs[: options.limit]
         shots = None
         if options.few_shot:
-            shots = [_mmlu_doc(item) for item in mc.mmlu_shots(devs, subject, options.few_shot)]
+            shots = [mmlu_doc(item) for item in mc.mmlu_shots(devs, subject, options.few_shot)]
         config = task_config(base, f"mmlu_{subject}", str(path), evaluated, shots, options.few_shot)
         config["task_alias"] = subject
         config["description"] = _mmlu_description(subject)
@@ -460,11 +364,7 @@ def run_task(model: Any, tokenizer: Any, task: str, options: EvalOptions, lm: An
         for name, r in results["results"].items()
     }
     if task == "mmlu":
-        by_subject: dict[str, list[dict[str, Any]]] = {}
-        for r in records:
-            by_subject.setdefault(r["subject"], []).append(r)
-        summary["subjects"] = {s: mc._metrics(rs) for s, rs in by_subject.items()}
-        summary["acc_macro"] = sum(m["acc"] for m in summary["subjects"].values()) / len(summary["subjects"])
+        mc.add_subject_metrics(summary, records)
     return {"summary": summary, "items": records}
 
 

@@ -74,18 +74,11 @@ def _max_length(model: Any) -> int | None:
 def _forward_tail(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int) -> torch.Tensor:
     """Logits of the last ``keep`` positions, float32 log-softmaxed: ``[batch, keep, vocab]``."""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     try:
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            logits_to_keep=keep,
-            use_cache=False,
-        ).logits
+        logits = model(**inputs, logits_to_keep=keep).logits
     except TypeError:  # a model whose forward has no logits_to_keep
-        logits = model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        ).logits
+        logits = model(**inputs).logits
     return torch.log_softmax(logits[:, -keep:, :].float(), dim=-1)
 
 

@@ -77,15 +77,11 @@ def load(path: str | Path) -> list[Item]:
 
 def build_prompt(problem: str, shots: list[Item], *, chat: bool) -> str | list[dict[str, str]]:
     if chat:
-        messages: list[dict[str, str]] = []
-        for shot in shots:
-            messages.append({"role": "user", "content": f"{shot.problem}\n\n{INSTRUCTION}"})
-            messages.append({"role": "assistant", "content": shot.solution})
-        messages.append({"role": "user", "content": f"{problem}\n\n{INSTRUCTION}"})
-        return messages
+        from .generate import chat_turns
+
+        return chat_turns([(f"{s.problem}\n\n{INSTRUCTION}", s.solution) for s in shots], f"{problem}\n\n{INSTRUCTION}")
     blocks = [f"Problem:\n{s.problem}\n\nSolution:\n{s.solution}" for s in shots]
-    blocks.append(f"Problem:\n{problem}\n\nSolution:")
-    return "\n\n".join(blocks)
+    return "\n\n".join([*blocks, f"Problem:\n{problem}\n\nSolution:"])
 
 
 def grade(items: list[Item], predictions: list[str]) -> list[dict[str, Any]]:
@@ -119,7 +115,7 @@ def _breakdown(records: list[dict[str, Any]], key: str) -> dict[str, dict[str, A
 
 def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
     """The ``math`` eval task (see the module docstring)."""
-    from .generate import add_generation_stats, generate, uses_chat_template
+    from .generate import add_generation_stats, generate_for_task, generation_mode
 
     check_limit(options.limit, options.few_shot)
     items = load(options.data)
@@ -137,25 +133,12 @@ def math_task(model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun:
         shots = pool[: options.few_shot]
     else:
         shots = []
-    use_template = options.chat_template is not False
-    chat = uses_chat_template(tokenizer, use_template)
-    stop = () if chat else PLAIN_STOP
+    _, chat, stop = generation_mode(tokenizer, options, PLAIN_STOP)
     max_new = options.max_new_tokens or MAX_NEW_TOKENS
     prompts = [build_prompt(item.problem, shots, chat=chat) for item in evaluated]
     stats: dict[str, Any] = {}
-    predictions = generate(
-        model,
-        tokenizer,
-        prompts,
-        max_new_tokens=max_new,
-        batch_size=options.batch_size,
-        stop=stop,
-        chat_template=use_template,
-        progress=options.progress,
-        description=TASK,
-        batch_tokens=options.batch_tokens,
-        compile=options.compile,
-        stats=stats,
+    predictions = generate_for_task(
+        model, tokenizer, prompts, options, stop=stop, max_new_tokens=max_new, description=TASK, stats=stats
     )
     records = grade(evaluated, predictions)
     generation = add_generation_stats(records, stats)

@@ -25,9 +25,9 @@ estimate of a_j under the reduced prompt. ``chunks = 1`` costs one reverse pass 
 The gated forward pass is the scoring pass too: at the kept state its a_j, losses and attention rows
 are those of the ``bridge`` scorer, so a, A and c come from it and no other pass runs (with ``ig``
 every pass is at a gated state, and one ``bridge`` pass gives them). What the reverse pass keeps is
-modelled by :func:`token_bytes` and :func:`pass_bytes`; on a GPU the scorer sizes its passes to the
-free memory with them, and recomputes each gated layer's L x L tensors in the reverse pass instead
-of keeping them where passes would be small otherwise (``AttributionScorer._plan``).
+modelled in :mod:`.gated_memory`; on a GPU the scorer sizes its passes to the free memory with it,
+and recomputes each gated layer's L x L tensors in the reverse pass instead of keeping them where
+passes would be small otherwise (``AttributionScorer._plan``).
 
 With ``fast=1``, on Llama-family models (those ``dual_llama.supported`` accepts, ``fast_tail`` not off) the gated
 pass runs by hand from the first gated or tail block on (gated_llama.py): fused matmuls, compiled
@@ -69,8 +69,7 @@ docs/benchmarks.md ("The ``ig`` defaults").
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -80,6 +79,9 @@ from ..format.records import Array, Example, Scores
 from ..optionspec import switch
 from .attention import Routing, key_gate, routing
 from .gated_llama import GatedLlama, LayerGate, differentiable
+from .gated_memory import GatedShape, pass_tokens
+from .gated_memory import pass_bytes, token_bytes  # noqa: F401  (bench/score/bench_atp.py imports them from here)
+from .gated_memory import free_bytes as _free_bytes
 from .params import blocks_of
 from .score_batch import ScoreBatch, make_batch, padded_length
 from .scoring import BridgeScorer, ScoringContext, _cast_floats
@@ -146,6 +148,38 @@ def _frozen(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+def _group_gradients(
+    a: torch.Tensor | None,
+    groups: list[np.ndarray],
+    removal: list[torch.Tensor],
+    plain: list[torch.Tensor],
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per response group g, one reverse pass of M_g = sum_{j in g} a_j: its gradients with respect
+    to the ``removal`` biases and to the ``plain`` ones, each summed over layers ([B, L] each; zeros
+    where no tangent reached a, or no gradient reached a bias)."""
+    B, L = shape
+    k_max = max((int(g.max()) + 1 for g in groups if len(g)), default=0)
+    flat_groups = torch.as_tensor(np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long, device=device)
+    leaves = removal + plain
+    acc = torch.promote_types(dtype, torch.float32)
+    totals: list[torch.Tensor] = []
+    totals_plain: list[torch.Tensor] = []
+    for g in range(k_max):
+        if a is None:
+            totals.append(torch.zeros(B, L, device=device, dtype=acc))
+            totals_plain.append(torch.zeros(B, L, device=device, dtype=acc))
+            continue
+        M = (a.to(acc) * (flat_groups == g).to(acc)).sum()
+        grads = torch.autograd.grad(M, leaves, retain_graph=g < k_max - 1, allow_unused=True)
+        for part, out_list in ((grads[: len(removal)], totals), (grads[len(removal) :], totals_plain)):
+            tot = sum(gr.to(acc) for gr in part if gr is not None)
+            out_list.append(tot if isinstance(tot, torch.Tensor) else torch.zeros(B, L, device=device, dtype=acc))
+    return totals, totals_plain
 
 
 class AttributionScorer(BridgeScorer):
@@ -401,27 +435,9 @@ class AttributionScorer(BridgeScorer):
             if keep:
                 a_kept = a.detach() if a is not None else torch.zeros_like(losses)
                 kept = (losses.detach(), a_kept, r.rows.detach() if r.rows is not None else None)
-            k_max = max((int(g.max()) + 1 for g in groups if len(g)), default=0)
-            flat_groups = torch.as_tensor(
-                np.concatenate(groups) if groups else np.zeros(0), dtype=torch.long, device=dev
-            )
-            leaves = [biases[i] for i in self.gate_layers]
-            n_rem = len(leaves)
-            if plains is not None:
-                leaves += [plains[i] for i in self.gate_layers]
-            acc = torch.promote_types(dtype, torch.float32)
-            totals: list[torch.Tensor] = []
-            totals_plain: list[torch.Tensor] = []
-            for g in range(k_max):
-                if a is None:
-                    totals.append(torch.zeros(B, L, device=dev, dtype=acc))
-                    totals_plain.append(torch.zeros(B, L, device=dev, dtype=acc))
-                    continue
-                M = (a.to(acc) * (flat_groups == g).to(acc)).sum()
-                grads = torch.autograd.grad(M, leaves, retain_graph=g < k_max - 1, allow_unused=True)
-                for part, out_list in ((grads[:n_rem], totals), (grads[n_rem:], totals_plain)):
-                    tot = sum(gr.to(acc) for gr in part if gr is not None)
-                    out_list.append(tot if isinstance(tot, torch.Tensor) else torch.zeros(B, L, device=dev, dtype=acc))
+            removal = [biases[i] for i in self.gate_layers]
+            plain_leaves = [plains[i] for i in self.gate_layers] if plains is not None else []
+            totals, totals_plain = _group_gradients(a, groups, removal, plain_leaves, (B, L), dtype, dev)
 
         def stack(ts: list[torch.Tensor]) -> np.ndarray:
             return torch.stack(ts, 1).detach().cpu().numpy() if ts else np.zeros((B, 0, L))  # [B, k, L]
@@ -452,99 +468,3 @@ class AttributionScorer(BridgeScorer):
                 out = self._losses(dual, hidden, calls, batch.flat_rows())
                 losses, a = fwAD.unpack_dual(out)
         return losses, a
-
-
-# --------------------------------------------------------------------------- memory of a gated pass
-
-
-@dataclass(frozen=True)
-class GatedShape:
-    """What the memory of a gated pass depends on: the model's widths and vocabulary, the gated
-    blocks before the tail (``prefix``) and in it (``tail``), the bytes of one element."""
-
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    prefix: int
-    tail: int
-    dtype_bytes: int
-
-    @classmethod
-    def of(cls, model: torch.nn.Module, tail: int, gated: int, dtype: torch.dtype) -> GatedShape:
-        cfg: Any = model.config
-        hidden = int(cfg.hidden_size)
-        heads = int(cfg.num_attention_heads)
-        return cls(
-            hidden=hidden,
-            intermediate=int(getattr(cfg, "intermediate_size", None) or 4 * hidden),
-            heads=heads,
-            kv_heads=int(getattr(cfg, "num_key_value_heads", None) or heads),
-            head_dim=int(getattr(cfg, "head_dim", None) or hidden // heads),
-            vocab=int(cfg.vocab_size),
-            prefix=max(0, gated - tail),
-            tail=min(gated, tail),
-            dtype_bytes=torch.empty(0, dtype=dtype).element_size(),
-        )
-
-    @property
-    def acc_bytes(self) -> int:
-        """Bytes of an element of the attention arithmetic (at least float32)."""
-        return max(4, self.dtype_bytes)
-
-
-#: bytes a gated block keeps for the reverse pass per padded token, per unit of (hidden, intermediate)
-#: width and element byte, and per (head x key) element of its L x L tensors in units of
-#: ``acc_bytes``: fit with margin to the saved-tensor measurement (``bench/score/bench_atp.py
-#: --saved-bytes``, bf16, Llama shapes of 135M and 1B; tests/test_attribution_cost.py checks it)
-PREFIX_WIDTH = (7.0, 3.5)
-TAIL_WIDTH = (18.0, 11.0)
-OTHER_WIDTH = 10.0  # embeddings, final norm, the LM head's inputs
-PREFIX_LXL, TAIL_LXL = 1.5, 4.5
-#: one layer's L x L tensors alive at once while it runs forward, or is recomputed and differentiated
-TRANSIENT_LXL = 12.0
-#: bytes per (row x vocabulary) element of one LM-head chunk while it is recomputed and differentiated
-HEAD_TRANSIENT = 32.0
-#: the share of free memory a pass may plan for, and a reserve for everything else
-MEMORY_SHARE, RESERVE = 0.85, 2**30
-
-
-def token_bytes(shape: GatedShape, seq_len: int, recompute: bool) -> float:
-    """Bytes a gated pass keeps for its reverse pass per padded token of sequences of ``seq_len``
-    tokens: every gated block's activations (and tangents in the tail), and without ``recompute``
-    their attention's L x L tensors."""
-    w = max(shape.hidden, shape.heads * shape.head_dim)
-    db = shape.dtype_bytes
-    lxl = 0.0 if recompute else shape.heads * seq_len * shape.acc_bytes
-    prefix = db * (PREFIX_WIDTH[0] * w + PREFIX_WIDTH[1] * shape.intermediate) + PREFIX_LXL * lxl
-    tail = db * (TAIL_WIDTH[0] * w + TAIL_WIDTH[1] * shape.intermediate) + TAIL_LXL * lxl
-    return shape.prefix * prefix + shape.tail * tail + db * OTHER_WIDTH * w
-
-
-def pass_bytes(shape: GatedShape, tokens: int, seq_len: int, row_chunk: int, recompute: bool) -> float:
-    """Predicted peak bytes of one gated pass (forward and reverse) over ``tokens`` padded tokens of
-    sequences of ``seq_len``, beyond the model's own weights."""
-    transient = tokens * shape.heads * seq_len * shape.acc_bytes * TRANSIENT_LXL
-    head = min(tokens, row_chunk) * shape.vocab * HEAD_TRANSIENT
-    return tokens * token_bytes(shape, seq_len, recompute) + transient + head
-
-
-def pass_tokens(shape: GatedShape, free_bytes: float, seq_len: int, row_chunk: int, recompute: bool) -> int:
-    """The most padded tokens of sequences of ``seq_len`` one gated pass may hold in ``free_bytes``
-    (0 when not even the fixed part fits): the inverse of :func:`pass_bytes` within
-    ``MEMORY_SHARE * free_bytes - RESERVE``."""
-    usable = MEMORY_SHARE * free_bytes - RESERVE - row_chunk * shape.vocab * HEAD_TRANSIENT
-    per_token = token_bytes(shape, seq_len, recompute) + shape.heads * seq_len * shape.acc_bytes * TRANSIENT_LXL
-    return max(0, int(usable // per_token))
-
-
-def _free_bytes(device: str | torch.device) -> int | None:
-    """Bytes a pass may still allocate on a CUDA device (free, plus what the caching allocator holds
-    unused); None off a GPU."""
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(dev)
-    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))

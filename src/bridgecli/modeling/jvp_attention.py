@@ -90,62 +90,25 @@ if HAVE_TRITON:
         return fits or configs[:1]
 
     # the context length and the LSE's strides (multiples of it) vary batch by batch: not specialised
-    # on (Triton would compile a second variant for lengths that are multiples of 16)
+    # on (Triton would compile a second variant for lengths that are multiples of 16).
+    # One kernel, long on purpose: its body is one loop over key blocks (five block matmuls each),
+    # which Triton helpers would only split across calls; its arguments are grouped per tensor by
+    # hand (fmt: off) rather than one a line.
+    # fmt: off
     @triton.jit(do_not_specialize=["N_CTX", "slb", "slh"])
     def _attn_jvp_kernel(
-        Q,
-        K,
-        V,
-        DQ,
-        DK,
-        DV,
-        O,
-        LSE,
-        DO,
-        sqb,
-        sqh,
-        sqm,
-        sqd,
-        skb,
-        skh,
-        skn,
-        skd,
-        svb,
-        svh,
-        svn,
-        svd,
-        sdqb,
-        sdqh,
-        sdqm,
-        sdqd,
-        sdkb,
-        sdkh,
-        sdkn,
-        sdkd,
-        sdvb,
-        sdvh,
-        sdvn,
-        sdvd,
-        sob,
-        soh,
-        som,
-        sod,
-        slb,
-        slh,
-        slm,
-        sdob,
-        sdoh,
-        sdom,
-        sdod,
-        H,
-        GROUPS,
-        N_CTX,
-        CTX_BUCKET,
-        sm_scale,
-        BLOCK_M: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        CAUSAL: tl.constexpr,
+        Q, K, V, DQ, DK, DV, O, LSE, DO,
+        sqb, sqh, sqm, sqd,  # the strides of each tensor: batch, head, position, head dimension
+        skb, skh, skn, skd,
+        svb, svh, svn, svd,
+        sdqb, sdqh, sdqm, sdqd,
+        sdkb, sdkh, sdkn, sdkd,
+        sdvb, sdvh, sdvn, sdvd,
+        sob, soh, som, sod,
+        slb, slh, slm,  # the LSE's: batch, head, position
+        sdob, sdoh, sdom, sdod,
+        H, GROUPS, N_CTX, CTX_BUCKET, sm_scale,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
         start_m = tl.program_id(0)
@@ -156,12 +119,10 @@ if HAVE_TRITON:
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_d = tl.arange(0, HEAD_DIM)
         m_ok = offs_m < N_CTX
-        q = tl.load(
-            Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd, mask=m_ok[:, None], other=0.0
-        )
-        dq = tl.load(
-            DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd, mask=m_ok[:, None], other=0.0
-        )
+        q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                    mask=m_ok[:, None], other=0.0)
+        dq = tl.load(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqm + offs_d[None, :] * sdqd,
+                     mask=m_ok[:, None], other=0.0)
         lse = tl.load(LSE + b * slb + h * slh + offs_m * slm, mask=m_ok, other=0.0)
         g = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         mu = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -172,22 +133,14 @@ if HAVE_TRITON:
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             n_ok = offs_n < N_CTX
-            k = tl.load(
-                K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=n_ok[:, None], other=0.0
-            )
-            dk = tl.load(
-                DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
-                mask=n_ok[:, None],
-                other=0.0,
-            )
-            v = tl.load(
-                V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=n_ok[:, None], other=0.0
-            )
-            dv = tl.load(
-                DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
-                mask=n_ok[:, None],
-                other=0.0,
-            )
+            k = tl.load(K + b * skb + hk * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                        mask=n_ok[:, None], other=0.0)
+            dk = tl.load(DK + b * sdkb + hk * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
+                         mask=n_ok[:, None], other=0.0)
+            v = tl.load(V + b * svb + hk * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                        mask=n_ok[:, None], other=0.0)
+            dv = tl.load(DV + b * sdvb + hk * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
+                         mask=n_ok[:, None], other=0.0)
             kt = tl.trans(k)
             s = tl.dot(q, kt, input_precision=PRECISION) * sm_scale
             ds = (
@@ -202,15 +155,16 @@ if HAVE_TRITON:
             mu += tl.sum(pds, 1)
             g += tl.dot(pds.to(v.dtype), v, input_precision=PRECISION)
             g += tl.dot(p.to(dv.dtype), dv, input_precision=PRECISION)
-        o = tl.load(
-            O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod, mask=m_ok[:, None], other=0.0
-        )
+        o = tl.load(O + b * sob + h * soh + offs_m[:, None] * som + offs_d[None, :] * sod,
+                    mask=m_ok[:, None], other=0.0)
         do = g - mu[:, None] * o.to(tl.float32)
         tl.store(
             DO + b * sdob + h * sdoh + offs_m[:, None] * sdom + offs_d[None, :] * sdod,
             do.to(DO.dtype.element_ty),
             mask=m_ok[:, None],
         )
+
+    # fmt: on
 
     # Triton >= 3.4 keeps the timings on disk (its cache folder): later processes skip the tuning
     _cache = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}

@@ -19,6 +19,7 @@ its token-balanced share of every step, and only rank 0 writes metrics, checkpoi
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import time
@@ -35,6 +36,7 @@ from ..io import atomic_dir
 from ..progress import note
 from . import checkpoint
 from .batching import MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
+from .guard import check_finite
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
 from .packing import check_packing, one_line
 from .rows import Row
@@ -262,54 +264,11 @@ def fit(
     pack_length = resolve_pack_length(model, rows, cfg) if packing else None
     if packing:
         packing_note += f"; lines of at most {pack_length} tokens" if pack_length else "; one line per micro-batch"
+    prepared, opt = _prepare(model, cfg, acc, device)
 
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
-    model.train()
-    opt = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-        fused=str(device).startswith("cuda") or None,
-    )
-    # model and optimizer together, so that FSDP can re-point the optimizer at its sharded parameters
-    prepared, opt = acc.prepare(model, opt, device_placement=[world > 1, False])
-
-    start = 0
     run_dir = Path(run_dir) if run_dir is not None else None
-    if resume and run_dir is not None:
-        found = checkpoint.latest(run_dir)
-        if found is not None:
-            step_no, path = found
-            with open(path / checkpoint.STATE) as fh:
-                _check_resume(json.load(fh), cfg, digest, world, meta, path)
-            checkpoint.load(acc, path)
-            start = step_no
-            if main:
-                note(f"resuming from {path} (step {start} of {len(steps)})")
-        elif main:
-            note(f"no complete checkpoint in {run_dir / checkpoint.CHECKPOINTS}: starting from step 0")
-
-    metrics = None
-    history: list[dict] = []
-    if run_dir is not None and main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        mpath = run_dir / METRICS
-        kept = []
-        if start and mpath.exists():
-            kept = [
-                line
-                for line in mpath.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= start
-            ]
-            history = [json.loads(line) for line in kept]
-        metrics = open(mpath, "w")
-        for line in kept:
-            metrics.write(line + "\n")
-        metrics.flush()
-
+    start = _resumed_step(acc, run_dir, cfg, digest, meta, len(steps)) if resume and run_dir is not None else 0
+    metrics, history = _open_metrics(run_dir, start) if run_dir is not None and main else (None, [])
     task = (
         progress.add_task("training", total=len(steps), completed=start, unit="step") if progress is not None else None
     )
@@ -317,31 +276,15 @@ def fit(
 
     # the caller's bar when it passes one, else our live view (rank 0, stderr a terminal)
     view = LiveView(len(steps), start, show=live if main and progress is None else False)
-    rows_done = [0]
-    for step_idx in steps:
-        rows_done.append(rows_done[-1] + len(step_idx))
+    rows_done = [0, *itertools.accumulate(len(step_idx) for step_idx in steps)]
     t0 = time.perf_counter()
     elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
+    setup = _StepSetup(cfg, pad_id, device, packing, pack_length, world, rank)
     try:
         with view:
             for s in range(start, len(steps)):
-                rec = _one_step(
-                    prepared,
-                    opt,
-                    acc,
-                    rows,
-                    steps[s],
-                    s,
-                    len(steps),
-                    cfg,
-                    pad_id=pad_id,
-                    device=device,
-                    packing=packing,
-                    pack_length=pack_length,
-                    world=world,
-                    rank=rank,
-                )
-                _check_finite(rec, history, cfg)
+                rec = _one_step(prepared, opt, acc, rows, steps[s], s, len(steps), setup)
+                check_finite(rec, history, cfg)
                 rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
                 rec["epoch"] = round(rows_done[s + 1] / len(rows), 4)  # rows seen so far (the last step may be short)
                 history.append(rec)
@@ -354,30 +297,13 @@ def fit(
                 if progress is not None:
                     progress.update(task, advance=1, description=f"training loss {rec['loss']:.4f}")
                 if run_dir is not None and cfg.save_every and (s + 1) % cfg.save_every == 0 and s + 1 < len(steps):
-                    state = {
-                        "step": s + 1,
-                        "total_steps": len(steps),
-                        "plan_digest": digest,
-                        "world_size": world,
-                        "config": config_dict(cfg),
-                        "meta": meta or {},
-                        "elapsed": rec["elapsed"],
-                        "packing": packing,
-                    }
-                    checkpoint.save(acc, run_dir, s + 1, state, keep=cfg.keep_checkpoints)
+                    _save_checkpoint(acc, run_dir, s + 1, len(steps), digest, setup, meta, rec["elapsed"])
     finally:
         if metrics is not None:
             metrics.close()
-    model = acc.unwrap_model(prepared, keep_fp32_wrapper=False)
-    # accelerate refuses to prepare a model twice (and would then skip its autocast): let a later
-    # fit of the same model (warmup, then more training) prepare it again
-    for m in {id(model): model, id(prepared): prepared}.values():
-        if getattr(m, "_is_accelerate_prepared", False):
-            m._is_accelerate_prepared = False
-    model.eval()
     return FitResult(
         history,
-        model,
+        _release(acc, prepared),
         acc,
         packing,
         packing_note,
@@ -388,37 +314,102 @@ def fit(
     )
 
 
-#: non-finite gradients in a row after which training stops (a skipped step leaves the weights as they were)
-MAX_NONFINITE_RUN = 3
+def _prepare(model, cfg: SFTConfig, acc: Accelerator, device) -> tuple[Any, Any]:
+    """The model in training mode (gradient checkpointing as ``cfg`` asks) and its AdamW, both
+    prepared by accelerate: ``(prepared model, optimizer)``."""
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.train()
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+        fused=str(device).startswith("cuda") or None,
+    )
+    # model and optimizer together, so that FSDP can re-point the optimizer at its sharded parameters
+    return acc.prepare(model, opt, device_placement=[acc.num_processes > 1, False])
 
 
-def _check_finite(rec: dict, history: list[dict], cfg: SFTConfig) -> None:
-    """Stop with one line when the gradients keep coming out NaN or infinite: ``_one_step`` skips the update
-    of such a step (the weights stay finite), and a few in a row, or more than 5% of the steps so far (from
-    the 20th on), mean the run cannot train. In bf16 mixed precision the usual way out is float32."""
-    if not rec.get("skipped"):
-        return
-    from ..errors import ModelError
-    from ..progress import note
-
-    run = 1
-    for past in reversed(history):
-        if not past.get("skipped"):
-            break
-        run += 1
-    skipped = run + sum(1 for past in history[: len(history) - run + 1] if past.get("skipped"))
-    done = len(history) + 1
-    precision = "bf16 mixed precision" if cfg.bf16 else "float32"
-    if run >= MAX_NONFINITE_RUN or (done >= 20 and skipped > 0.05 * done):
-        raise ModelError(
-            f"training stopped at step {rec['step']}: the gradient was NaN or infinite in {skipped} of {done} steps "
-            f"({run} in a row) in {precision}",
-            hint="rerun with --no-bf16 (float32)" if cfg.bf16 else "lower --lr or --max-grad-norm",
-        )
-    note(f"step {rec['step']}: the gradient is NaN or infinite ({precision}): the update is skipped")
+def _resumed_step(acc: Accelerator, run_dir: Path, cfg: SFTConfig, digest: str, meta: dict | None, total: int) -> int:
+    """Load the latest complete checkpoint in ``run_dir`` (checked against this run first): its step,
+    or 0 when there is none."""
+    found = checkpoint.latest(run_dir)
+    if found is None:
+        if acc.is_main_process:
+            note(f"no complete checkpoint in {run_dir / checkpoint.CHECKPOINTS}: starting from step 0")
+        return 0
+    step_no, path = found
+    with open(path / checkpoint.STATE) as fh:
+        _check_resume(json.load(fh), cfg, digest, acc.num_processes, meta, path)
+    checkpoint.load(acc, path)
+    if acc.is_main_process:
+        note(f"resuming from {path} (step {step_no} of {total})")
+    return step_no
 
 
-def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, packing, pack_length, world, rank) -> dict:
+def _open_metrics(run_dir: Path, start: int):
+    """metrics.jsonl in ``run_dir`` opened for writing, holding the records up to step ``start``
+    of the run resumed (none for a new run); and those records."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    mpath = run_dir / METRICS
+    kept = []
+    if start and mpath.exists():
+        kept = [
+            line for line in mpath.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= start
+        ]
+    metrics = open(mpath, "w")
+    for line in kept:
+        metrics.write(line + "\n")
+    metrics.flush()
+    return metrics, [json.loads(line) for line in kept]
+
+
+def _save_checkpoint(
+    acc: Accelerator, run_dir: Path, step: int, total: int, digest: str, setup: _StepSetup, meta: dict | None, elapsed
+) -> None:
+    """A checkpoint after ``step``, with what a resume checks (:func:`_check_resume`)."""
+    state = {
+        "step": step,
+        "total_steps": total,
+        "plan_digest": digest,
+        "world_size": setup.world,
+        "config": config_dict(setup.cfg),
+        "meta": meta or {},
+        "elapsed": elapsed,
+        "packing": setup.packing,
+    }
+    checkpoint.save(acc, run_dir, step, state, keep=setup.cfg.keep_checkpoints)
+
+
+def _release(acc: Accelerator, prepared) -> Any:
+    """The trained model unwrapped, in eval mode."""
+    model = acc.unwrap_model(prepared, keep_fp32_wrapper=False)
+    # accelerate refuses to prepare a model twice (and would then skip its autocast): let a later
+    # fit of the same model (warmup, then more training) prepare it again
+    for m in {id(model): model, id(prepared): prepared}.values():
+        if getattr(m, "_is_accelerate_prepared", False):
+            m._is_accelerate_prepared = False
+    model.eval()
+    return model
+
+
+@dataclass(frozen=True)
+class _StepSetup:
+    """What every optimizer step of a fit uses besides the model, its optimizer and the data."""
+
+    cfg: SFTConfig
+    pad_id: int
+    device: Any
+    packing: bool
+    pack_length: int | None
+    world: int
+    rank: int
+
+
+def _one_step(model, opt, acc, rows, idx, s: int, total: int, setup: _StepSetup) -> dict:
+    cfg, packing, world, device = setup.cfg, setup.packing, setup.world, setup.device
     t = time.perf_counter()
     lr = cosine_lr(s, total, cfg.lr, cfg.warmup_ratio)
     for g in opt.param_groups:
@@ -432,25 +423,25 @@ def _one_step(model, opt, acc, rows, idx, s, total, cfg, *, pad_id, device, pack
             packing=packing,
             batch_size=cfg.batch_size,
             max_tokens=cfg.max_tokens_per_batch,
-            pack_length=pack_length,
+            pack_length=setup.pack_length,
         )
         for p in parts
     ]
     n_micro = max(len(p) for p in plans)
     computed = sum(collate_cost(rows, mb, packing) for p in plans for mb in p)
-    mine = plans[rank]
+    mine = plans[setup.rank]
     local = torch.zeros((), dtype=torch.float64, device=device)
     for k in range(n_micro):
         last = k == n_micro - 1
         sync = contextlib.nullcontext() if last else acc.no_sync(model)
         with sync:
             if k < len(mine):
-                mb = collate([[rows[i] for i in seq] for seq in mine[k]], pad_id, packing=packing).to(device)
+                mb = collate([[rows[i] for i in seq] for seq in mine[k]], setup.pad_id, packing=packing).to(device)
                 loss_sum = token_loss_sum(model, mb)
                 acc.backward(loss_sum * (world / z))
                 local += loss_sum.detach().double()
             else:
-                acc.backward(_dummy_loss(model, dummy_batch(pad_id).to(device)))
+                acc.backward(_dummy_loss(model, dummy_batch(setup.pad_id).to(device)))
     grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
     finite = math.isfinite(float(grad_norm))
     if finite:  # a NaN or infinite gradient would make every weight NaN: the step is skipped (fit decides more)
