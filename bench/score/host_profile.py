@@ -38,7 +38,7 @@ PARTS = {
     "score_window (the serial loop)": ("steps/score.py", "score_window"),
     "StreamWriter.write": ("format/writer.py", "write"),
     "encode_record": ("format/writer.py", "encode_record"),
-    "commit (flush, fsync)": ("steps/resumable.py", "commit"),
+    "commit (flush, fsync)": ("runtime/resumable.py", "commit"),
 }
 
 

@@ -36,8 +36,8 @@ from bridgecli.data.prefetch import prefetch_examples  # noqa: E402
 from bridgecli.format.records import Array, Header, ModelInfo, Scores  # noqa: E402
 from bridgecli.steps import score as step  # noqa: E402
 from bridgecli.steps.options import ScoreOptions  # noqa: E402
-from bridgecli.steps.resumable import ResumableOutput  # noqa: E402
-from bridgecli.steps.ranks import Dist  # noqa: E402
+from bridgecli.runtime.ranks import Dist  # noqa: E402
+from bridgecli.runtime.resumable import ResumableOutput  # noqa: E402
 
 
 def fake_scores(ex) -> Scores:

@@ -18,8 +18,8 @@ def merge(
     workers: Annotated[int, typer.Option("--workers", min=1, help=WORKERS_HELP)] = 1,
 ):
     """Merge shard streams of one run into one stream ordered by example index."""
-    from ..format.merge import merge_streams
     from ..progress import note
-    from ..steps.workers import cap_workers
+    from ..runtime.merge import merge_streams
+    from ..runtime.pool import cap_workers
 
     note(f"merged {merge_streams(shards, output, workers=cap_workers(workers))} examples")

@@ -87,7 +87,7 @@ def check_numbers(
     batch_tokens: int | None = None,
 ) -> None:
     """The numeric options of ``bridge eval`` in their ranges (UsageError, exit 2)."""
-    from ..steps import params
+    from ..runtime import params
 
     params.integer("--limit", limit, optional=True)
     params.integer("--few-shot", few_shot, low=0, high=1000)

@@ -198,8 +198,8 @@ def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
 
 
 def check_source(src: Source) -> None:
-    """Fidelity's and shift's common options in their ranges (see :mod:`.params`)."""
-    from . import params
+    """Fidelity's and shift's common options in their ranges (see :mod:`bridgecli.runtime.params`)."""
+    from ..runtime import params
 
     params.check(src)
     params.check_data_options(src.data_opts)
@@ -207,7 +207,7 @@ def check_source(src: Source) -> None:
 
 
 def run_fidelity(opts: FidelityOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
@@ -316,7 +316,7 @@ def _fidelity_example(
 
 
 def run_shift(opts: ShiftOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
@@ -401,7 +401,7 @@ def run_shift(opts: ShiftOptions) -> dict:
 
 
 def run_robustness(opts: RobustnessOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     examples = []

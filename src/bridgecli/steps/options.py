@@ -214,7 +214,7 @@ class SelectOptions:
         ),
         "--budget",
     )
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = option(1, WORKERS_HELP, "--workers", range=count())
 
 
@@ -233,7 +233,7 @@ class CloseOptions:
         "tokens (by score), until min(b_r, n) tokens are supervised.",
         "--fill/--no-fill",
     )
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = option(1, WORKERS_HELP, "--workers", range=count())
 
 
@@ -263,7 +263,7 @@ class CompactOptions:
     )
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = option(1, WORKERS_HELP, "--workers", range=count())
 
 

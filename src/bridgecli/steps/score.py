@@ -10,7 +10,7 @@ writing one batch after another). On a GPU's first run the fast tail's kernels c
 while the model loads (:mod:`..modeling.kernel_warmup`).
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
-output (see :mod:`.ranks`). With an output file, progress is committed after every window, so
+output (see :mod:`bridgecli.runtime.ranks`). With an output file, progress is committed after every window, so
 ``--resume`` continues a killed run and produces the same bytes as an uninterrupted one.
 """
 
@@ -53,11 +53,11 @@ from ..modeling.loading import cache_root, claim_device, fingerprint, resolve, r
 from ..modeling.scoring import DoneScores, ScoringContext, load_scoring_checkpoint
 from ..progress import note, progress_bar
 from ..registry import get
-from . import ranks
+from ..runtime import ranks
+from ..runtime.ranks import Dist
+from ..runtime.resumable import ResumableOutput
 from .common import now, step_record
 from .options import ScoreOptions
-from .ranks import Dist
-from .resumable import ResumableOutput
 
 
 def _count(path: str, opts: DataOptions) -> int:
@@ -144,8 +144,8 @@ def _score_stdin(opts: ScoreOptions) -> int:
 
 
 def check_score_options(opts: ScoreOptions) -> None:
-    """Every parameter in its range (see :mod:`.params`), before anything is read."""
-    from . import params
+    """Every parameter in its range (see :mod:`bridgecli.runtime.params`), before anything is read."""
+    from ..runtime import params
 
     params.check(opts)
     params.check_data_options(opts.data_opts)
