@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from ..core.math_blocks import math_blocks
 from ..core.protect import answer_spans, region
 
 CLASSES = ("answer", "digits", "math", "words", "space/punct")
@@ -32,9 +33,7 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 def math_spans(text: str) -> list[tuple[int, int]]:
     """LaTeX regions and ``<<...>>`` calculations."""
-    from ..builtin.segmenters import _math_blocks  # the math segmenter's LaTeX finder (pure)
-
-    spans = [(s, e) for s, e in _math_blocks(text) if not text[s:e].lstrip().startswith("####")]
+    spans = [(s, e) for s, e in math_blocks(text) if not text[s:e].lstrip().startswith("####")]
     spans += [m.span() for m in _CALCULATION.finditer(text)]
     return sorted(spans)
 

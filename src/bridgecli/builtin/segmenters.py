@@ -20,6 +20,7 @@ import tokenize
 import warnings
 from typing import Callable, Iterable, Optional
 
+from bridgecli.core.math_blocks import math_blocks
 from bridgecli.hookspecs import hookimpl
 
 Span = tuple[int, int]
@@ -145,14 +146,6 @@ def split_sentences(text: str) -> list[Span]:
 
 # --- math -----------------------------------------------------------------------------------
 
-# Standalone units found first, left to right: the "#### N" answer line and LaTeX math.
-_MATH_OPENER = re.compile(r"^[ \t]*####|\$\$|(?<!\\)\$|\\\(|\\\[|\\boxed\{", re.MULTILINE)
-# Inline $...$ on one line, with pandoc's rules so currency ("$5 and $10") is not math: no space
-# after the opening $, none before the closing $, no digit after it. "$<<" is GSM8K currency.
-_INLINE_DOLLAR = re.compile(r"\$(?![\s$]|<<)[^$\r\n]*?(?<![\s\\])\$(?!\d)")
-_CLOSERS = {"$$": "$$", "\\(": "\\)", "\\[": "\\]"}
-_ANSWER_LINE = re.compile(r"[ \t]*####[^\r\n]*")
-
 # Expression tokens, tried in this order; anything else ("other") ends a run.
 _NUMBER = r"\$?(?:\d+(?:[.,]\d+)*|\.\d+)"
 _MATH_TOKEN = re.compile(
@@ -178,48 +171,6 @@ _MATH_SCAN = re.compile(
 assert _MATH_SCAN.pattern != _MATH_TOKEN.pattern
 _OPERANDS = frozenset({"annotation", "number", "variable"})
 _SIGNS = frozenset("+-−")
-
-
-def _brace_partners(text: str) -> dict[int, int]:
-    """For each ``{`` that closes, the index just past its ``}`` (braces after a backslash are text)."""
-    partners, stack = {}, []
-    for i, ch in enumerate(text):
-        if ch in "{}" and (i == 0 or text[i - 1] != "\\"):
-            if ch == "{":
-                stack.append(i)
-            elif stack:
-                partners[stack.pop()] = i + 1
-    return partners
-
-
-def _math_blocks(text: str) -> list[Span]:
-    """The standalone units, left to right; an opener that never closes is plain text."""
-    partners = _brace_partners(text) if "\\boxed{" in text else {}
-    unclosed: set[str] = set()  # closers absent from the rest of the text (keeps this linear)
-    blocks, pos = [], 0
-    while (opener := _MATH_OPENER.search(text, pos)) is not None:
-        start, token, end = opener.start(), opener.group(), None
-        if token.endswith("####"):
-            line = _ANSWER_LINE.match(text, start)
-            assert line is not None, "the opener matched '####', which starts an answer line"
-            end = line.end()
-        elif token == "\\boxed{":
-            end = partners.get(opener.end() - 1)
-        elif token == "$":
-            inline = _INLINE_DOLLAR.match(text, start)
-            end = inline.end() if inline else None
-        elif token not in unclosed:
-            close = text.find(_CLOSERS[token], opener.end())
-            if close < 0:
-                unclosed.add(token)
-            else:
-                end = close + len(_CLOSERS[token])
-        if end is None:
-            pos = start + 1
-        else:
-            blocks.append((start, end))
-            pos = max(end, start + 1)
-    return blocks
 
 
 _Token = tuple[str, str, int, int]  # (kind, text, start, end)
@@ -321,7 +272,7 @@ def split_math(text: str) -> list[Span]:
     never are."""
     spans: list[Span] = []
     pos = 0
-    for block_start, block_end in _math_blocks(text):
+    for block_start, block_end in math_blocks(text):
         spans += _expression_spans(text, pos, block_start)
         spans.append((block_start, block_end))
         pos = block_end
