@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..baselines.selector import Opt, convert_option
+from ..contracts import default_budgets
 from ..core.sampling import inclusion_probabilities, ipw_weights, systematic_sample
 from ..core.select import SelectionResult, select, surrogate_of
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import Plan, default_budgets, hookimpl
+from ..hookspecs import Plan, hookimpl
 
 
 class Schedule:

@@ -27,13 +27,14 @@ from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
+from ..contracts import as_selector, build_scorer
 from ..core.budgets import budget
 from ..data.examples import file_digest, iter_pairs
 from ..data.tokenize import tokenize_pair
 from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
-from ..hookspecs import Selector, as_selector
+from ..hookspecs import Selector
 from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
@@ -222,10 +223,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     extra = {}
     for spec, entry in extra_entries.items():
         ctx = dataclasses.replace(loaded.ctx, options={**loaded.ctx.options, "scorer_options": specs[spec][1]})
-        try:
-            extra[spec] = entry.obj(ctx)
-        except ValueError as exc:
-            raise UsageError(f"--proxy {spec}: {exc}") from None
+        extra[spec] = build_scorer(entry.obj, ctx, f"--proxy {spec}", entry.plugin)
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     note(
         f"fidelity on {len(examples)} examples: rho_p={opts.rho_p}, rho_r={opts.rho_r}, T={opts.rounds}, "

@@ -1,11 +1,12 @@
 """``bridge score``: tokenise the data and score every example with the warmup checkpoint.
 
 This module orchestrates: the checks before anything loads, stdin copied to a file, the model and the
-scorer, the stream's header, and where the stream goes. Examples are scored in windows of ``window`` examples,
+scorer (built through its plugin's factory and held to :class:`bridgecli.hookspecs.Scorer`), the
+stream's header, and where the stream goes. Examples are scored in windows of ``window`` examples,
 one zstd frame per window, by the pipelined loop of :mod:`.score_loop` (on a GPU the data is read and
 tokenised by a child process once it has loaded the tokenizer: :mod:`bridgecli.data.prefetch`). On a
 GPU's first run the fast tail's kernels compile in a thread while the model loads
-(:mod:`bridgecli.modeling.kernel_warmup`).
+(:mod:`bridgecli.modeling.kernel_warmup`), for a scorer whose factory declares ``warm_kernels``.
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
 output (:mod:`.score_torchrun`). With an output file, progress is committed after every window, so
@@ -25,12 +26,14 @@ import torch
 
 from .. import PRODUCER
 from ..artifacts.warmup_run import WarmupRun
+from ..contracts import as_scorer_factory, build_scorer
 from ..data import prefetch
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records, require_records
 from ..errors import BridgeError, EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
 from ..format.writer import StreamWriter
+from ..hookspecs import Scorer, ScorerFactory
 from ..io import (
     check_input,
     check_output_file,
@@ -82,9 +85,12 @@ def _load(opts: ScoreOptions, run: WarmupRun, device: str) -> tuple[ScoringCheck
     return load_scoring_checkpoint(run, dtype, device), dtype
 
 
-def _start_kernel_warmup(opts: ScoreOptions, run: WarmupRun, device: str) -> kernel_warmup.Warmup | None:
-    """Compile the bridge scorer's GPU kernels in a thread while the model loads (kernel_warmup.py)."""
-    if not device.startswith("cuda") or opts.scorer != "bridge" or opts.dtype not in ("auto", "bfloat16", "float16"):
+def _start_kernel_warmup(
+    opts: ScoreOptions, run: WarmupRun, device: str, factory: ScorerFactory
+) -> kernel_warmup.Warmup | None:
+    """Compile the scorer's GPU kernels in a thread while the model loads (kernel_warmup.py), when its
+    factory declares ``warm_kernels``."""
+    if not device.startswith("cuda") or not factory.warm_kernels or opts.dtype not in ("auto", "bfloat16", "float16"):
         return None
     config = kernel_warmup.read_config(run.checkpoint)
     if config is None or not kernel_warmup.wanted(device, config):
@@ -159,7 +165,7 @@ def _score(opts: ScoreOptions, run: WarmupRun, dist: Dist, device: str, started:
             tokproc.close()
 
 
-def _build(opts: ScoreOptions, entry: Entry, ck: ScoringCheckpoint, device: str) -> Any:
+def _build(opts: ScoreOptions, entry: Entry, ck: ScoringCheckpoint, device: str) -> Scorer:
     ctx = ScoringContext(
         model=ck.model,
         tokenizer=ck.tokenizer,
@@ -168,10 +174,7 @@ def _build(opts: ScoreOptions, entry: Entry, ck: ScoringCheckpoint, device: str)
         device=device,
         options={"scorer_options": dict(opts.scorer_options)},
     )
-    try:
-        return entry.obj(ctx)
-    except ValueError as exc:
-        raise UsageError(f"--scorer {opts.scorer}: {exc}") from None
+    return build_scorer(entry.obj, ctx, f"--scorer {opts.scorer}", entry.plugin)
 
 
 def _score_with(
@@ -186,7 +189,7 @@ def _score_with(
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     mark("start of scoring")
-    warmup = _start_kernel_warmup(opts, run, device)
+    warmup = _start_kernel_warmup(opts, run, device, as_scorer_factory(entry.obj))
     ck, dtype = _load(opts, run, device)
     mark("model loaded")
     scorer = _build(opts, entry, ck, device)
@@ -194,15 +197,14 @@ def _score_with(
         warmup.join()  # the kernels it compiles are then in Triton's cache; none compiles twice at once
         mark(f"kernel warm-up joined (took {warmup.seconds:.2f} s)")
     mark("scorer ready")
-    startup = getattr(scorer, "startup_note", None)  # e.g. a scorer that compiles before its first batch
-    if startup and dist.rank == 0:
-        note(startup)
+    if scorer.startup_note and dist.rank == 0:  # e.g. a scorer that compiles before its first batch
+        note(scorer.startup_note)
     if opts.max_tokens:
         max_tokens = opts.max_tokens
     elif not device.startswith("cuda"):
         max_tokens = MAX_TOKENS_CPU
     else:  # a scorer may size its own passes (atp: what its reverse pass fits in the free GPU memory)
-        max_tokens = getattr(scorer, "max_tokens_cuda", MAX_TOKENS_CUDA)
+        max_tokens = scorer.max_tokens_cuda or MAX_TOKENS_CUDA
 
     data_opts = with_model_limit(opts.data_opts, ck.model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
@@ -285,7 +287,7 @@ def _header(
 def _write(
     opts: ScoreOptions,
     dist: Dist,
-    scorer,
+    scorer: Scorer,
     examples: Iterator[Example],
     header: Header,
     max_tokens: int,

@@ -239,7 +239,7 @@ def run_windows(
     window; finished windows go to a writer thread. Returns the number of examples written."""
     from ..modeling.scoring import DoneScores
 
-    launch = getattr(scorer, "launch", None) or (lambda batch: DoneScores(scorer.score(batch)))
+    launch = scorer.launch or (lambda batch: DoneScores(scorer.score(batch)))
     ahead = Ahead(examples, most=window)
     out = WriterThread(writer, commit, window)
     t0 = time.perf_counter()

@@ -11,7 +11,8 @@ from ..core.protect import compile_patterns, protected_tokens, region
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
-from ..hookspecs import Plan, Selector, as_selector
+from ..contracts import as_selector
+from ..hookspecs import Plan, Selector
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import SelectOptions
