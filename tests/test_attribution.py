@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from bridgecli.analysis.exact import ExactScores, exact_base_scorer
 from bridgecli.core.budgets import budget
 from bridgecli.core.select import Surrogate, alternate, independent
+from bridgecli.errors import UsageError
 from bridgecli.modeling.attention import GATE_EPS
 from bridgecli.modeling.attribution import AttributionScorer, chunk_ids, spread
 from bridgecli.modeling.params import tail_parameters
@@ -156,11 +157,11 @@ def test_scorer_options_are_checked(setup, tokenizer):
     model, v = build(0.02)
     for bad in ({"chunks": "0"}, {"chunks": "x"}, {"rounds": "2"}):
         ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, options={"scorer_options": bad})
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageError):
             AttributionScorer(ctx)
     from bridgecli.modeling.scoring import BridgeScorer
 
-    with pytest.raises(ValueError, match="unknown option 'chunks'"):  # the bridge scorer takes none
+    with pytest.raises(UsageError, match="unknown option 'chunks'"):  # the bridge scorer takes none
         BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v,
                                     options={"scorer_options": {"chunks": "4"}}))
 
@@ -321,7 +322,7 @@ def test_ig_options_are_checked_and_leave_the_default_unchanged(setup, tokenizer
     model, v = build(0.02)
     for bad in ({"ig": "0"}, {"ig": "x"}, {"ig": "2", "ig_depth": "0"}, {"ig": "2", "ig_depth": "1.5"},
                 {"ig": "2", "ig_rule": "nope"}, {"ig_depth": "0.5"}):
-        with pytest.raises(ValueError):
+        with pytest.raises(UsageError):
             atp_opts(model, tokenizer, v, **bad)
     plain = atp(model, tokenizer, v, 1).score(exs)
     again = atp_opts(model, tokenizer, v, chunks=1).score(exs)
@@ -380,7 +381,7 @@ def test_layers_option_is_checked_and_all_layers_is_the_default(setup, tokenizer
     model, v = build(0.02)
     n_layers = len(atp(model, tokenizer, v, 1).tail.blocks)
     for bad in ("0", str(n_layers + 1), "x"):
-        with pytest.raises(ValueError, match="layers"):
+        with pytest.raises(UsageError, match="layers"):
             atp_opts(model, tokenizer, v, layers=bad)
     plain = atp(model, tokenizer, v, 1).score(exs[:2])
     every = atp_opts(model, tokenizer, v, layers=n_layers).score(exs[:2])

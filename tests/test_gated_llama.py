@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from bridgecli.errors import UsageError
 from bridgecli.modeling import dual_llama, gated_llama, jvp_attention
 from bridgecli.modeling.attention import _repeat_kv
 from bridgecli.modeling.attribution import AttributionScorer, chunk_ids
@@ -205,7 +206,7 @@ def test_the_fast_pass_is_opt_in_for_users(models, tokenizer):
 
     assert atp().gated_fast is None and atp(fast="0").gated_fast is None
     assert atp(fast="1").gated_fast is not None
-    with pytest.raises(ValueError, match="fast must be 0 or 1"):
+    with pytest.raises(UsageError, match="fast must be 0 or 1"):
         atp(fast="maybe")
     # `bridge score` tells the user of the compiling, where there is some: the fast pass on a GPU
     fast, generic = atp(fast="1"), atp()

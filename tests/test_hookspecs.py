@@ -1,5 +1,6 @@
 """The plugin contracts of hookspecs.py: every built-in is what its Protocol says, a plain selector
-function gets the rest of the Selector contract, and the plan of a first pass is explicit."""
+function gets the rest of the Selector contract, the plan of a first pass is explicit, an object is
+checked against its Protocol when it registers, and optional members read as the Protocol's values."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from bridgecli import registry
 from bridgecli.baselines.selector import Baseline
 from bridgecli.core.select import SelectionResult
 from bridgecli.errors import FormatError, PluginError, UsageError
+from bridgecli.evaluation.run import check_summary
 from bridgecli.format.records import Array, Example, Scores, Tokens
 from bridgecli.format.spec import EOS, PROMPT, RESPONSE, TEMPLATE
-from bridgecli.hookspecs import FunctionSelector, Plan, Selector, as_selector
+from bridgecli.contracts import FunctionSelector, as_eval_task, as_scorer_factory, as_selector, build_scorer
+from bridgecli.hookspecs import Plan, Selector
 from bridgecli.steps.select import select_example
 
 
@@ -133,3 +136,158 @@ def test_artifacts_import_no_torch():
             "bridgecli.artifacts.train_run, bridgecli.artifacts.direction_file\nassert 'torch' not in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- registration checks against the Protocols, declared optional members ---------------------------
+
+
+@pytest.fixture
+def manager(monkeypatch):
+    """A fresh plugin manager with only the built-ins; forgotten again after the test."""
+    from bridgecli import plugins
+
+    monkeypatch.setenv("BRIDGE_LOAD_PLUGINS", "")
+    plugins.reset()
+    try:
+        yield plugins.get_manager()
+    finally:
+        plugins.reset()
+
+
+def _plugin(hook: str, name: str, obj):
+    from bridgecli import hookimpl
+
+    class Plugin:
+        pass
+
+    def register(self, register):
+        register(name, obj, "a test plugin's")
+
+    setattr(Plugin, hook, hookimpl(register))
+    return Plugin()
+
+
+class _HalfSelector:
+    """Has part of the Selector contract: parse and needs_plan but no budgets, prepare or flags."""
+
+    def parse(self, options):
+        return options
+
+    def needs_plan(self, options):
+        return False
+
+    def __call__(self, example, b_p, b_r, options):
+        raise AssertionError
+
+
+class _Task:
+    def __init__(self, **declared):
+        self.__dict__.update(declared)
+
+    def __call__(self, model, tokenizer, options):
+        raise AssertionError
+
+
+@pytest.mark.parametrize("hook, kind, obj, message", [
+    ("register_segmenters", "segmenter", "not a function", "the segmenter 'bad', which is not callable"),
+    ("register_scorers", "scorer", 42, "the scorer 'bad', which is not callable"),
+    ("register_scorers", "scorer", type("F", (), {"warm_kernels": "yes", "__call__": lambda s, ctx: None})(),
+     "the scorer 'bad' with warm_kernels = 'yes', not a bool"),
+    ("register_selectors", "selector", _HalfSelector(), "the selector 'bad' without 'protects'"),
+    ("register_eval_tasks", "eval_task", object(), "the eval task 'bad', which is not callable"),
+    ("register_eval_tasks", "eval_task", _Task(engines="lm-eval"),
+     "the eval task 'bad' with engines = 'lm-eval', not a tuple of str"),
+    ("register_eval_tasks", "eval_task", _Task(runs_code="yes"), "the eval task 'bad' with runs_code = 'yes', not a bool"),
+])
+def test_registering_checks_the_object_against_its_protocol(manager, hook, kind, obj, message):
+    manager.register(_plugin(hook, "bad", obj), name="bad-plugin")
+    with pytest.raises(PluginError) as err:
+        registry.get(kind, "bad")
+    assert "plugin bad-plugin registered " + message in str(err.value)
+    assert "bridgecli.hookspecs." in str(err.value)  # where the contract is written
+
+
+def test_a_plain_function_selector_and_task_still_register(manager):
+    def first_tokens(ex, b_p, b_r, options):
+        raise AssertionError
+
+    def task(model, tokenizer, options):
+        raise AssertionError
+
+    manager.register(_plugin("register_selectors", "first", first_tokens), name="sel-plugin")
+    manager.register(_plugin("register_eval_tasks", "plain", task), name="task-plugin")
+    assert registry.get("selector", "first").obj is first_tokens
+    declared = as_eval_task(registry.get("eval_task", "plain").obj)  # the Protocol's values stand in
+    assert (declared.runs_code, declared.engines, declared.metric, declared.default_data) == (
+        False, ("bridge",), "accuracy", None)
+    task.runs_code = True
+    assert as_eval_task(task).runs_code is True
+
+
+def test_the_builtins_declare_what_they_can_do():
+    declared = {n: as_eval_task(registry.get("eval_task", n).obj) for n in registry.names("eval_task")}
+    assert {n for n, t in declared.items() if t.runs_code} == {"humaneval", "mbpp"}
+    assert {n for n, t in declared.items() if "lm-eval" in t.engines} == {"arc_challenge", "arc_easy", "hellaswag",
+                                                                          "mmlu"}
+    assert {n for n, t in declared.items() if t.metric == "loss"} == {"heldout-loss", "answer-loss"}
+    assert all(isinstance(t.default_data, str) for t in declared.values())
+    factories = {n: as_scorer_factory(registry.get("scorer", n).obj) for n in registry.names("scorer")}
+    assert {n for n, f in factories.items() if f.warm_kernels} == {"bridge"}
+
+
+def test_a_built_scorer_gets_the_optional_members_and_errors_name_the_flag():
+    from bridgecli.modeling.scoring import DoneScores
+
+    class Plain:
+        def score(self, batch):
+            return ["s"] * len(batch)
+
+    scorer = build_scorer(lambda ctx: Plain(), None, "--scorer plain", "p")
+    assert (scorer.startup_note, scorer.max_tokens_cuda, scorer.launch) == (None, None, None)
+    assert scorer.score([1, 2]) == ["s", "s"]
+
+    class Queued(Plain):
+        startup_note = "compiling"
+
+        def launch(self, batch):
+            return DoneScores(self.score(batch))
+
+    scorer = build_scorer(lambda ctx: Queued(), None, "--scorer q", "p")
+    assert scorer.startup_note == "compiling" and scorer.launch([1]).result() == ["s"]
+
+    with pytest.raises(PluginError, match="--scorer none: plugin p built a scorer without 'score'"):
+        build_scorer(lambda ctx: object(), None, "--scorer none", "p")
+
+    def refusing(ctx):
+        raise UsageError("unknown option 'x' (scorer options: none)")
+
+    with pytest.raises(UsageError, match=r"^--scorer r: unknown option 'x' \(scorer options: none\)$"):
+        build_scorer(refusing, None, "--scorer r", "p")
+
+
+def test_eval_checks_what_a_plugin_task_declares(manager, monkeypatch, tmp_path):
+    """A plugin task that runs model-written code says so, and gets the built-in code tasks' opt-in; one
+    that declares only bridge's engine is refused by --engine lm-eval; both before any model loads."""
+    from bridgecli.steps.eval import check_eval_options
+    from bridgecli.steps.options import EvalRunOptions
+
+    monkeypatch.delenv("BRIDGE_ALLOW_CODE_EXECUTION", raising=False)
+    data = tmp_path / "d.jsonl"
+    data.write_text("{}\n")
+    manager.register(_plugin("register_eval_tasks", "coder", _Task(runs_code=True)), name="coder-plugin")
+    with pytest.raises(UsageError, match="runs model-written code"):
+        check_eval_options(EvalRunOptions(model="m", tasks=["coder"], data=[str(data)]))
+    with pytest.raises(UsageError, match="--engine lm-eval runs arc_challenge, arc_easy, hellaswag, mmlu; not coder"):
+        check_eval_options(EvalRunOptions(model="m", tasks=["coder"], data=[str(data)], engine="lm-eval"))
+
+
+def test_a_summary_must_hold_the_declared_metric():
+    check_summary({"accuracy": 0.5, "correct": 1}, "accuracy", "t")
+    check_summary({"accuracy": 0.5, "correct": 1, "metric": "acc"}, "acc", "t")
+    check_summary({"metric": "loss", "loss": 1.0, "ci_low": 0.9, "ci_high": 1.1}, "loss", "t")
+    with pytest.raises(PluginError, match="t declares the metric 'loss' but its summary has no number 'loss'"):
+        check_summary({"accuracy": 0.5, "correct": 1}, "loss", "t")
+    with pytest.raises(PluginError, match="declares the metric 'loss' but its summary says None"):
+        check_summary({"loss": 1.0, "ci_low": 0.9, "ci_high": 1.1}, "loss", "t")
+    with pytest.raises(PluginError, match="declares the metric 'accuracy' but its summary says 'pass@1'"):
+        check_summary({"accuracy": 0.5, "correct": 1, "metric": "pass@1"}, "accuracy", "t")

@@ -86,7 +86,7 @@ def test_an_output_given_as_a_symbolic_link_stays_one(tmp_path, kind):
 
 def test_resumable_output_through_a_link_shares_the_partial_file_and_its_lock(tmp_path):
     from bridgecli.format.reader import read_all
-    from bridgecli.steps.resumable import ResumableOutput
+    from bridgecli.runtime.resumable import ResumableOutput
 
     header, _ = read_all(ROOT / "tests" / "golden" / "v1.2-scores.bridge")
     real, link = tmp_path / "s.bridge", tmp_path / "l.bridge"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridgecli.errors import BridgeError, FormatError, UsageError
-from bridgecli.format.merge import merge_streams
+from bridgecli.runtime.merge import merge_streams
 from bridgecli.format.reader import read_all
 from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
 from bridgecli.format.spec import RECORDS_PER_FRAME
@@ -204,7 +204,7 @@ def test_the_workers_read_the_shards_frames(tmp_path, monkeypatch):
     """Copying records as written, the workers decompress the shards' frames: this process reads only each
     shard's last frame itself (the one with the end record), and every frame of a damaged shard from the
     damaged one on."""
-    from bridgecli.format import merge
+    from bridgecli.runtime import merge
 
     read_here = []
 
@@ -235,7 +235,7 @@ def test_bridge_merge_caps_workers_at_the_cpu_count(tmp_path, monkeypatch):
     from bridgecli.cli.app import app
 
     paths = _shards(tmp_path, 40, 2, per_frame=16)
-    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 1)
+    monkeypatch.setattr("bridgecli.runtime.pool.default_workers", lambda: 1)
     res = CliRunner().invoke(app, ["merge", *map(str, paths), "-o", str(tmp_path / "m"), "--workers", "200"],
                              env={"BRIDGE_NO_PROGRESS": "1"})
     assert res.exit_code == 0, res.output

@@ -16,7 +16,7 @@ from bridgecli.format import read_all
 from bridgecli.format.reader import open_reader
 from bridgecli.format.spec import MAGIC, PREAMBLE
 from bridgecli.io import check_output_file, open_binary_input, open_binary_output
-from bridgecli.steps import params
+from bridgecli.runtime import params
 from bridgecli.steps.close import CloseOptions, run_close
 from bridgecli.steps.score import ScoreOptions, run_score
 from bridgecli.steps.select import SelectOptions, run_select

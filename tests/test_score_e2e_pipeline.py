@@ -21,6 +21,7 @@ from bridgecli.format.writer import StreamWriter
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
 from bridgecli.steps import score as score_step
+from bridgecli.steps import score_loop
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
 # integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
@@ -102,7 +103,7 @@ def test_a_writer_error_stops_the_run(run, tmp_path, monkeypatch):
 
 
 def test_ahead_reads_at_most_its_bound():
-    ahead = score_step._Ahead(iter(range(10)), most=4)
+    ahead = score_loop.Ahead(iter(range(10)), most=4)
     ahead.fill(100)
     assert list(ahead.buf) == [0, 1, 2, 3]
     assert ahead.take(3) == [0, 1, 2]

@@ -154,7 +154,7 @@ def test_resume_keeps_a_shard_finished_before_another_rank_stopped(tmp_path):
     from bridgecli.errors import UsageError
     from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
     from bridgecli.format.writer import open_writer
-    from bridgecli.steps.ranks import Dist, finished_shard
+    from bridgecli.runtime.ranks import Dist, finished_shard
 
     def header(window):
         return Header(stage="scores", producer="t", created="then", model=ModelInfo("m", "f", "t"),
@@ -178,7 +178,7 @@ def test_resume_keeps_a_shard_finished_before_another_rank_stopped(tmp_path):
 
 
 def test_a_dead_peer_reads_as_one_short_line():
-    from bridgecli.steps.ranks import RankError, _collective
+    from bridgecli.runtime.ranks import RankError, _collective
 
     def boom():
         raise RuntimeError("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
@@ -194,7 +194,7 @@ def test_merging_records_as_written_matches_decoding_them(tmp_path):
     """Rank 0 merges its ranks' shards without decoding them (validate=False): the same bytes as the
     decoding merge, and the same refusals."""
     from bridgecli.errors import FormatError
-    from bridgecli.format.merge import merge_streams
+    from bridgecli.runtime.merge import merge_streams
     from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
     from bridgecli.format.writer import open_writer
 
@@ -222,7 +222,7 @@ def test_merging_records_as_written_matches_decoding_them(tmp_path):
 
 def test_the_run_reports_what_every_rank_left_out():
     from bridgecli.data.examples import Report
-    from bridgecli.steps.ranks import merge_reports
+    from bridgecli.runtime.ranks import merge_reports
 
     ranks = [Report(read=3, too_long=["a"], max_length=10, excluded=1), Report(read=2, too_long=["b", "c"], max_length=10),
              Report(read=1, max_length=10, excluded=2)]

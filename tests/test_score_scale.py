@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from bridgecli.core.buckets import bucket
 from bridgecli.errors import FormatError
-from bridgecli.format.merge import merge_streams
+from bridgecli.runtime.merge import merge_streams
 from bridgecli.format.reader import read_all
 from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
 from bridgecli.format.spec import PREAMBLE
@@ -211,7 +211,7 @@ def test_a_second_writer_of_the_same_partial_output_is_refused(tmp_path):
     """Two runs writing one output (say two `bridge score --resume`): the second stops with a clear
     error, and the first one's partial file is left as it was (not truncated by the attempt)."""
     from bridgecli.errors import UsageError
-    from bridgecli.steps.resumable import ResumableOutput
+    from bridgecli.runtime.resumable import ResumableOutput
 
     header = Header(stage="tokens", producer="t", created="", model=ModelInfo("m", "f", "t"), steps=[])
     out = tmp_path / "x.bridge"

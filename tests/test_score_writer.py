@@ -1,4 +1,4 @@
-"""bridge score's writer hand-off (steps/score.py): a window's examples go to the writer thread as
+"""bridge score's writer hand-off (steps/score_loop.py): a window's examples go to the writer thread as
 soon as every example before them is scored, and the window is committed once it is complete."""
 
 import threading
@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.steps.score import _Window, _WriterThread
+from bridgecli.steps.score_loop import Window, WriterThread
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.permutations(list(range(7))), st.integers(1, 4))
 def test_window_hands_over_prefixes_in_input_order(order, batch):
-    win = _Window(list("abcdefg"), end=7)
+    win = Window(list("abcdefg"), end=7)
     sent: list[str] = []
     for k in range(0, len(order), batch):
         for i in order[k : k + batch]:
@@ -41,7 +41,7 @@ class FakeWriter:
 
 def test_writer_thread_writes_and_commits_in_order():
     w = FakeWriter()
-    out = _WriterThread(w, lambda writer, pos: writer.log.append(("commit", pos)), window=3)
+    out = WriterThread(w, lambda writer, pos: writer.log.append(("commit", pos)), window=3)
     out.put(["a", "b"])
     out.put(["c"])
     out.commit(3)
@@ -60,7 +60,7 @@ def test_writer_thread_bounds_what_waits():
         gate.wait(5)
         writer.log.append(("commit", pos))
 
-    out = _WriterThread(w, slow_commit, window=2, depth=1)  # at most 2 examples wait
+    out = WriterThread(w, slow_commit, window=2, depth=1)  # at most 2 examples wait
     out.put(["a"])
     out.commit(1)  # the thread blocks here until the gate opens
     out.put(["b", "c"])
@@ -74,7 +74,7 @@ def test_writer_thread_bounds_what_waits():
 
 
 def test_writer_error_is_raised_on_the_main_thread():
-    out = _WriterThread(FakeWriter(fail_at="b"), lambda writer, pos: None, window=4)
+    out = WriterThread(FakeWriter(fail_at="b"), lambda writer, pos: None, window=4)
     out.put(["a", "b", "c"])
     with pytest.raises(OSError, match="disk full"):
         out.close()

@@ -73,7 +73,7 @@ def test_workers_give_the_same_bytes(scored, tmp_path):
 def test_workers_report_the_same_error(scored, tmp_path, monkeypatch):
     from test_show import write_stream
 
-    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 8)  # 3 workers even on 2 CPUs
+    monkeypatch.setattr("bridgecli.runtime.pool.default_workers", lambda: 8)  # 3 workers even on 2 CPUs
 
     folder, exs, _ = scored
     bad = list(exs)
@@ -103,8 +103,8 @@ def test_workers_must_be_positive(scored, tmp_path):
 def test_workers_are_capped_at_the_cpu_count(scored, tmp_path, monkeypatch):
     """200 processes for 5 records was accepted; more workers than CPUs are lowered, with one line."""
     _, _, src = scored
-    monkeypatch.setattr("bridgecli.steps.workers.default_workers", lambda: 2)
-    from bridgecli.steps.workers import _Pool
+    monkeypatch.setattr("bridgecli.runtime.pool.default_workers", lambda: 2)
+    from bridgecli.runtime.pool import Pool as _Pool
 
     forks = []
     real = _Pool.__init__
@@ -113,7 +113,7 @@ def test_workers_are_capped_at_the_cpu_count(scored, tmp_path, monkeypatch):
         forks.append(processes)
         real(self, processes, *args, **kwargs)
 
-    monkeypatch.setattr("bridgecli.steps.workers._Pool.__init__", counting)
+    monkeypatch.setattr("bridgecli.runtime.pool.Pool.__init__", counting)
     runner = CliRunner()
     steps = (("select", src, "s.bridge"), ("close", tmp_path / "s.bridge", "c.bridge"),
              ("compact", tmp_path / "c.bridge", "rows.jsonl"))
@@ -473,7 +473,7 @@ def test_the_pool_does_not_spin_while_results_wait():
     wait there (0.3 s of CPU for these 240 MB on the 2-core host); the pool here does not."""
     import multiprocessing
 
-    from bridgecli.steps.workers import _Pool
+    from bridgecli.runtime.pool import Pool as _Pool
 
     def cpu_of(tid):
         with open(f"/proc/self/task/{tid}/stat") as fh:

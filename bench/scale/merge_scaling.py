@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     a = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from bridgecli.format.merge import _as_is, _in_order, merge_streams
+    from bridgecli.runtime.merge import _as_is, _in_order, merge_streams
     from bridgecli.format.reader import open_reader
 
     workers = [int(x) for x in a.workers.split(",")] if a.workers else default_workers()

@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args()
 
-    from bridgecli.format.merge import _as_is, _in_order, merge_streams
+    from bridgecli.runtime.merge import _as_is, _in_order, merge_streams
     from bridgecli.format.reader import open_reader, read_all
     from bridgecli.format.writer import open_writer
     from bridgecli.steps.score import ScoreOptions, run_score

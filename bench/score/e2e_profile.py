@@ -94,7 +94,7 @@ def gap_owners(trace_file: str, min_gap_ms: float = 2.0, top: int = 15) -> dict:
     return out
 
 
-def label_host_work(step) -> None:
+def label_host_work(loop) -> None:
     """Wrap the loop's host-side parts in profiler labels (``host:*``), here, without touching the package."""
     from torch.profiler import record_function
 
@@ -109,9 +109,9 @@ def label_host_work(step) -> None:
 
         setattr(owner, name, inner)
 
-    wrap(step._Ahead, "fill", "host:read+tokenise")
-    wrap(step._WriterThread, "put", "host:writer.put (waits when 2 windows queue)")
-    wrap(step, "bucket", "host:bucket")
+    wrap(loop.Ahead, "fill", "host:read+tokenise")
+    wrap(loop.WriterThread, "put", "host:writer.put (waits when 2 windows queue)")
+    wrap(loop, "bucket", "host:bucket")
     wrap(scoring.PendingScores, "result", "host:result (wait + records)")
     wrap(scoring.PendingScores, "__init__", "host:queue copies to host")
     wrap(scoring, "make_batch", "host:make_batch")
@@ -139,6 +139,7 @@ def main(argv=None):
     from torch.profiler import ProfilerActivity, profile
 
     from bridgecli.steps import score as step
+    from bridgecli.steps import score_loop
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -149,7 +150,7 @@ def main(argv=None):
             torch.cuda.synchronize()
 
     info: dict = {}
-    original_take = step._Ahead.take
+    original_take = score_loop.Ahead.take
 
     def take(self, n):
         state["takes"] += 1
@@ -171,8 +172,8 @@ def main(argv=None):
             state["prof"].__exit__(None, None, None)
         return original_take(self, n)
 
-    step._Ahead.take = take
-    label_host_work(step)
+    score_loop.Ahead.take = take
+    label_host_work(score_loop)
     opts = step.ScoreOptions(
         data=args.data,
         out=os.path.join(tempfile.gettempdir(), "e2e_profile.bridge"),
@@ -182,13 +183,13 @@ def main(argv=None):
         max_tokens=args.max_tokens,
     )
     state["t0"] = time.perf_counter()  # the loop starts soon after loading; the first take marks it
-    original_run = step._run_windows
+    original_run = step.run_windows
 
     def run_windows(*a, **kw):
         state["t0"] = time.perf_counter()
         return original_run(*a, **kw)
 
-    step._run_windows = run_windows
+    step.run_windows = run_windows
     step.run_score(opts)
     with contextlib.suppress(OSError):
         os.unlink(opts.out)

@@ -6,8 +6,8 @@ bucketing, record making, encoding, compressing and writing of GSM8K records.
     python bench/score/overlap_sim.py --data gsm8k/train.jsonl --n 2048 --rate 99000 [--tokenizer DIR]
 
 It runs the loop as it was (``score_window``: each batch scored then collected, the window written
-on the main thread, the next window read after it), the pipelined ``_run_windows`` tokenising on the
-main thread, and ``_run_windows`` fed by the tokenising child process (``process``), alternating,
+on the main thread, the next window read after it), the pipelined ``run_windows`` tokenising on the
+main thread, and ``run_windows`` fed by the tokenising child process (``process``), alternating,
 and reports each one's wall time against the simulated device's busy time, and whether both wrote
 the same bytes. The scores are random but fixed per example (seeded by its index), with the real
 shapes (a, c, loss [n]; A [n, m] float16 rows that sum to at most 1).
@@ -34,10 +34,9 @@ sys.path.insert(0, str(HERE))
 from bridgecli.data.examples import DataOptions, iter_examples  # noqa: E402
 from bridgecli.data.prefetch import prefetch_examples  # noqa: E402
 from bridgecli.format.records import Array, Header, ModelInfo, Scores  # noqa: E402
-from bridgecli.steps import score as step  # noqa: E402
+from bridgecli.runtime.resumable import ResumableOutput  # noqa: E402
+from bridgecli.steps import score_loop as step  # noqa: E402
 from bridgecli.steps.options import ScoreOptions  # noqa: E402
-from bridgecli.steps.resumable import ResumableOutput  # noqa: E402
-from bridgecli.steps.ranks import Dist  # noqa: E402
 
 
 def fake_scores(ex) -> Scores:
@@ -125,7 +124,17 @@ def run_once(kind: str, data: str, tokenizer, n: int, rate: float, out: Path, to
     if kind == "serial":
         serial_loop(scorer, examples, opts, 32768, writer, output.commit)
     else:
-        step._run_windows(scorer, examples, Dist(), opts, 32768, writer, n, skip=0, commit=output.commit)
+        step.run_windows(
+            scorer,
+            examples,
+            writer,
+            window=opts.window,
+            batch_size=opts.batch_size,
+            max_tokens=32768,
+            total=n,
+            skip=0,
+            commit=output.commit,
+        )
     wall = time.perf_counter() - t0
     output.finish(writer)
     res = {

@@ -3,6 +3,12 @@
 Each hook receives a ``register(name, obj, description="")`` callback; built-ins use the same hooks.
 What ``obj`` must be is a Protocol below: :class:`Segmenter`, :class:`ScorerFactory` (building a
 :class:`Scorer`), :class:`Selector` (or the plain :class:`SelectorFunction`) and :class:`EvalTask`.
+A Protocol declares every member a step reads. A member given a value here is optional: a plugin
+that leaves it out gets that value (:func:`bridgecli.contracts.complete`). The registry checks each
+object against its Protocol when it is registered (:mod:`bridgecli.contracts`), and names the plugin
+and the member it lacks. A plugin raises :class:`~bridgecli.errors.UsageError` for an option the user
+got wrong (the step adds which flag it came with); the helpers that implement the defaults live in
+:mod:`bridgecli.contracts`, not here.
 
 A plugin module implements any of the hooks with ``@bridgecli.hookimpl`` and is published under the
 ``bridgecli`` entry-point group (see plugins/ for a complete example package)::
@@ -15,11 +21,11 @@ A plugin module implements any of the hooks with ``@bridgecli.hookimpl`` and is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
 import pluggy
 
-from .errors import FormatError, PluginError
+from .errors import FormatError
 
 if TYPE_CHECKING:
     from .core.select import SelectionResult
@@ -45,10 +51,26 @@ class Segmenter(Protocol):
 # ------------------------------------------------------------------------------------------ scorers
 
 
+class PendingScores(Protocol):
+    """A batch's scores on their way: :meth:`result` waits for them."""
+
+    def result(self) -> list[Scores]: ...
+
+
 class Scorer(Protocol):
     """Scores a batch of tokenised examples: for each, ``Scores`` with a_j for every eligible
     response token, the routing rows A [n, m] and the history mass c [n], and optionally B [n, m]
-    (the effect of prompt token i on a_j), which ``select`` then uses in place of A x a."""
+    (the effect of prompt token i on a_j), which ``select`` then uses in place of A x a.
+
+    ``bridge score`` reads the optional members once the scorer is built."""
+
+    #: one line shown before the first batch (a scorer that compiles first says so); None: nothing
+    startup_note: str | None = None
+    #: the padded tokens of one pass on a GPU, the default of ``--max-tokens`` there; None: 32768
+    max_tokens_cuda: int | None = None
+    #: queue a batch's device work and return at once, a :class:`PendingScores` whose ``result()`` is what
+    #: ``score`` returns (the step reads ahead while the device computes); None: the step calls ``score``
+    launch: Callable[[list[Example]], PendingScores] | None = None
 
     def score(self, batch: list[Example]) -> list[Scores]: ...
 
@@ -56,8 +78,12 @@ class Scorer(Protocol):
 class ScorerFactory(Protocol):
     """``bridge score --scorer NAME``: builds the scorer from the scoring context (checkpoint,
     tokenizer, direction v, device, and ``ctx.options["scorer_options"]``: the ``--scorer-option
-    KEY=VALUE`` pairs, as strings). Raise ``ValueError`` for an option it does not take: the user
-    gets one line, exit 2. A scorer may set ``max_tokens_cuda`` to ask for smaller passes."""
+    KEY=VALUE`` pairs, as strings). Raise ``UsageError`` for an option it does not take: the user
+    gets one line naming ``--scorer NAME``, exit 2."""
+
+    #: whether ``bridge score`` may compile the fast JVP tail's GPU kernels in a thread while the model
+    #: loads (:mod:`bridgecli.modeling.kernel_warmup`): true for a scorer that runs that tail
+    warm_kernels: bool = False
 
     def __call__(self, ctx: ScoringContext) -> Scorer: ...
 
@@ -85,7 +111,7 @@ class SelectorFunction(Protocol):
     the closure projects, a U_sur history). ``options`` holds ``--option KEY=VALUE`` (strings) and
     ``rounds`` (-T). The step checks that exactly ``min(b, eligible)`` tokens come back per side.
     A function may also carry the attributes ``protects``, ``surrogate`` and ``parse`` of
-    :class:`Selector`; :func:`as_selector` gives it the rest."""
+    :class:`Selector`; :func:`bridgecli.contracts.as_selector` gives it the rest."""
 
     def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult: ...
 
@@ -124,70 +150,23 @@ class Selector(Protocol):
     def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult: ...
 
 
-def default_budgets(example: Example, rho_p: float, rho_r: float) -> tuple[int, int]:
-    """b = ceil(rho * eligible) on each side."""
-    from .core.budgets import budget
-    from .format.spec import PROMPT, RESPONSE
-
-    kinds = example.tokens.kinds  # one byte per token: the eligible ones counted without numpy
-    return budget(rho_p, kinds.count(PROMPT)), budget(rho_r, kinds.count(RESPONSE))
-
-
-class FunctionSelector:
-    """A :class:`SelectorFunction` with the rest of :class:`Selector`: its own ``protects``,
-    ``surrogate`` and ``parse`` when it carries them, else no protection, no surrogate, the options
-    as given; no first pass; the default budgets."""
-
-    def __init__(self, fn: SelectorFunction):
-        self.fn = fn
-        self.protects = bool(getattr(fn, "protects", False))
-        self.surrogate = bool(getattr(fn, "surrogate", False))
-        self._parse = getattr(fn, "parse", None)
-        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
-
-    def parse(self, options: dict[str, Any]) -> dict[str, Any]:
-        if callable(self._parse):
-            parsed = self._parse(dict(options))
-            return dict(options) if parsed is None else parsed
-        return dict(options)
-
-    def needs_plan(self, options: dict[str, Any]) -> bool:
-        return False
-
-    def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, options: dict[str, Any]) -> Plan:
-        raise NotImplementedError("a plain selector function has no first pass")
-
-    def budgets(self, example: Example, rho_p: float, rho_r: float, options: dict[str, Any]) -> tuple[int, int]:
-        return default_budgets(example, rho_p, rho_r)
-
-    def __call__(self, example: Example, b_p: int, b_r: int, options: dict[str, Any]) -> SelectionResult:
-        return self.fn(example, b_p, b_r, options)
-
-
-def as_selector(obj: Any, name: str = "?") -> Selector:
-    """``obj`` as a full :class:`Selector`: itself when it is one, a :class:`FunctionSelector` when it
-    is a plain function. A function that carries ``budgets`` or ``prepare`` (the contract before
-    :class:`Plan`) is refused: those must now be methods of a :class:`Selector` object."""
-    if isinstance(obj, Selector):
-        return obj
-    if not callable(obj):
-        raise PluginError(f"selector '{name}' is not callable")
-    stale = [a for a in ("budgets", "prepare") if getattr(obj, a, None) is not None]
-    if stale:
-        raise PluginError(
-            f"selector '{name}' carries {' and '.join(stale)} as attributes of a function",
-            hint="make it an object with parse, prepare, budgets and __call__ (bridgecli.hookspecs.Selector)",
-        )
-    return FunctionSelector(obj)
-
-
 # ------------------------------------------------------------------------------------------ eval tasks
 
 
 class EvalTask(Protocol):
     """``bridge eval --task NAME``: reads ``options.data``, generates or scores with the model,
-    grades, and returns a summary and one record per item (``bridgecli.evaluation.tasks``). It may
-    carry ``default_data``: where its data lies under a ``--data-dir`` folder."""
+    grades, and returns a summary and one record per item (``bridgecli.evaluation.tasks``)."""
+
+    #: where its data lies under a ``--data-dir`` folder; None: ``--data`` must name it
+    default_data: str | None = None
+    #: whether it runs model-written code: ``bridge eval`` then asks for the opt-in and the sandbox
+    #: (``--allow-code-execution``, docs/security.md) before the model loads
+    runs_code: bool = False
+    #: the ``--engine`` values that can run it
+    engines: tuple[str, ...] = ("bridge",)
+    #: what its summary reports: ``loss`` (``loss``, ``ci_low``, ``ci_high``) or the name of an accuracy
+    #: (``accuracy`` and ``correct``; the summary's ``metric`` field, when it has one, says the same)
+    metric: str = "accuracy"
 
     def __call__(self, model: Any, tokenizer: Any, options: EvalOptions) -> EvalRun: ...
 

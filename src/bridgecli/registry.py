@@ -1,5 +1,9 @@
 """Collect what plugins register, resolve name collisions in one place, look things up by name.
 
+Every object is checked against its kind's Protocol as it is registered
+(:func:`bridgecli.contracts.check`): a plugin that registers an object without a member its kind
+requires is an error naming the plugin and the member, before any step uses it.
+
 This module reads the plugin manager (:mod:`bridgecli.plugins`); the manager knows nothing of it.
 What is collected is cached per manager, so that :func:`bridgecli.plugins.reset` (a new manager)
 forgets it too."""
@@ -12,8 +16,8 @@ from typing import Any, Callable
 
 import pluggy
 
+from . import contracts, plugins
 from .errors import PluginError
-from . import plugins
 
 KINDS = {
     "segmenter": "register_segmenters",
@@ -52,6 +56,7 @@ def _collect(pm: pluggy.PluginManager, kind: str) -> dict[str, Entry]:
                     f"two plugins register a {kind} named '{name}': {found[name].plugin} and {_plugin}",
                     hint="uninstall one, or limit loading with BRIDGE_LOAD_PLUGINS",
                 )
+            contracts.check(kind, name, obj, _plugin)
             found[name] = Entry(name, obj, description, _plugin)
 
         impl.function(register=register)

@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 
+from ..segmenting.math_spans import math_blocks
 from ..core.protect import answer_spans, region
 
 CLASSES = ("answer", "digits", "math", "words", "space/punct")
@@ -32,8 +33,6 @@ _LETTER = re.compile(r"[^\W\d_]")
 
 def math_spans(text: str) -> list[tuple[int, int]]:
     """LaTeX regions and ``<<...>>`` calculations."""
-    from ..segmenting.math_spans import math_blocks  # the math segmenter's LaTeX finder (pure)
-
     spans = [(s, e) for s, e in math_blocks(text) if not text[s:e].lstrip().startswith("####")]
     spans += [m.span() for m in _CALCULATION.finditer(text)]
     return sorted(spans)

@@ -1,8 +1,9 @@
 """Built-in eval tasks, registered through the plugin hook exactly as a third-party plugin would.
 
 Each wrapper imports its task on use (loading plugins must stay cheap for every other command) and
-carries ``default_data``: where the task's data lies under a data folder such as data/
-(``bridge eval --data-dir``). A plugin task may set the same attribute.
+declares what :class:`bridgecli.hookspecs.EvalTask` asks: ``default_data`` (where the task's data lies
+under a data folder such as data/, for ``bridge eval --data-dir``), whether it runs model-written code,
+the engines that run it, and its metric. A plugin task declares the same attributes.
 """
 
 from __future__ import annotations
@@ -10,13 +11,29 @@ from __future__ import annotations
 from bridgecli.hookspecs import hookimpl
 
 
+#: the tasks that lm-evaluation-harness can run too (``--engine lm-eval``)
+BOTH_ENGINES = ("bridge", "lm-eval")
+
+
 class _Task:
     """An eval task that imports ``bridgecli.evaluation.<module>`` and calls its ``name`` on use."""
 
-    def __init__(self, module: str, name: str, default_data: str) -> None:
+    def __init__(
+        self,
+        module: str,
+        name: str,
+        default_data: str,
+        *,
+        metric: str = "accuracy",
+        runs_code: bool = False,
+        engines: tuple[str, ...] = ("bridge",),
+    ) -> None:
         self.module = module
         self.__name__ = name
         self.default_data = default_data
+        self.metric = metric
+        self.runs_code = runs_code
+        self.engines = engines
 
     def __call__(self, model, tokenizer, options):
         import importlib
@@ -27,15 +44,19 @@ class _Task:
 
 
 gsm8k_task = _Task("gsm8k", "gsm8k_task", "gsm8k/test.jsonl")
-math_task = _Task("math_task", "math_task", "math/math500_test.jsonl")
-humaneval_task = _Task("code_tasks", "humaneval_task", "humaneval/HumanEval.jsonl.gz")
-mbpp_task = _Task("code_tasks", "mbpp_task", "mbpp/mbpp.jsonl")
-arc_challenge_task = _Task("multiple_choice", "arc_challenge_task", "arc/ARC-Challenge-Test.jsonl")
-arc_easy_task = _Task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl")
-hellaswag_task = _Task("multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2")
-mmlu_task = _Task("multiple_choice", "mmlu_task", "mmlu")
-heldout_loss_task = _Task("heldout", "heldout_loss_task", "gsm8k/test.jsonl")
-answer_loss_task = _Task("answer_loss", "answer_loss_task", "gsm8k/test.jsonl")
+math_task = _Task("math_task", "math_task", "math/math500_test.jsonl", metric="exact_match")
+humaneval_task = _Task("code_tasks", "humaneval_task", "humaneval/HumanEval.jsonl.gz", metric="pass@1", runs_code=True)
+mbpp_task = _Task("code_tasks", "mbpp_task", "mbpp/mbpp.jsonl", metric="pass@1", runs_code=True)
+arc_challenge_task = _Task(
+    "multiple_choice", "arc_challenge_task", "arc/ARC-Challenge-Test.jsonl", metric="acc", engines=BOTH_ENGINES
+)
+arc_easy_task = _Task("multiple_choice", "arc_easy_task", "arc/ARC-Easy-Test.jsonl", metric="acc", engines=BOTH_ENGINES)
+hellaswag_task = _Task(
+    "multiple_choice", "hellaswag_task", "hellaswag/hellaswag_val_full.txt.bz2", metric="acc", engines=BOTH_ENGINES
+)
+mmlu_task = _Task("multiple_choice", "mmlu_task", "mmlu", metric="acc", engines=BOTH_ENGINES)
+heldout_loss_task = _Task("heldout", "heldout_loss_task", "gsm8k/test.jsonl", metric="loss")
+answer_loss_task = _Task("answer_loss", "answer_loss_task", "gsm8k/test.jsonl", metric="loss")
 
 
 @hookimpl

@@ -1,26 +1,32 @@
 """Built-in scorers, registered through the same hook as third-party ones.
 
-The factories import torch only when a scorer is built, so commands that never score stay light."""
+Each factory imports its scorer only when it builds one, so commands that never score stay light;
+``warm_kernels`` declares that the scorer runs the fast JVP tail, whose GPU kernels ``bridge score``
+may compile while the model loads (:class:`bridgecli.hookspecs.ScorerFactory`)."""
+
+from __future__ import annotations
+
+import importlib
 
 from ..hookspecs import hookimpl
 
 
-def bridge_scorer(ctx):
-    from ..modeling.scoring import BridgeScorer
+class _Factory:
+    """A :class:`~bridgecli.hookspecs.ScorerFactory` building ``bridgecli.modeling.<module>.<cls>``."""
 
-    return BridgeScorer(ctx)
+    def __init__(self, module: str, cls: str, *, warm_kernels: bool = False) -> None:
+        self.module = module
+        self.cls = cls
+        self.warm_kernels = warm_kernels
+        self.__name__ = f"{cls}_factory"
+
+    def __call__(self, ctx):
+        return getattr(importlib.import_module(f"bridgecli.modeling.{self.module}"), self.cls)(ctx)
 
 
-def exact_scorer(ctx):
-    from ..modeling.scoring import ExactScorer
-
-    return ExactScorer(ctx)
-
-
-def atp_scorer(ctx):
-    from ..modeling.attribution import AttributionScorer
-
-    return AttributionScorer(ctx)
+bridge_scorer = _Factory("scoring", "BridgeScorer", warm_kernels=True)
+exact_scorer = _Factory("scoring", "ExactScorer")
+atp_scorer = _Factory("attribution", "AttributionScorer")
 
 
 @hookimpl(trylast=True)

@@ -5,20 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..baselines.selector import Opt, convert_option
+from ..contracts import default_budgets
 from ..core.sampling import inclusion_probabilities, ipw_weights, systematic_sample
-from ..core.select import SelectionResult, Surrogate, select
+from ..core.select import SelectionResult, select, surrogate_of
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import Plan, default_budgets, hookimpl
-
-
-def surrogate_of(example: Example) -> Surrogate:
-    s = example.scores
-    if s is None:
-        raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
-    if s.B is not None:  # an interaction matrix from the scorer (e.g. ``atp``) replaces A x a
-        return Surrogate.from_interactions(s.a.numpy("float64"), s.B.numpy("float64"))
-    return Surrogate.from_scores(s.a.numpy("float64"), s.c.numpy("float64"), s.A.numpy("float64"))
+from ..hookspecs import Plan, hookimpl
 
 
 class Schedule:

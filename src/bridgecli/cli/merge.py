@@ -7,8 +7,8 @@ from .build import command
 @command(MergeOptions)
 def merge(opts: MergeOptions) -> None:
     """Merge shard streams of one run into one stream ordered by example index."""
-    from ..format.merge import merge_streams
     from ..progress import note
-    from ..steps.workers import cap_workers
+    from ..runtime.merge import merge_streams
+    from ..runtime.pool import cap_workers
 
     note(f"merged {merge_streams(opts.shards, opts.out, workers=cap_workers(opts.workers))} examples")

@@ -17,10 +17,15 @@ U_sur(S_p, S_r)  = sum_{j in S_r} Delta_r(j | S_p)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import FormatError
 from .topk import top_b_forced
+
+if TYPE_CHECKING:
+    from ..format.records import Example
 
 SCHEDULES = ("bridge", "one-pass", "independent")
 
@@ -77,6 +82,17 @@ class Surrogate:
 
     def u_sur(self, s_p: np.ndarray, s_r: np.ndarray) -> float:
         return float(self.delta_r(s_p)[np.asarray(s_r, dtype=np.int64)].sum())
+
+
+def surrogate_of(example: Example) -> Surrogate:
+    """The surrogate of a scored example: from the scorer's interaction matrix B when it gave one
+    (e.g. ``atp``), else from a, c and A."""
+    s = example.scores
+    if s is None:
+        raise FormatError("the example has no scores", record=example.index, hint="run `bridge score` first")
+    if s.B is not None:  # an interaction matrix from the scorer replaces A x a
+        return Surrogate.from_interactions(s.a.numpy("float64"), s.B.numpy("float64"))
+    return Surrogate.from_scores(s.a.numpy("float64"), s.c.numpy("float64"), s.A.numpy("float64"))
 
 
 @dataclass

@@ -168,7 +168,6 @@ def mbpp_program(task: MbppTask, completion: str, *, chat: bool) -> str:
 # -- running ----------------------------------------------------------------------------------
 
 
-CODE_TASKS = ("humaneval", "mbpp")  # the built-in tasks that execute generated code
 _WARNED: set[str] = set()
 
 

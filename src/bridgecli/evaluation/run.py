@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from .. import registry
+from ..contracts import as_eval_task
 from ..errors import PluginError, UsageError
 from ..io import atomic_path
 from ..optionspec import check
@@ -42,16 +43,31 @@ def evaluate(
     seconds = time.perf_counter() - start
     if not isinstance(run, dict) or "summary" not in run or "items" not in run:
         raise PluginError(f"eval task '{task}' (plugin {entry.plugin}) returned no summary/items")
+    check_summary(run["summary"], as_eval_task(entry.obj).metric, f"eval task '{task}' (plugin {entry.plugin})")
     summary = dict(run["summary"])
     summary.setdefault("task", task)
     summary.setdefault("seconds", round(seconds, 3))
     return {"task": task, "summary": summary, "items": list(run["items"])}
 
 
+def check_summary(summary: Any, metric: str, what: str) -> None:
+    """A task's summary holds what its declared ``metric`` says (:class:`~bridgecli.hookspecs.EvalTask`):
+    ``loss`` with its interval for a loss, else ``accuracy`` and ``correct``; and a ``metric`` field, where
+    it has one, names the declared metric. Otherwise the task is at fault (:class:`PluginError`)."""
+    if not isinstance(summary, dict):
+        raise PluginError(f"{what} returned a summary that is not a mapping")
+    fields = ("loss", "ci_low", "ci_high") if metric == "loss" else ("accuracy", "correct")
+    absent = [f for f in fields if not isinstance(summary.get(f), (int, float))]
+    if absent:
+        raise PluginError(f"{what} declares the metric {metric!r} but its summary has no number {absent[0]!r}")
+    # a loss summary says so itself (results read back, by ``is_loss``, carry no declaration)
+    if summary.get("metric", None if metric == "loss" else metric) != metric:
+        raise PluginError(f"{what} declares the metric {metric!r} but its summary says {summary.get('metric')!r}")
+
+
 def default_data(task: str) -> str | None:
     """Where the task's data lies under a data folder such as data/ (None: not known)."""
-    entry = registry.get("eval_task", task)
-    value = getattr(entry.obj, "default_data", None)
+    value = as_eval_task(registry.get("eval_task", task).obj).default_data
     return value if isinstance(value, str) else None
 
 

@@ -35,6 +35,14 @@ class _ExampleTag(msgspec.Struct, tag="example"):
 _kind_decoder = msgspec.msgpack.Decoder(Union[_HeaderTag, _ExampleTag, End])
 
 
+class _Indexed(msgspec.Struct, tag="example"):
+    index: int
+
+
+#: an Example record's index alone (:func:`example_index`)
+_index_decoder = msgspec.msgpack.Decoder(_Indexed)
+
+
 def decode_example(payload: bytes | memoryview, name: str, position: int) -> Record:
     """Decode one record's payload as :meth:`StreamReader.__iter__` does (same error)."""
     try:
@@ -550,6 +558,27 @@ def frame_payloads(frame: bytes) -> list[memoryview] | None:
             return None
         out.append(payload)
     return out
+
+
+def frame_records(frame: bytes) -> list[bytes]:
+    """The records of a zstd frame as written (each with its length and CRC-32 before its payload), not
+    checked: for a frame this process made with :func:`~bridgecli.format.writer.compress_frame`."""
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+    out, at = [], 0
+    while at < len(raw):
+        end = at + RECORD_PREFIX.size + RECORD_PREFIX.unpack_from(raw, at)[0]
+        out.append(raw[at:end])
+        at = end
+    return out
+
+
+def example_index(payload: bytes | memoryview, name: str) -> int:
+    """The data index of an Example record's payload, decoding nothing else (a shard merge orders records
+    by it)."""
+    try:
+        return _index_decoder.decode(payload).index
+    except msgspec.DecodeError as exc:
+        raise FormatError(f"cannot decode record ({exc})", file=name) from None
 
 
 @contextlib.contextmanager

@@ -19,7 +19,16 @@ _encoder = msgspec.msgpack.Encoder()
 
 
 def encode_record(record: Header | Example | End) -> bytes:
-    payload = _encoder.encode(record)
+    return frame_payload(_encoder.encode(record))
+
+
+def encode_payload(record: Header | Example | End) -> bytes:
+    """A record's msgpack payload, without its framing (:func:`frame_payload` adds it)."""
+    return _encoder.encode(record)
+
+
+def frame_payload(payload: bytes) -> bytes:
+    """A record's bytes as written: its msgpack payload after its length and CRC-32."""
     return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 
 

@@ -75,6 +75,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from ..errors import UsageError
 from ..format.records import Array, Example, Scores
 from ..optionspec import switch
 from .attention import Routing, key_gate, routing
@@ -92,15 +93,15 @@ IG_DEPTH = {"path": 0.5, "avg": 1.0}
 
 
 def _int_option(opts: dict, name: str, default: int, high: int | None = None) -> int:
-    """Scorer option ``name`` as an integer >= 1 (and <= ``high``)."""
+    """Scorer option ``name`` as an integer >= 1 (and <= ``high``); a :class:`UsageError` otherwise."""
     try:
         value = int(opts.get(name, default))
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {opts[name]!r}") from None
+        raise UsageError(f"{name} must be an integer, got {opts[name]!r}") from None
     if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+        raise UsageError(f"{name} must be >= 1, got {value}")
     if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high} (the model's blocks), got {value}")
+        raise UsageError(f"{name} must be <= {high} (the model's blocks), got {value}")
     return value
 
 
@@ -209,16 +210,16 @@ class AttributionScorer(BridgeScorer):
         if "ig" in opts:
             self.ig = _int_option(opts, "ig", 1)
         elif "ig_depth" in opts or "ig_rule" in opts:
-            raise ValueError("ig_depth and ig_rule need ig=K")
+            raise UsageError("ig_depth and ig_rule need ig=K")
         self.ig_rule = str(opts.get("ig_rule", "path"))
         if self.ig_rule not in IG_DEPTH:
-            raise ValueError(f"ig_rule must be path or avg, got {self.ig_rule!r}")
+            raise UsageError(f"ig_rule must be path or avg, got {self.ig_rule!r}")
         try:
             self.ig_depth = float(opts.get("ig_depth", IG_DEPTH[self.ig_rule]))
         except ValueError:
-            raise ValueError(f"ig_depth must be a number, got {opts['ig_depth']!r}") from None
+            raise UsageError(f"ig_depth must be a number, got {opts['ig_depth']!r}") from None
         if not 0.0 < self.ig_depth <= 1.0:
-            raise ValueError(f"ig_depth must lie in (0, 1], got {self.ig_depth}")
+            raise UsageError(f"ig_depth must lie in (0, 1], got {self.ig_depth}")
         n_layers = len(self.tail.blocks)
         k = _int_option(opts, "layers", n_layers, high=n_layers)
         # hide keys in the final k blocks only (default: every block); the blocks before run their
@@ -231,7 +232,7 @@ class AttributionScorer(BridgeScorer):
         # context option ``atp_fast`` sets the default, for tests and benchmarks)
         fast = switch(str(opts.get("fast", "1" if ctx.options.get("atp_fast") else "0")))
         if fast is None:
-            raise ValueError(f"fast must be 0 or 1, got {opts['fast']!r}")
+            raise UsageError(f"fast must be 0 or 1, got {opts['fast']!r}")
         self.gated_fast: GatedLlama | None = None
         #: a pass's length is padded to a multiple of this: on a GPU, the L x L matrix products of
         #: the gated attention (``p v``, and the reverse pass's) then get tensor-core kernels for

@@ -338,7 +338,7 @@ def resolve_device(device: str) -> str:
     that is not one, or is not present here."""
     import torch
 
-    from ..steps.params import check_device
+    from ..runtime.params import check_device
 
     check_device(device)
     if device == "auto":

@@ -27,7 +27,7 @@ from .ce_tangent import token_ce_with_tangent
 from .attention import Routing, routing, use_bridge_attention
 from .score_batch import ScoreBatch, make_batch
 from .sdpa_backends import batch_backends
-from ..errors import ModelError
+from ..errors import ModelError, UsageError
 from .params import blocks_of, tail_layer_indices
 from .tail import Tail
 
@@ -168,7 +168,7 @@ class BridgeScorer:
         unknown = sorted(set(ctx.options.get("scorer_options") or {}) - set(self.OPTIONS))
         if unknown:
             takes = ", ".join(f"{k}=..." for k in self.OPTIONS) or "none"
-            raise ValueError(f"unknown option {unknown[0]!r} (scorer options: {takes})")
+            raise UsageError(f"unknown option {unknown[0]!r} (scorer options: {takes})")
         model = ctx.model
         use_bridge_attention(model)
         blocks = blocks_of(model)

@@ -27,13 +27,14 @@ from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
+from ..contracts import as_selector, build_scorer
 from ..core.budgets import budget
 from ..data.examples import file_digest, iter_pairs
 from ..data.tokenize import tokenize_pair
 from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
-from ..hookspecs import Selector, as_selector
+from ..hookspecs import Selector
 from ..io import atomic_path, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
@@ -198,8 +199,8 @@ def _header(command: str, loaded: Loaded | None, params: dict) -> dict:
 
 
 def check_source(src: Source) -> None:
-    """Fidelity's and shift's common options in their ranges (see :mod:`.params`)."""
-    from . import params
+    """Fidelity's and shift's common options in their ranges (see :mod:`bridgecli.runtime.params`)."""
+    from ..runtime import params
 
     params.check(src)
     params.check_data_options(src.data_opts)
@@ -207,7 +208,7 @@ def check_source(src: Source) -> None:
 
 
 def run_fidelity(opts: FidelityOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
@@ -222,10 +223,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
     extra = {}
     for spec, entry in extra_entries.items():
         ctx = dataclasses.replace(loaded.ctx, options={**loaded.ctx.options, "scorer_options": specs[spec][1]})
-        try:
-            extra[spec] = entry.obj(ctx)
-        except ValueError as exc:
-            raise UsageError(f"--proxy {spec}: {exc}") from None
+        extra[spec] = build_scorer(entry.obj, ctx, f"--proxy {spec}", entry.plugin)
     examples = pick_examples(opts.src, loaded.ctx.tokenizer, loaded.meta)
     note(
         f"fidelity on {len(examples)} examples: rho_p={opts.rho_p}, rho_r={opts.rho_r}, T={opts.rounds}, "
@@ -316,7 +314,7 @@ def _fidelity_example(
 
 
 def run_shift(opts: ShiftOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
@@ -401,7 +399,7 @@ def run_shift(opts: ShiftOptions) -> dict:
 
 
 def run_robustness(opts: RobustnessOptions) -> dict:
-    from .params import check
+    from ..runtime.params import check
 
     check(opts)
     examples = []

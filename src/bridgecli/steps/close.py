@@ -11,7 +11,7 @@ from ..format.records import Closure, Example, Header
 from ..format.spec import MAX_RESULT
 from ..optionspec import check
 from ..registry import get
-from .common import MapArgs, map_stream, selection_of, step_record
+from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import CloseOptions
 
 
@@ -104,7 +104,5 @@ def run_close(opts: CloseOptions) -> int:
         "label": "closing",
     }
     if opts.workers > 1:
-        from .workers import map_stream_parallel
-
         return map_stream_parallel(opts.inp, opts.out, workers=opts.workers, **kwargs)[0]
     return map_stream(opts.inp, opts.out, **kwargs)

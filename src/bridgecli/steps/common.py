@@ -1,4 +1,5 @@
-"""Pieces every step shares: timestamps, header updates, stage checks, stream-to-stream maps."""
+"""Pieces every step shares: timestamps, header updates, stage checks, stream-to-stream maps (on one
+process, or on a pool: :mod:`bridgecli.runtime.workers`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import msgspec
 
 from .. import PRODUCER
 from ..errors import BridgeError, FormatError
-from ..format.reader import open_reader
+from ..format.reader import frame_records, open_reader
 from ..format.records import Example, Header, Selection, Step
-from ..format.spec import STAGES
-from ..format.writer import open_writer
+from ..format.spec import RECORDS_PER_FRAME, STAGES
+from ..format.writer import compress_frame, encode_record, open_writer
 from ..optionspec import key_values, number_list  # noqa: F401  (re-exported: the steps' text parsers)
 from ..progress import progress_bar
 
@@ -105,6 +106,71 @@ def map_stream(
                     writer.write(new)
                 bar.update(task, advance=1)
             return writer.count
+
+
+def _pack_stream(results: list) -> tuple:
+    """A batch's output records: (count, tally, one zstd frame) when they fill a frame, else (count, tally,
+    the encoded records)."""
+    records = [r for r, _ in results if r is not None]
+    tally = sum(t for _, t in results)
+    if len(records) == RECORDS_PER_FRAME:
+        return len(records), tally, compress_frame(records), True
+    return len(records), tally, records, False
+
+
+def map_stream_parallel(
+    inp,
+    out,
+    *,
+    step: Step,
+    stage: str,
+    needs: str,
+    hint: str,
+    fn: Callable[[Example, Header], Example | None],
+    label: str,
+    workers: int,
+    display: str | None = None,
+    tally: Callable[[Example], int] | None = None,
+) -> tuple[int, int]:
+    """:func:`map_stream` on ``workers`` processes (:mod:`bridgecli.runtime.workers`: the same bytes).
+    Returns the number of examples written and the sum of ``tally(new example)`` over them."""
+    from ..runtime.pool import cap_workers
+    from ..runtime.workers import run_pool, start_pool, validator_of
+
+    workers = cap_workers(workers)
+    with open_reader(inp) as reader:
+        require_stage(reader.header, needs, reader.name, hint)
+        header = next_header(reader.header, stage, step)
+        source = reader.header
+        where = display or reader.name
+
+        def work(ex: Example):
+            with naming(where, ex.index):
+                new = fn(ex, source)
+            if new is None:
+                return None, 0
+            return encode_record(new), (tally(new) if tally else 0)
+
+        total = 0
+        with (
+            start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool,
+            open_writer(out, header) as writer,
+            progress_bar() as bar,
+        ):
+            task = bar.add_task(label, total=None, unit="ex", start=False)
+            for n, (count, t, data, is_frame) in run_pool(
+                reader, validator_of(reader), work, _pack_stream, workers, pool
+            ):
+                bar.start_task(task)
+                total += t
+                if is_frame and not writer.write_frame(data, count):
+                    data = frame_records(data)
+                    is_frame = False
+                if not is_frame:
+                    for record in data:
+                        writer.write_encoded(record)
+                bar.update(task, advance=n)
+            return writer.count, total
 
 
 def selection_of(example: Example) -> Selection:

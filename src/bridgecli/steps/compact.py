@@ -367,7 +367,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             else:
                 sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=encoded))
             if opts.workers > 1:
-                from .workers import run_pool, validator_of
+                from ..runtime.workers import run_pool, validator_of
 
                 results = (
                     r for _, batch in run_pool(reader, validator_of(reader), one, list, opts.workers) for r in batch

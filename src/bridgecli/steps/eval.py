@@ -98,7 +98,8 @@ def _keep_or_remove(book, task: str) -> None:
 def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, Path | None]]:
     """Every check that can fail before the model loads; returns each task's data and output paths."""
     from .. import registry
-    from ..evaluation.code_tasks import CODE_TASKS, check_code_options
+    from ..contracts import as_eval_task
+    from ..evaluation.code_tasks import check_code_options
     from ..io import check_input
 
     tasks = opts.tasks
@@ -106,14 +107,16 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         raise UsageError("--task names no task")
     if len(set(tasks)) != len(tasks):
         raise UsageError(f"--task names a task twice: {','.join(tasks)}")
-    for name in tasks:
-        registry.get("eval_task", name)  # unknown names fail before the model loads
-    from ..evaluation.lm_eval_engine import check_engine
+    # unknown names fail before the model loads; what each task can do is what it declares
+    declared = {name: as_eval_task(registry.get("eval_task", name).obj) for name in tasks}
+    from ..evaluation.lm_eval_engine import ENGINES, check_engine
 
-    check_engine(opts.engine, tasks)  # the engine, its tasks, and that it is installed
+    if opts.engine in ENGINES:
+        _check_engines(opts.engine, declared)
+    check_engine(opts.engine, tasks)  # the engine, the tasks it knows, and that it is installed
     check(opts.settings)
     check(opts)  # --dtype
-    if any(t in CODE_TASKS for t in tasks):
+    if any(task.runs_code for task in declared.values()):
         check_code_options(opts.settings)
     paths = data_paths(tasks, opts.data, opts.data_dir)
     outputs = {t: output_for(t, opts.output, opts.model, len(tasks) > 1) for t in tasks}
@@ -122,6 +125,22 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     for name in tasks:  # missing data: one line before the model loads
         check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
     return paths, outputs
+
+
+def _check_engines(engine: str, declared: dict[str, Any]) -> None:
+    """Every task asked for declares ``engine`` among its ``engines``."""
+    from .. import registry
+    from ..contracts import as_eval_task
+
+    other = [name for name, task in declared.items() if engine not in task.engines]
+    if other:
+        runs = [
+            n for n in registry.names("eval_task") if engine in as_eval_task(registry.get("eval_task", n).obj).engines
+        ]
+        raise UsageError(
+            f"--engine {engine} runs {', '.join(runs) or 'no task'}; not {', '.join(other)}",
+            hint="run the other tasks with bridge's own engine: leave out --engine",
+        )
 
 
 def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.allocate import GainSpill
 from ..core.budgets import budget
+from ..core.select import surrogate_of
 from ..errors import FormatError
 from ..format.reader import open_reader
 from ..io import reporting_write_errors
@@ -31,8 +32,6 @@ def example_gains(
     example: Example, selector: Selector, b_p: int, b_r: int, options: dict, f_p: np.ndarray, f_r: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(prompt gains [m], response gains [n]) of one example at its per-example solution."""
-    from ..builtin.selectors import surrogate_of
-
     sur = surrogate_of(example)
     if len(f_p) or len(f_r):
         options = {**options, "_protect_prompt": f_p, "_protect_response": f_r}

@@ -236,7 +236,7 @@ class SelectOptions:
         "--budget",
         metavar="example|global|global-sides",
     )
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 
 
@@ -255,7 +255,7 @@ class CloseOptions:
         "tokens (by score), until min(b_r, n) tokens are supervised.",
         "--fill/--no-fill",
     )
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 
 
@@ -280,7 +280,7 @@ class CompactOptions:
     columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
-    #: processes for the per-example work (steps/workers.py)
+    #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 
 

@@ -78,7 +78,7 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 def run_reference(opts: ReferenceOptions) -> int:
     refuse_terminal(opts.out)
-    from .params import check, check_device
+    from ..runtime.params import check, check_device
 
     check(opts)
     check_device(opts.device)

@@ -12,10 +12,11 @@ from ..core.select import SelectionResult
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
+from ..contracts import as_selector
 from ..format.spec import MAX_RESULT
-from ..hookspecs import Plan, Selector, as_selector
+from ..hookspecs import Plan, Selector
 from ..registry import get
-from .common import MapArgs, map_stream, selection_of, step_record
+from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import SelectOptions
 
 
@@ -148,7 +149,7 @@ def _finders(opts: "SelectOptions") -> tuple[list, list]:
 
 
 def run_select(opts: SelectOptions) -> int:
-    from . import params as checks
+    from ..runtime import params as checks
     from .global_budget import MODES
 
     checks.check(opts)
@@ -221,8 +222,6 @@ def run_select(opts: SelectOptions) -> int:
             "display": display,
         }
         if opts.workers > 1:
-            from .workers import map_stream_parallel
-
             count, over[0] = map_stream_parallel(inp, opts.out, workers=opts.workers, tally=over_budget, **kwargs)
         else:
             count = map_stream(inp, opts.out, **kwargs)

@@ -189,9 +189,10 @@ def run_train(opts: TrainOptions) -> dict:
     """Train into the run folder ``opts.out``, locked while this runs (by the first process of a
     multi-process launch): a second train into the same folder stops at once."""
     from ..io import folder_lock
-    from . import params
+    from ..runtime import params
+    from ..training.config import check_sft
 
-    params.check_sft(opts.sft)
+    check_sft(opts.sft)
     params.check(opts)
     params.check_device(opts.device)
     if opts.resume and opts.overwrite:

@@ -32,10 +32,11 @@ def split_ids(ids: list[str], fraction: float, seed: int) -> set[str]:
 
 
 def check_warmup_options(opts: WarmupOptions) -> None:
-    """Every parameter in its range (see :mod:`.params`), before anything is read."""
-    from . import params
+    """Every parameter in its range (see :mod:`bridgecli.runtime.params`), before anything is read."""
+    from ..runtime import params
+    from ..training.config import check_sft
 
-    params.check_sft(opts.sft)
+    check_sft(opts.sft)
     params.check_data_options(opts.data_opts)
     params.check(opts)
     params.check_device(opts.device)

@@ -56,7 +56,7 @@ def lora_from_flags(
     """The LoRA settings of ``bridge train``'s flags (None: a flag not given, its default applies), or
     None without ``--lora``. A LoRA flag given without ``--lora`` would be ignored, whatever its value:
     it is a :class:`UsageError` instead. The values' ranges are checked with the other options
-    (``steps/params.check_sft``)."""
+    (:func:`check_sft`)."""
     from ..errors import UsageError
 
     values = {"r": r, "alpha": alpha, "dropout": dropout}
@@ -194,6 +194,17 @@ def check_targets(targets: object, given: object = None) -> None:
         )
 
 
+def check_sft(cfg: SFTConfig, *, where: str = "") -> None:
+    """An :class:`SFTConfig` (train, warmup) and its LoRA settings in their declared ranges
+    (:func:`bridgecli.optionspec.check`; a :class:`UsageError` naming the flag)."""
+    from ..optionspec import check
+
+    check(cfg, prefix=where)
+    if cfg.lora is not None:
+        check(cfg.lora)
+        check_targets(cfg.lora.targets)
+
+
 __all__ = [
     "ALL_LINEAR",
     "CHECKPOINT_PANEL",
@@ -204,6 +215,7 @@ __all__ = [
     "LoraSettings",
     "RESUMABLE_CHANGES",
     "SFTConfig",
+    "check_sft",
     "check_targets",
     "config_dict",
     "default_lr",

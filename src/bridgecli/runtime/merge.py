@@ -16,52 +16,35 @@ import contextlib
 import heapq
 import multiprocessing
 import os
-import zlib
 from typing import Any, Iterator, Sequence
 
 import msgspec
 
 from ..errors import BridgeError, FormatError
+from ..format.reader import example_index, frame_payloads, open_reader
+from ..format.records import Header
+from ..format.spec import RECORDS_PER_FRAME
+from ..format.writer import StreamWriter, compress_frame, encode_payload, frame_payload, open_writer
 from ..optionspec import integer
-from .reader import frame_payloads, open_reader
-from .records import Header
-from .spec import RECORD_PREFIX, RECORDS_PER_FRAME
-from .writer import StreamWriter, compress_frame, open_writer
-
-
-class _Indexed(msgspec.Struct, tag="example"):
-    index: int
-
-
-_index_decoder = msgspec.msgpack.Decoder(_Indexed)
-_encoder = msgspec.msgpack.Encoder()  # as writer.encode_record's: the same payload bytes
+from .pool import Pool, frames_on_pool, worker_signals
 
 
 def _payloads(reader):
     """(index, payload) for each example of ``reader``, not decoded beyond its index (the reader still
     checks frames, CRCs and the count)."""
     for payload in reader.payloads():
-        try:
-            index = _index_decoder.decode(payload).index
-        except msgspec.DecodeError as exc:
-            raise FormatError(f"cannot decode record ({exc})", file=reader.name) from None
-        yield index, payload
-
-
-def _framed(payload: bytes) -> bytes:
-    """A record's bytes as written: its payload after its length and CRC-32 (:func:`encode_record`'s)."""
-    return RECORD_PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+        yield example_index(payload, reader.name), payload
 
 
 def _as_is(reader):
     """(index, record bytes as written) for each example of ``reader`` (see :func:`_payloads`)."""
     for index, payload in _payloads(reader):
-        yield index, _framed(payload)
+        yield index, frame_payload(payload)
 
 
 def _compress_payloads(payloads: list[bytes]) -> bytes:
     """The zstd frame of these Example records' payloads, as the writer makes it (in a worker)."""
-    return compress_frame([_framed(p) for p in payloads])
+    return compress_frame([frame_payload(p) for p in payloads])
 
 
 def _comparable(h: Header) -> tuple:
@@ -139,7 +122,7 @@ def merge_streams(
             with open_writer(out, header, records_per_frame=frame or RECORDS_PER_FRAME) as writer:
                 # payloads: the workers add each record's length and CRC-32 (the reader checked it)
                 if validate:
-                    payloads = (_encoder.encode(ex) for ex in _in_order(iters, readers))
+                    payloads = (encode_payload(ex) for ex in _in_order(iters, readers))
                 else:  # the shards' frames are decompressed by the workers too
                     payloads = _in_order([_read_pooled(r, str(p), pool) for r, p in zip(readers, paths)], readers)
                 _write_pooled(writer, payloads, frame or RECORDS_PER_FRAME, workers, pool)
@@ -186,16 +169,14 @@ def _write_pooled(writer: StreamWriter, payloads: Iterator[bytes], per: int, wor
         while pending:
             write_one()
         for payload in batch:
-            writer.write_encoded(_framed(payload))
+            writer.write_encoded(frame_payload(payload))
         raise
     for payload in batch:
-        writer.write_encoded(_framed(payload))
+        writer.write_encoded(frame_payload(payload))
 
 
 #: shard frames handed out ahead of the merge, per shard
 READ_AHEAD = 2
-#: the most bytes of one compressed shard frame that a worker reads (the merge reads a larger one itself)
-MAX_FRAME = 32 << 20
 #: the files a worker has open (by path), to read the shard frames it is given
 _FILES: dict[str, int] = {}
 
@@ -214,7 +195,7 @@ def _read_frame(path: str, size: int, frame: bytes | int) -> list[tuple[int, byt
         payloads = frame_payloads(data) if len(data) == size else None
         if payloads is None:
             return None
-        return [(_index_decoder.decode(p).index, bytes(p)) for p in payloads]
+        return [(example_index(p, path), bytes(p)) for p in payloads]
     except Exception:  # anything else too: the merge's own reading raises it where one process would
         return None
 
@@ -223,9 +204,7 @@ def _read_pooled(reader, path: str, pool: Any) -> Iterator[tuple[int, bytes]]:
     """:func:`_payloads` of ``reader`` (the shard at ``path``), its zstd frames decompressed and checked by
     ``pool``'s workers while they hold whole, sound Example records (the end record's frame never does);
     from the first that does not, this process reads on itself, as :func:`_payloads` does, so an error
-    comes out as with one process (steps/workers.py hands out a step's input frames the same way)."""
-    from ..steps.workers import frames_on_pool
-
+    comes out as with one process (:mod:`.workers` hands out a step's input frames the same way)."""
     index = 0
     resume = None  # the offset of the first frame whose records are not all yielded, once one was handed out
     for offset, end, records in frames_on_pool(reader, pool, _read_frame, (path,), READ_AHEAD):
@@ -246,21 +225,17 @@ def _start_pool(workers: int) -> Any:
     hold (rank 0 of ``bridge score`` holds torch's and gloo's), that imports this module once for them all.
     As with spawned processes, each imports the main module of a Python program run from a file, so one
     that merges with ``workers`` > 1 needs the ``if __name__ == "__main__":`` idiom."""
-    from ..steps.workers import _Pool
-
     context: Any = multiprocessing.get_context("spawn")
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([__name__])
-    return _Pool(workers, initializer=_worker_init, context=context)
+    return Pool(workers, initializer=_worker_init, context=context)
 
 
 def _worker_init() -> None:
-    """A worker dies at once on the pool's SIGTERM (steps/workers.py says why) and leaves Ctrl-C to this
-    process, which stops the pool (a worker would print its own traceback)."""
+    """A worker dies at once on the pool's SIGTERM (:func:`.pool.worker_signals` says why) and leaves Ctrl-C
+    to this process, which stops the pool (a worker would print its own traceback)."""
     import signal
 
-    from ..steps.workers import _worker_signals
-
-    _worker_signals()
+    worker_signals()
     signal.signal(signal.SIGINT, signal.SIG_IGN)

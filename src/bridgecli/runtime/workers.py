@@ -14,26 +14,24 @@ the parent reads the records itself, as one process does (checksums, order and c
 and hands out batches of their undecoded payloads. So an error in record k is raised after every record
 before it was written, with the message one process gives.
 
-The workers are forked, so a step's function (a closure over its options) needs no pickling.
+The workers are forked, so a step's function (a closure over its options) needs no pickling. A
+stream-to-stream step runs here through :func:`bridgecli.steps.common.map_stream_parallel`.
 """
 
 from __future__ import annotations
 
 import collections
 import multiprocessing
-import multiprocessing.pool
 import os
 from typing import Any, Callable, Generator, Iterator, Sequence, cast
 
 from ..errors import BridgeError
-from ..format.reader import decode_example, frame_payloads, open_reader
-from ..format.records import Example, Header
+from ..format.reader import decode_example, frame_payloads
+from ..format.records import Example
 from ..format.spec import RECORDS_PER_FRAME
 from ..format.validate import Validator
-from ..format.writer import compress_frame, encode_record, open_writer
+from .pool import Pool, cap_workers, frames_on_pool, worker_signals
 
-#: the most bytes of one compressed frame that a worker gets whole (the parent reads a larger one)
-MAX_FRAME = 32 << 20
 #: what a forked worker runs: set in the parent just before the pool starts
 _JOB: dict[str, Any] = {}
 
@@ -89,36 +87,7 @@ def start_pool(reader, validator: Validator, work: Callable[[Example], Any], pac
         raise UsageError("--workers needs processes started by fork (Linux, macOS); use --workers 1 here")
     _JOB.clear()
     _JOB.update(name=reader.name, validator=validator, work=work, pack=pack, fd=reader.fd)
-    return _Pool(workers, initializer=_worker_signals, context=multiprocessing.get_context("fork"))
-
-
-class _Pool(multiprocessing.pool.Pool):
-    """A pool whose worker-maintaining thread wakes when a worker ends or the pool changes state, and not
-    whenever results wait in the result pipe: the standard one also waits on that pipe, so it spins, holding
-    the GIL in turns with the thread that reads results, for as long as any wait there (with a frame's worth
-    of results per task, most of the time: about half the parent's CPU time)."""
-
-    def _get_sentinels(self):
-        return [self._change_notifier._reader]
-
-    def terminate(self) -> None:
-        """Stop the pool once its workers have finished the tasks they were handed (a bounded few). Killed
-        at once, a worker caught sending a result (a frame's worth: it takes a while) would leave the result
-        queue's lock taken, and the pool's task thread would wait for it forever: a hang seen on an
-        error's path in the tests, where the pool ends while results are still on their way."""
-        if getattr(self, "_state", None) == multiprocessing.pool.RUN:
-            self.close()
-        self.join()
-        super().terminate()
-
-
-def _worker_signals() -> None:
-    """A worker dies at once on the SIGTERM of ``Pool.terminate`` (the pool's end, an error): the handler it
-    inherits from the CLI would print "bridge: terminated" and unwind through multiprocessing's exit
-    handlers, which can wait forever on a lock another worker thread held (a hang seen under load)."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return Pool(workers, initializer=worker_signals, context=multiprocessing.get_context("fork"))
 
 
 def _work_frame(size: int, frame: bytes | int) -> list[tuple[int, Any, list[tuple[str, int]]]] | None:
@@ -170,28 +139,6 @@ def run_pool(
     with pool:
         start = yield from _frames_pooled(reader, validator, pool, 2 * workers + 2)
         yield from _payloads_pooled(reader, validator, pool, 3 * workers, start)
-
-
-def frames_on_pool(reader, pool, task: Callable, args: tuple, most: int) -> Iterator[tuple[int, int, Any]]:
-    """Hand ``reader``'s zstd frames (``reader.frames``) to ``pool`` as ``task(*args, size, frame)``, at
-    most ``most`` at a time, and yield ``(offset, end, result)`` per frame in input order. The caller stops
-    where a result says the frame cannot be taken whole, and then calls ``reader.restart`` from that
-    frame's offset (the frames handed out after it are read again)."""
-    pending: collections.deque = collections.deque()  # (frame's offset, its end, its result) in order
-    frames = reader.frames(MAX_FRAME)
-    more = True
-    while True:
-        while more and len(pending) < most:
-            got = next(frames, None)
-            if got is None:
-                more = False
-                break
-            offset, size, frame = got
-            pending.append((offset, offset + size, pool.apply_async(task, (*args, size, frame))))
-        if not pending:
-            return
-        offset, end, result = pending.popleft()
-        yield offset, end, result.get()
 
 
 def _frames_pooled(reader, validator: Validator, pool, most: int) -> Generator[tuple[int, Any], None, int]:
@@ -247,101 +194,3 @@ def _payloads_pooled(reader, validator: Validator, pool, most: int, start: int) 
         raise
     while pending:
         yield drain_one()
-
-
-def _pack_stream(results: list) -> tuple:
-    """A batch's output records: (count, tally, one zstd frame) when they fill a frame, else (count, tally,
-    the encoded records)."""
-    records = [r for r, _ in results if r is not None]
-    tally = sum(t for _, t in results)
-    if len(records) == RECORDS_PER_FRAME:
-        return len(records), tally, compress_frame(records), True
-    return len(records), tally, records, False
-
-
-def map_stream_parallel(
-    inp,
-    out,
-    *,
-    step,
-    stage: str,
-    needs: str,
-    hint: str,
-    fn: Callable[[Example, Header], Example | None],
-    label: str,
-    workers: int,
-    display: str | None = None,
-    tally: Callable[[Example], int] | None = None,
-) -> tuple[int, int]:
-    """:func:`~bridgecli.steps.common.map_stream` on ``workers`` processes. Returns the number of examples
-    written and the sum of ``tally(new example)`` over them."""
-    from ..progress import progress_bar
-    from .common import naming, next_header, require_stage
-
-    workers = cap_workers(workers)
-    with open_reader(inp) as reader:
-        require_stage(reader.header, needs, reader.name, hint)
-        header = next_header(reader.header, stage, step)
-        source = reader.header
-        where = display or reader.name
-
-        def work(ex: Example):
-            with naming(where, ex.index):
-                new = fn(ex, source)
-            if new is None:
-                return None, 0
-            return encode_record(new), (tally(new) if tally else 0)
-
-        total = 0
-        with (
-            start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool,
-            open_writer(out, header) as writer,
-            progress_bar() as bar,
-        ):
-            task = bar.add_task(label, total=None, unit="ex", start=False)
-            for n, (count, t, data, is_frame) in run_pool(
-                reader, validator_of(reader), work, _pack_stream, workers, pool
-            ):
-                bar.start_task(task)
-                total += t
-                if is_frame and not writer.write_frame(data, count):
-                    data = _split_frame(data)
-                    is_frame = False
-                if not is_frame:
-                    for record in data:
-                        writer.write_encoded(record)
-                bar.update(task, advance=n)
-            return writer.count, total
-
-
-def _split_frame(frame: bytes) -> list[bytes]:
-    """The encoded records of a frame from :func:`compress_frame` (used when it cannot be written whole)."""
-    import zstandard
-
-    from ..format.spec import RECORD_PREFIX
-
-    raw = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
-    out, at = [], 0
-    while at < len(raw):
-        length, _ = RECORD_PREFIX.unpack_from(raw, at)
-        end = at + RECORD_PREFIX.size + length
-        out.append(raw[at:end])
-        at = end
-    return out
-
-
-def default_workers() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one, else the CPU count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def cap_workers(workers: int, flag: str = "--workers") -> int:
-    """``workers`` lowered to :func:`default_workers` (more processes than CPUs only wait on each other
-    and hold memory), with a one-line note on stderr when it is."""
-    most = max(1, default_workers())
-    if workers <= most:
-        return workers
-    from ..progress import note
-
-    note(f"{flag} {workers} lowered to {most}, the number of CPUs this process may use")
-    return most

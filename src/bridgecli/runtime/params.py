@@ -2,7 +2,8 @@
 (:mod:`bridgecli.steps.options`, :mod:`bridgecli.training.config`, with
 :func:`bridgecli.optionspec.option`); :func:`check` runs them. NaN and infinity are refused, and a
 device must exist here. The steps call these before reading anything, so Python callers get the same
-one-line :class:`UsageError` (exit 2) as the command line."""
+one-line :class:`UsageError` (exit 2) as the command line. (An SFT configuration is checked by
+:func:`bridgecli.training.config.check_sft`, which knows its LoRA targets.)"""
 
 from __future__ import annotations
 
@@ -20,20 +21,9 @@ __all__ = [
     "check",
     "check_data_options",
     "check_device",
-    "check_sft",
     "integer",
     "real",
 ]
-
-
-def check_sft(cfg: Any, *, where: str = "") -> None:
-    """An :class:`~bridgecli.training.config.SFTConfig` (train, warmup) and its LoRA settings."""
-    check(cfg, prefix=where)
-    if getattr(cfg, "lora", None) is not None:
-        from ..training.config import check_targets
-
-        check(cfg.lora)
-        check_targets(cfg.lora.targets)
 
 
 def check_data_options(opts: Any) -> None:

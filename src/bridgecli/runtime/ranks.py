@@ -197,8 +197,8 @@ def merge_shards(dist: Dist, out: str | os.PathLike, frame: int | None, workers:
     The merged frames are compressed on ``workers`` processes (default: one per core rank 0 may use, at
     most :data:`MERGE_WORKERS_MAX`: the ranks only wait for it). Returns the merged count on rank 0, None
     on the others."""
-    from ..format.merge import merge_streams
-    from .workers import default_workers
+    from .merge import merge_streams
+    from .pool import default_workers
 
     outcome: tuple[str, int | str] | None = None
     if dist.rank == 0:

@@ -1,0 +1,141 @@
+"""The package's layers: a module imports only its own layer and the ones below it.
+
+Lowest first (README.md, "Layout", says the same):
+
+1. base: the package root (``PRODUCER``), errors, display, optionspec, io, progress, timings, and
+   hookspecs (the plugin contracts: declarations only);
+2. format and core: the stream format; the pure algorithms (segmenting: the segmenters' text rules);
+3. runtime: the machinery the steps share (process pools, ranks, shard merge, resumable output,
+   parameter checks), and the plugin machinery (plugins, registry, contracts);
+4. the domain: data, artifacts, modeling, training, evaluation, baselines, analysis;
+5. builtin: the built-in plugins;
+6. steps: one module per pipeline step;
+7. cli: the Typer layer (and ``__main__``).
+
+Every import counts, at the top of a module or inside a function; imports under ``if TYPE_CHECKING:``
+are for annotations only and do not. (The plugin manager loads the built-ins by name, through the
+hooks: that is how a plugin of any layer's choosing is found, not an import.)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "bridgecli"
+
+LAYERS: list[tuple[str, frozenset[str]]] = [
+    ("base", frozenset({"bridgecli", "errors", "display", "optionspec", "io", "progress", "timings", "hookspecs"})),
+    ("format and core", frozenset({"format", "core", "segmenting"})),
+    ("runtime", frozenset({"runtime", "plugins", "registry", "contracts"})),
+    ("domain", frozenset({"data", "artifacts", "modeling", "training", "evaluation", "baselines", "analysis"})),
+    ("builtin", frozenset({"builtin"})),
+    ("steps", frozenset({"steps"})),
+    ("cli", frozenset({"cli", "__main__"})),
+]
+LEVEL = {part: level for level, (_, parts) in enumerate(LAYERS) for part in parts}
+
+
+def part_of(module: str) -> str:
+    """The top-level part of ``bridgecli`` that a dotted module name lies in (``bridgecli`` for the root)."""
+    names = module.split(".")
+    if len(names) == 1:
+        return "bridgecli"
+    return names[1] if (SRC / names[1]).is_dir() or (SRC / f"{names[1]}.py").exists() else "bridgecli"
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+    )
+
+
+def imports(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, imported bridgecli module) for every import in ``source``, the text of ``module``; an
+    import of names from a package counts as an import of each name that is one of its modules."""
+    package = module if is_package else module.rsplit(".", 1)[0]
+    out: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking_only(node):
+            for child in getattr(node, "orelse", []):
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "bridgecli")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] == "bridgecli":
+                if name == "bridgecli":  # from bridgecli import X: X may be a module of its own
+                    out.extend((node.lineno, f"bridgecli.{a.name}") for a in node.names)
+                else:
+                    out.append((node.lineno, name))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return out
+
+
+def upward(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Each import of ``source`` (the module ``module``) into a higher layer, as one line of text."""
+    own = LEVEL[part_of(module)]
+    bad = []
+    for line, target in imports(source, module, is_package):
+        level = LEVEL.get(part_of(target))
+        assert level is not None, f"{module}:{line} imports {target}, which no layer holds"
+        if level > own:
+            bad.append(f"{module}:{line} imports {target} ({LAYERS[level][0]} is above {LAYERS[own][0]})")
+    return bad
+
+
+def _modules() -> list[tuple[Path, str]]:
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out.append((path, name))
+    return out
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {
+        p.name if p.is_dir() else p.stem for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    parts = {("bridgecli" if p == "__init__" else p) for p in parts}
+    assert parts - set(LEVEL) == set(), "give each new part of the package a layer here and in README.md"
+    assert set(LEVEL) - parts == set(), "a layer names a part that no longer exists"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    bad = []
+    for path, name in _modules():
+        bad += upward(path.read_text(), name, path.name == "__init__.py")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "module, source, found",
+    [
+        ("bridgecli.format.merge", "from ..steps.workers import _Pool\n", True),
+        ("bridgecli.analysis.tokenclass", "def f():\n    from ..builtin.segmenters import split_math\n", True),
+        ("bridgecli.modeling.loading", "from bridgecli.steps import params\n", True),
+        ("bridgecli.runtime.ranks", "from .. import registry\n", False),  # the same layer
+        ("bridgecli.runtime.ranks", "from .. import PRODUCER\n", False),  # the root: base
+        (
+            "bridgecli.core.select",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..steps import x\n",
+            False,
+        ),
+        ("bridgecli.steps.score", "from ..cli import app\n", True),
+    ],
+)
+def test_the_check_finds_an_upward_import(module, source, found):
+    assert bool(upward(source, module)) is found
