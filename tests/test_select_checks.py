@@ -15,7 +15,7 @@ from bridgecli.core.select import SelectionResult, Surrogate, select
 from bridgecli.errors import FormatError
 from bridgecli.format import Array
 from bridgecli.format.spec import MAX_QUANTITY, MAX_RESULT
-from bridgecli.hookspecs import as_selector
+from bridgecli.contracts import as_selector
 from bridgecli.steps.select import select_example
 
 
