@@ -1,23 +1,30 @@
-"""bench/results/grid_table.py: bootstrap intervals and paired differences against direct
-computation on small synthetic results, the table's rows, and the Finding-3 plot."""
+"""The grids' statistics (bridgecli.analysis.grid_stats, which bench/results/grid_table.py prints): bootstrap
+intervals and paired differences against direct computation on small synthetic results; the script's
+tables and Finding-3 plot, run as a process."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bridgecli.analysis import grid_stats as gt
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("grid_table", ROOT / "bench" / "results" / "grid_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _groups(results: dict) -> dict:
+    """(method, rho) -> per-file [seeds, examples, 2] arrays, seeds in order (as grid_table groups them)."""
+    by: dict = {}
+    for run in sorted(results["runs"].values(), key=lambda r: r["seed"]):
+        key = (run["method"], float(run["rho"]))
+        for f, h in run["heldout"].items():
+            by.setdefault(key, {}).setdefault(f, []).append(np.asarray(h["items"], dtype=np.float64))
+    return {k: {f: np.stack(v) for f, v in files.items()} for k, files in by.items()}
 
 
 def _results(rng, offsets):
@@ -39,13 +46,14 @@ def _results(rng, offsets):
 
 
 def test_intervals_and_paired_differences():
-    gt = _module()
     rng = np.random.default_rng(0)
-    groups = gt.groups_of(_results(rng, {"bridge": 0.0, "independent": 0.1}))
-    a, b = groups[("bridge", 0.5)].items("gsm8k"), groups[("independent", 0.5)].items("gsm8k")
+    results = _results(rng, {"bridge": 0.0, "independent": 0.1})
+    groups = _groups(results)
+    a, b = groups[("bridge", 0.5)]["gsm8k"], groups[("independent", 0.5)]["gsm8k"]
     # the point estimate is the seed mean of the token-mean losses
     point, lo, hi = gt.interval(a, 200)
-    direct = np.mean([r["heldout"]["gsm8k"]["loss"] for r in groups[("bridge", 0.5)].runs])
+    direct = np.mean([r["heldout"]["gsm8k"]["loss"] for r in results["runs"].values()
+                      if r["method"] == "bridge" and r["rho"] == 0.5])
     assert point == pytest.approx(direct) and lo <= point <= hi
     # one resample, by hand: the same example indices for every seed and both models
     idx = np.random.default_rng(0).integers(0, a.shape[1], size=(200, a.shape[1]))
@@ -54,16 +62,18 @@ def test_intervals_and_paired_differences():
     d, dlo, dhi = gt.paired(a, b, 200)
     assert d == pytest.approx(point - gt.interval(b, 200)[0]) and dlo <= d <= dhi
     assert gt.paired(a, a, 200) == (0.0, 0.0, 0.0)  # a model against itself: no noise at all
-    assert gt.paired(a, groups[("bridge", 0.5)].items("math500"), 200) is None  # other examples
+    assert gt.paired(a, groups[("bridge", 0.5)]["math500"], 200) is None  # other examples
 
 
-def test_table_and_plot(tmp_path, capsys):
-    gt = _module()
+@pytest.mark.integration  # runs the script as a process
+def test_table_and_plot(tmp_path):
     path = tmp_path / "results.json"
     path.write_text(json.dumps(_results(np.random.default_rng(1), {"bridge": 0.0, "independent": 0.1,
                                                                      "random": 0.2})))
-    assert gt.main([str(path), "--plot", str(tmp_path / "f3.png"), "--resamples", "100"]) == 0
-    out = capsys.readouterr().out
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     first = out.split("\n\n")[0]  # the held-out-loss table
     rows = [line for line in first.splitlines() if line.startswith("| bridge |")]
     assert len(rows) == 2 and "[" in rows[0]  # one per retention, with an interval
@@ -72,7 +82,6 @@ def test_table_and_plot(tmp_path, capsys):
 
 
 def test_item_intervals_and_paired_differences_against_direct_computation():
-    gt = _module()
     rng = np.random.default_rng(3)
     a = (rng.random((3, 40)) < 0.6).astype(float)  # 3 seeds x 40 items, 0/1
     b = (rng.random((3, 40)) < 0.4).astype(float)

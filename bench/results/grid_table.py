@@ -32,6 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # this checkout's bridgecli
+from bridgecli.analysis.grid_stats import interval, item_interval, item_paired, paired  # noqa: E402
+
+
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
 ORDER = [
     "base",
@@ -114,61 +118,6 @@ class Group:
             if v is not None:
                 vals.append(v)
         return float(np.mean(vals)) if vals else None
-
-
-def resampled(items: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Seed-mean token-mean loss for each resample of example indices: [resamples]."""
-    sums = items[:, :, 0][:, idx].sum(-1)  # [seeds, resamples]
-    toks = items[:, :, 1][:, idx].sum(-1)
-    return (sums / toks).mean(0)
-
-
-def interval(items: np.ndarray | None, resamples: int, fallback: tuple | None = None):
-    if items is None:
-        return fallback
-    idx = np.random.default_rng(0).integers(0, items.shape[1], size=(resamples, items.shape[1]))
-    point = float((items[:, :, 0].sum(1) / items[:, :, 1].sum(1)).mean())
-    lo, hi = np.percentile(resampled(items, idx), [2.5, 97.5])
-    return point, float(lo), float(hi)
-
-
-def paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
-    """(a - b, low, high): both seed-mean losses on the same resampled examples; None when the two
-    were not scored on the same examples."""
-    if a is None or b is None or a.shape[1] != b.shape[1] or not np.array_equal(a[0, :, 1], b[0, :, 1]):
-        return None
-    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
-    point = float((a[:, :, 0].sum(1) / a[:, :, 1].sum(1)).mean() - (b[:, :, 0].sum(1) / b[:, :, 1].sum(1)).mean())
-    lo, hi = np.percentile(resampled(a, idx) - resampled(b, idx), [2.5, 97.5])
-    return point, float(lo), float(hi)
-
-
-def item_interval(values: np.ndarray | None, resamples: int):
-    """(seed-mean of the per-item mean, low, high): percentile bootstrap over items (NaN items left out
-    of every mean)."""
-    if values is None:
-        return None
-    keep = ~np.isnan(values).any(axis=0)
-    v = values[:, keep]
-    if v.shape[1] == 0:
-        return None
-    idx = np.random.default_rng(0).integers(0, v.shape[1], size=(resamples, v.shape[1]))
-    lo, hi = np.percentile(v[:, idx].mean(-1).mean(0), [2.5, 97.5])
-    return float(v.mean()), float(lo), float(hi)
-
-
-def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
-    """(a - b, low, high) on the same resampled items, both seed-means; None when the items differ."""
-    if a is None or b is None or a.shape[1] != b.shape[1]:
-        return None
-    keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
-    a, b = a[:, keep], b[:, keep]
-    if a.shape[1] == 0:
-        return None
-    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
-    diff = a[:, idx].mean(-1).mean(0) - b[:, idx].mean(-1).mean(0)
-    lo, hi = np.percentile(diff, [2.5, 97.5])
-    return float(a.mean(1).mean() - b.mean(1).mean()), float(lo), float(hi)
 
 
 def groups_of(results: dict) -> dict[tuple[str, float], Group]:
