@@ -139,3 +139,15 @@ def test_cached_tail_objective_is_the_warmups(tokenizer):
         for k, t in g[i].items():
             ref = g_ref[f"model.layers.{i}.{k}"].double()
             assert torch.allclose(t, ref, rtol=1e-3, atol=1e-6 * float(ref.abs().max())), k
+    # the halves' token means, weighted by their token counts, make up the whole set's (in float64
+    # throughout: the RMSNorms too)
+    theta64 = aj.pmap(lambda t: t.double(), theta)
+    z = [r.supervised for r in rows]
+    with aj.float64_norms([model.model.layers[i] for i in (2, 3)] + [tail.norm]):
+        _, g = obj.grad(theta64, torch.float64)
+        _, g0 = obj.grad(theta64, torch.float64, [0])
+        _, g12 = obj.grad(theta64, torch.float64, [1, 2])
+    for i in (2, 3):
+        for k, t in g[i].items():
+            both = (z[0] * g0[i][k] + (z[1] + z[2]) * g12[i][k]) / sum(z)
+            assert torch.allclose(both, t, rtol=1e-10, atol=1e-12 * float(t.abs().max())), k

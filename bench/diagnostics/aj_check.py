@@ -175,42 +175,54 @@ class ValObjective:
         self.tm = tm
         self.z = sum(r.supervised for r in rows)
         self.chunks = []
-        ordered = sorted(rows, key=lambda r: len(r.input_ids))  # less padding
+        ordered = sorted(range(len(rows)), key=lambda k: len(rows[k].input_ids))  # less padding
         for s in range(0, len(ordered), batch):
-            mb = collate_padded(ordered[s : s + batch], pad_id).to(device)
+            take = ordered[s : s + batch]
+            mb = collate_padded([rows[k] for k in take], pad_id).to(device)
             with torch.no_grad():
                 hidden, calls = tm.tail.prefix(mb.input_ids, mb.attention_mask)
-            self.chunks.append((hidden, calls, mb.keep, mb.target, mb))
+            # which D_val example (index into ``rows``) each loss position belongs to
+            owner = torch.as_tensor(take, device=device)[mb.keep.nonzero(as_tuple=True)[0]]
+            self.chunks.append((hidden, calls, mb.keep, mb.target, owner, mb))
+        self.supervised = [r.supervised for r in rows]
         self._cast: dict = {}
 
     def _chunks(self, dtype):
         if dtype not in self._cast:
-            self._cast = {dtype: [(h.to(dtype), cast_floats(c, dtype), k, t) for h, c, k, t, _ in self.chunks]}
+            self._cast = {dtype: [(h.to(dtype), cast_floats(c, dtype), k, t, o) for h, c, k, t, o, _ in self.chunks]}
         return self._cast[dtype]
 
     def loss(self, params: Params, dtype) -> float:
         total = 0.0
         with torch.no_grad():
-            for h, calls, keep, target in self._chunks(dtype):
+            for h, calls, keep, target, _ in self._chunks(dtype):
                 out = self.tm.tail.run(params, h, calls)
                 total += float(self.tm.head_ce(out[keep], target).double().sum())
         return total / self.z
 
-    def grad(self, params: Params, dtype) -> tuple[float, Params]:
+    def grad(self, params: Params, dtype, subset: list[int] | None = None) -> tuple[float, Params]:
+        """The loss and its gradient; with ``subset`` (indices of D_val examples), those of the token
+        mean over these examples only."""
         p = pmap(lambda t: t.detach().clone().requires_grad_(True), params)
+        z = self.z if subset is None else sum(self.supervised[k] for k in subset)
         total = 0.0
         with torch.enable_grad():
-            for h, calls, keep, target in self._chunks(dtype):
+            for h, calls, keep, target, owner in self._chunks(dtype):
+                if subset is not None:
+                    w = torch.isin(owner, torch.as_tensor(subset, device=owner.device))
+                    if not w.any():
+                        continue
                 out = self.tm.tail.run(p, h, calls)
-                loss = self.tm.head_ce(out[keep], target).sum() / self.z
+                ce = self.tm.head_ce(out[keep], target)
+                loss = (ce if subset is None else ce * w.to(ce.dtype)).sum() / z
                 loss.backward()
                 total += float(loss.detach().double())
-        return total, pmap(lambda t: t.grad.detach(), p)
+        return total, pmap(lambda t: t.grad.detach() if t.grad is not None else torch.zeros_like(t), p)
 
     def full_forward(self, model) -> float:
         """The same loss by the model's own forward (the warm-up's definition, float32)."""
         with torch.no_grad():
-            return sum(float(token_loss_sum(model, mb).double()) for *_, mb in self.chunks) / self.z
+            return sum(float(token_loss_sum(model, c[-1]).double()) for c in self.chunks) / self.z
 
 
 # -- inputs ---------------------------------------------------------------------------------------
@@ -335,6 +347,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float64", choices=("float32", "float64"), help="tail dtype")
     ap.add_argument("--eval-dtype", choices=("float32", "float64"), help="dtype of the SGD-step evaluations")
     ap.add_argument("--dtype-check", type=int, default=0, help="repeat the smallest eta of K tokens in float64")
+    ap.add_argument("--base", help="theta_old (default: the base model the warm-up recorded)")
     ap.add_argument("--no-base", action="store_true", help="skip loading theta_old (no v rebuild, no anchor terms)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
@@ -399,6 +412,14 @@ def main(argv=None) -> int:
         L0, g = obj.grad(theta, dtype)
         L0_eval = obj.loss(pmap(lambda t: t.to(eval_dtype), theta), eval_dtype)
         g_norm = pnorm(g)
+        # two disjoint halves of D_val: is g_target . grad l_j reproducible across validation sets?
+        halves = None
+        if len(rows) >= 2:
+            perm = np.random.default_rng(args.seed + 2).permutation(len(rows)).tolist()
+            halves = [
+                obj.grad(theta, dtype, sorted(perm[: len(rows) // 2]))[1],
+                obj.grad(theta, dtype, sorted(perm[len(rows) // 2 :]))[1],
+            ]
         timings["val_setup_s"] = time.perf_counter() - t0
         log(
             f"D_val {len(vals)} examples, {obj.z} loss tokens: L full forward {L_full:.7f}, cached tail float32 "
@@ -422,7 +443,7 @@ def main(argv=None) -> int:
         anchor = None
         if not args.no_base:
             t0 = time.perf_counter()
-            base = load_model(resolve(meta.base_model), dtype=torch.float32, device=device)
+            base = load_model(resolve(args.base or meta.base_model), dtype=torch.float32, device=device)
             bparams = dict(base.named_parameters())
             theta_old = {i: {rel: bparams[f].detach().to(dtype) for rel, f in d.items()} for i, d in names.items()}
             del base, bparams
@@ -502,6 +523,7 @@ def main(argv=None) -> int:
                         "a_direct": pdot(v, gj),
                         **{f"a_fd_{h:g}": float(fd[h][j]) for h in fd_hs},
                         "g_dot": pdot(g, gj),
+                        **({"g_half_dots": [pdot(hg, gj) for hg in halves]} if halves else {}),
                         "grad_norm": pnorm(gj),
                     }
                     if anchor is not None:
@@ -558,6 +580,25 @@ def main(argv=None) -> int:
             target_plus_anchor_vs_a=agreement(target_term + anchor_term, col["a_direct"]),
             a_vs_anchor_dot=dc.pearson(col["a_stored"], anchor_term),
         )
+    if halves:
+        h1 = np.array([r["g_half_dots"][0] for r in tokens])
+        h2 = np.array([r["g_half_dots"][1] for r in tokens])
+        r12 = dc.pearson(h1, h2)
+        decomposition["split_half"] = {
+            "cos_g_halves": pdot(halves[0], halves[1]) / (pnorm(halves[0]) * pnorm(halves[1])),
+            "pearson": r12,
+            "spearman": dc.spearman(h1, h2),
+            "sign_agreement": sign_agreement(h1, h2),
+            # Spearman-Brown: the reliability of the dot with the whole D_val's gradient
+            "pearson_whole_set_estimate": None if r12 is None else 2 * r12 / (1 + r12) if r12 > -1 else None,
+            "pearson_half_vs_a": [dc.pearson(h1, col["a_stored"]), dc.pearson(h2, col["a_stored"])],
+        }
+        if anchor is not None:  # a_j itself (lambda and the anchor included) with each half's g_target
+            an = lam * np.array([r["anchor_dot"] for r in tokens]) / (checks["g_anchor_norm"] + eps)
+            a1 = (1 - lam) * h1 / (pnorm(halves[0]) + eps) + an
+            a2 = (1 - lam) * h2 / (pnorm(halves[1]) + eps) + an
+            decomposition["split_half"]["a_pearson"] = dc.pearson(a1, a2)
+            decomposition["split_half"]["a_sign_agreement"] = sign_agreement(a1, a2)
     a_loss = {
         "spearman_a_loss": dc.spearman(col["a_stored"], col["loss"]),
         "spearman_abs_a_loss": dc.spearman(np.abs(col["a_stored"]), col["loss"]),
@@ -679,6 +720,20 @@ def markdown(r: dict) -> str:
             f"{dc.fmt(d['anchor_term_rms'])}; the anchor sets the sign for {dc.fmt(d['share_sign_set_by_anchor'])} "
             "of the tokens."
             if "anchor_term_rms" in d
+            else ""
+        ),
+        (
+            f"Two disjoint halves of D_val: cos(g_1, g_2) {dc.fmt(d['split_half']['cos_g_halves'])}; across tokens "
+            f"g_1 . grad l_j against g_2 . grad l_j: Pearson {dc.fmt(d['split_half']['pearson'])} (for the whole D_val, "
+            f"Spearman-Brown: {dc.fmt(d['split_half']['pearson_whole_set_estimate'])}), sign agreement "
+            f"{dc.fmt(d['split_half']['sign_agreement'])}"
+            + (
+                f"; a_j made with each half: Pearson {dc.fmt(d['split_half']['a_pearson'])}, sign agreement "
+                f"{dc.fmt(d['split_half']['a_sign_agreement'])}."
+                if "a_pearson" in d["split_half"]
+                else "."
+            )
+            if "split_half" in d
             else ""
         ),
         f"Spearman(a_j, l_j) {dc.fmt(r['a_and_loss']['spearman_a_loss'])}, Spearman(|a_j|, l_j) "
