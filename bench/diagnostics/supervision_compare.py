@@ -119,6 +119,8 @@ class Tally:
         self.loss_bar: list[np.ndarray] = []
         self.cls: list[str] = []
         self.decile: list[np.ndarray] = []
+        self.ids: list[np.ndarray] = []
+        self.text: dict[int, str] = {}  # a token id's text (its first occurrence)
         self.b_r = 0
         self.n = 0
         self.unspent = defaultdict(int)
@@ -170,6 +172,10 @@ def collect(exs: list, use_closure: bool, ref: str) -> Tally:
         t.loss_old.append(ex.references[ref].response_loss.numpy().astype(np.float64))
         t.loss_bar.append(ex.scores.loss.numpy().astype(np.float64))
         t.cls += fine_classes(sub, shifted)
+        ids = np.asarray(ex.tokens.input_ids, dtype=np.int64)[resp]
+        t.ids.append(ids)
+        for tid, (s, e) in zip(ids.tolist(), shifted.tolist()):
+            t.text.setdefault(tid, sub[s:e])
         t.decile.append(np.minimum(9, (10 * np.arange(n)) // n))
         t.b_r += int(ex.selection.b_r)
         t.n += n
@@ -190,6 +196,22 @@ def share(mask: np.ndarray) -> float | None:
     return float(mask.mean()) if len(mask) else None
 
 
+def id_retention(t: Tally, frequent: np.ndarray) -> dict:
+    """How evenly a selection covers the frequent token ids: the spread of the per-id supervised
+    share, and the tokens (and loss at theta_old) of ids supervised less than 20% of the time."""
+    sup, ids, lo = t.cat("sup").astype(bool), t.cat("ids").astype(np.int64), t.cat("loss_old")
+    if not len(frequent):
+        return {}
+    ret = np.array([sup[ids == i].mean() for i in frequent])
+    rare = np.isin(ids, frequent[ret < 0.2])
+    return {
+        "per_id_retention_std": float(ret.std()),
+        "share_tokens_in_ids_below_0.2": float(rare.mean()),
+        "share_loss_in_ids_below_0.2": float(lo[rare].sum() / lo.sum()) if lo.sum() > 0 else None,
+        "retention": {int(i): float(r) for i, r in zip(frequent, ret)},
+    }
+
+
 def summarize(t: Tally, loss_deciles: np.ndarray) -> dict:
     sup, a = t.cat("sup").astype(bool), t.cat("a")
     lo, lb = t.cat("loss_old"), t.cat("loss_bar")
@@ -204,6 +226,9 @@ def summarize(t: Tally, loss_deciles: np.ndarray) -> dict:
         "supervised": int(sup.sum()),
         "supervised_over_b_r": int(sup.sum()) / t.b_r if t.b_r else None,
         "supervised_over_n": int(sup.sum()) / t.n if t.n else None,
+        # the share of all response tokens' loss that lies on supervised tokens (random: about rho)
+        "loss_mass_supervised_old": float(lo[sup].sum() / lo.sum()) if lo.sum() > 0 else None,
+        "loss_mass_supervised_bar": float(lb[sup].sum() / lb.sum()) if lb.sum() > 0 else None,
         "share_a_positive_supervised": share(a[sup] > 0),
         "share_a_positive_unsupervised": share(a[~sup] > 0),
         "mean_a_supervised": float(a[sup].mean()) if sup.any() else None,
@@ -231,6 +256,52 @@ def summarize(t: Tally, loss_deciles: np.ndarray) -> dict:
     return out
 
 
+def r_squared(y: np.ndarray, groups: np.ndarray) -> float | None:
+    """Share of the variance of ``y`` explained by the group means (one-way ANOVA's eta squared)."""
+    total = ((y - y.mean()) ** 2).sum()
+    if total == 0:
+        return None
+    _, inv = np.unique(groups, return_inverse=True)
+    means = np.bincount(inv, weights=y) / np.bincount(inv)
+    return float(1 - ((y - means[inv]) ** 2).sum() / total)
+
+
+def id_table(t: Tally, min_count: int) -> tuple[dict, np.ndarray]:
+    """Is a_j a property of the token id? Over the ids occurring at least ``min_count`` times: the
+    variance of a_j and of sign(a_j) their id explains, the share of each id's occurrences that carry
+    its majority sign, and the ids one by one (most frequent first)."""
+    a, lo, ids = t.cat("a"), t.cat("loss_old"), t.cat("ids").astype(np.int64)
+    uniq, counts = np.unique(ids, return_counts=True)
+    frequent = uniq[counts >= min_count][np.argsort(-counts[counts >= min_count], kind="stable")]
+    m = np.isin(ids, frequent)
+    rows = []
+    majority = []
+    for i in frequent:
+        k = ids == i
+        pos = float((a[k] > 0).mean())
+        majority.append(max(pos, 1 - pos) * k.sum())
+        rows.append(
+            {
+                "id": int(i),
+                "text": t.text.get(int(i), ""),
+                "tokens": int(k.sum()),
+                "share_a_positive": pos,
+                "mean_a": float(a[k].mean()),
+                "mean_loss_old": float(lo[k].mean()),
+            }
+        )
+    out = {
+        "min_count": min_count,
+        "ids": int(len(frequent)),
+        "share_of_tokens": float(m.mean()) if len(m) else None,
+        "r2_a_on_id": r_squared(a[m], ids[m]) if m.any() else None,
+        "r2_sign_on_id": r_squared((a[m] > 0).astype(np.float64), ids[m]) if m.any() else None,
+        "majority_sign_share": float(sum(majority) / m.sum()) if m.any() else None,
+        "frequent": rows,
+    }
+    return out, frequent
+
+
 def token_table(t: Tally, loss_deciles: np.ndarray) -> dict:
     """What the scores say about every token, whatever the selection: per class and per loss decile,
     the mean a_j, the share a_j > 0 and the mean losses; and how a_j relates to the loss."""
@@ -245,6 +316,7 @@ def token_table(t: Tally, loss_deciles: np.ndarray) -> dict:
             "share_a_positive": share(a[m] > 0),
             "mean_loss_old": float(lo[m].mean()) if m.any() else None,
             "mean_loss_bar": float(lb[m].mean()) if m.any() else None,
+            "loss_mass_old": float(lo[m].sum() / lo.sum()) if lo.sum() > 0 else None,
         }
 
     return {
@@ -273,6 +345,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stream", action="append", required=True, help="METHOD:RHO=FILE (repeat)")
     ap.add_argument("--ref", default="base", help="the reference whose losses are theta_old's (bridge reference --as)")
+    ap.add_argument("--min-id-count", type=int, default=20, help="token ids this frequent get per-id statistics")
     ap.add_argument("--json", required=True)
     ap.add_argument("--md")
     args = ap.parse_args(argv)
@@ -293,9 +366,17 @@ def main(argv=None) -> int:
             first = collect(exs, False, args.ref)
             edges = np.quantile(first.cat("loss_old"), np.linspace(0.1, 0.9, 9))
             tokens = token_table(first, edges)
+            tokens["token_ids"], frequent = id_table(first, args.min_id_count)
         if closed:
-            rows[f"{method}-select:{rho}"] = {"file": path, **summarize(collect(exs, False, args.ref), edges)}
-        rows[f"{method}:{rho}"] = {"file": path, "closed": closed, **summarize(collect(exs, closed, args.ref), edges)}
+            t = collect(exs, False, args.ref)
+            rows[f"{method}-select:{rho}"] = {"file": path, **summarize(t, edges), "ids": id_retention(t, frequent)}
+        t = collect(exs, closed, args.ref)
+        rows[f"{method}:{rho}"] = {
+            "file": path,
+            "closed": closed,
+            **summarize(t, edges),
+            "ids": id_retention(t, frequent),
+        }
 
     result = {
         "provenance": dc.provenance("cpu", None, {"ref": args.ref}),
@@ -334,6 +415,7 @@ def markdown(r: dict) -> str:
                 "no fit",
                 "other",
                 "tokens in q<=0 units / n",
+                "loss mass sup. (theta_old / theta_bar)",
                 "a_j > 0 (sup.)",
                 "a_j > 0 (unsup.)",
                 "loss theta_old sup. mean / median",
@@ -353,6 +435,7 @@ def markdown(r: dict) -> str:
                         else ["-", "-", "-"]
                     ),
                     v.get("tokens_in_nonpositive_units_over_n", "-"),
+                    f"{dc.fmt(v['loss_mass_supervised_old'])} / {dc.fmt(v['loss_mass_supervised_bar'])}",
                     v["share_a_positive_supervised"],
                     v["share_a_positive_unsupervised"],
                     f"{dc.fmt(v['loss_old_supervised']['mean'])} / {dc.fmt(v['loss_old_supervised']['q50'])}",
@@ -374,12 +457,15 @@ def markdown(r: dict) -> str:
                 ["mean a_j", *[tok["classes"][c]["mean_a"] for c in CLASSES]],
                 ["a_j > 0", *[tok["classes"][c]["share_a_positive"] for c in CLASSES]],
                 ["mean loss theta_old", *[tok["classes"][c]["mean_loss_old"] for c in CLASSES]],
+                ["share of all loss at theta_old", *[tok["classes"][c]["loss_mass_old"] for c in CLASSES]],
             ],
         ),
         "",
         "Supervised share per decile of position in the response (0 = first tenth):",
         "",
         dc.table(["row", *[str(d) for d in range(10)]], [[k, *rows[k]["position_deciles"]] for k in names]),
+        "",
+        _id_markdown(r, names),
         "",
         "Supervised share per decile of loss at theta_old (0 = easiest tenth), and what the scores say per decile:",
         "",
@@ -395,6 +481,42 @@ def markdown(r: dict) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _id_markdown(r: dict, names: list[str], top: int = 20) -> str:
+    ti, rows = r["tokens"]["token_ids"], r["rows"]
+    if not ti.get("ids"):
+        return ""
+    head = (
+        f"Token ids occurring at least {ti['min_count']} times ({ti['ids']} ids, {dc.fmt(ti['share_of_tokens'])} of "
+        f"the tokens): their id explains {dc.fmt(ti['r2_a_on_id'])} of the variance of a_j and "
+        f"{dc.fmt(ti['r2_sign_on_id'])} of that of sign(a_j); {dc.fmt(ti['majority_sign_share'])} of the tokens "
+        "carry their id's majority sign. Spread of the per-id supervised share (std) and the tokens in ids "
+        "supervised less than 20% of the time: "
+        + "; ".join(
+            f"{k} {dc.fmt(rows[k]['ids']['per_id_retention_std'])} / "
+            f"{dc.fmt(rows[k]['ids']['share_tokens_in_ids_below_0.2'])}"
+            for k in names
+            if rows[k].get("ids")
+        )
+        + ". The most frequent ids:"
+    )
+    table_rows = []
+    for row in ti["frequent"][:top]:
+        table_rows.append(
+            [
+                repr(row["text"]).replace("|", "\\|"),
+                row["tokens"],
+                row["share_a_positive"],
+                row["mean_a"],
+                row["mean_loss_old"],
+                *[
+                    rows[k]["ids"]["retention"].get(str(row["id"]), rows[k]["ids"]["retention"].get(row["id"]))
+                    for k in names
+                ],
+            ]
+        )
+    return head + "\n\n" + dc.table(["token", "count", "a_j > 0", "mean a_j", "loss theta_old", *names], table_rows)
 
 
 if __name__ == "__main__":
