@@ -151,3 +151,12 @@ def test_cached_tail_objective_is_the_warmups(tokenizer):
         for k, t in g[i].items():
             both = (z[0] * g0[i][k] + (z[1] + z[2]) * g12[i][k]) / sum(z)
             assert torch.allclose(both, t, rtol=1e-10, atol=1e-12 * float(t.abs().max())), k
+
+
+def test_r_squared_of_group_means():
+    sc = _load("supervision_compare")
+    g = np.array([7, 7, 9, 9])
+    assert sc.r_squared(np.array([1.0, 1.0, 3.0, 3.0]), g) == pytest.approx(1.0)
+    assert sc.r_squared(np.array([1.0, 3.0, 1.0, 3.0]), g) == pytest.approx(0.0)
+    assert sc.r_squared(np.array([0.0, 2.0, 2.0, 4.0]), g) == pytest.approx(0.5)
+    assert sc.r_squared(np.ones(4), g) is None
