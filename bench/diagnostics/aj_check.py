@@ -26,7 +26,9 @@ For ``--tokens`` response tokens sampled (``--seed``) from ``--examples`` scored
    and against -eta a_j (stored a_j: lambda and the normalised v, so its slope is not 1).
 
 The steps are evaluated in ``--eval-dtype`` (default ``--dtype``); ``--dtype-check K`` repeats the
-smallest eta of the first K tokens in float64 to show the rounding of a float32 evaluation. In
+smallest eta of the first K tokens in float64 to show the rounding of a float32 evaluation (and
+gives that eta's statistics from the float64 values). ``--steps-only`` measures only the SGD steps
+of the ``--actual-tokens`` (the same tokens for the same sampling flags), e.g. at smaller etas. In
 float64 the models' RMSNorm (which computes in float32 and casts back) is replaced, inside the tail
 and the final norm only, by the same formula computed in float64.
 
@@ -347,6 +349,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float64", choices=("float32", "float64"), help="tail dtype")
     ap.add_argument("--eval-dtype", choices=("float32", "float64"), help="dtype of the SGD-step evaluations")
     ap.add_argument("--dtype-check", type=int, default=0, help="repeat the smallest eta of K tokens in float64")
+    ap.add_argument(
+        "--steps-only",
+        action="store_true",
+        help="only the --actual-tokens (same sampling): their SGD steps, no JVP or finite-difference checks",
+    )
     ap.add_argument("--base", help="theta_old (default: the base model the warm-up recorded)")
     ap.add_argument("--no-base", action="store_true", help="skip loading theta_old (no v rebuild, no anchor terms)")
     ap.add_argument("--seed", type=int, default=0)
@@ -478,6 +485,10 @@ def main(argv=None) -> int:
         done_actual = 0
         t_tok = time.perf_counter()
         for k, ts in per_ex.items():
+            if args.steps_only:
+                ts = [t for t in ts if t in actual_set]
+                if not ts:
+                    continue
             ex = scored[k]
             batch = make_batch([ex], pad, device)
             with torch.no_grad():
@@ -488,13 +499,15 @@ def main(argv=None) -> int:
             def losses(p):
                 return tm.head_ce(tail.run(p, hidden, calls)[b_idx, q_pos], tgt)
 
-            fd = {}
-            with torch.no_grad():
-                for h in fd_hs:
-                    plus = losses(pmap(lambda t, d: t + h * d, theta, v))
-                    minus = losses(pmap(lambda t, d: t - h * d, theta, v))
-                    fd[h] = ((plus - minus) / (2 * h)).double().cpu().numpy()
-            a_jvp = scorer64.score([ex])[0].a.numpy().astype(np.float64)
+            fd: dict = {h: None for h in fd_hs}
+            a_jvp = None
+            if not args.steps_only:
+                with torch.no_grad():
+                    for h in fd_hs:
+                        plus = losses(pmap(lambda t, d: t + h * d, theta, v))
+                        minus = losses(pmap(lambda t, d: t - h * d, theta, v))
+                        fd[h] = ((plus - minus) / (2 * h)).double().cpu().numpy()
+                a_jvp = scorer64.score([ex])[0].a.numpy().astype(np.float64)
             a_stored = ex.scores.a.numpy().astype(np.float64)
             loss_stored = ex.scores.loss.numpy() if ex.scores.loss is not None else None
             resp = ex.tokens.response_positions()
@@ -519,9 +532,9 @@ def main(argv=None) -> int:
                         "loss": float(ls[j].detach()),
                         "loss_stored": None if loss_stored is None else float(loss_stored[j]),
                         "a_stored": float(a_stored[j]),
-                        "a_jvp": float(a_jvp[j]),
+                        "a_jvp": None if a_jvp is None else float(a_jvp[j]),
                         "a_direct": pdot(v, gj),
-                        **{f"a_fd_{h:g}": float(fd[h][j]) for h in fd_hs},
+                        **{f"a_fd_{h:g}": None if fd[h] is None else float(fd[h][j]) for h in fd_hs},
                         "g_dot": pdot(g, gj),
                         **({"g_half_dots": [pdot(hg, gj) for hg in halves]} if halves else {}),
                         "grad_norm": pnorm(gj),
@@ -547,19 +560,24 @@ def main(argv=None) -> int:
         timings["tokens_s"] = time.perf_counter() - t_tok
 
     # statistics
+    tokens = [r for r in tokens if r]
     col = {
         key: np.array([r[key] for r in tokens], dtype=np.float64)
-        for key in ("a_stored", "a_jvp", "a_direct", "g_dot", "grad_norm", "loss")
+        for key in ("a_stored", "a_direct", "g_dot", "grad_norm", "loss")
     }
-    jvp = {
-        "a_stored_vs_direct": agreement(col["a_stored"], col["a_direct"]),
-        "a_jvp_vs_direct": agreement(col["a_jvp"], col["a_direct"]),
-        **{f"a_fd_{h:g}_vs_direct": agreement([r[f"a_fd_{h:g}"] for r in tokens], col["a_direct"]) for h in fd_hs},
-        "a_stored_vs_fd": agreement(col["a_stored"], [r[f"a_fd_{min(fd_hs):g}"] for r in tokens]),
-        "loss_vs_stored": agreement(col["loss"], [r["loss_stored"] for r in tokens])
-        if all(r["loss_stored"] is not None for r in tokens)
-        else None,
-    }
+    jvp = (
+        {}
+        if args.steps_only
+        else {
+            "a_stored_vs_direct": agreement(col["a_stored"], col["a_direct"]),
+            "a_jvp_vs_direct": agreement([r["a_jvp"] for r in tokens], col["a_direct"]),
+            **{f"a_fd_{h:g}_vs_direct": agreement([r[f"a_fd_{h:g}"] for r in tokens], col["a_direct"]) for h in fd_hs},
+            "a_stored_vs_fd": agreement(col["a_stored"], [r[f"a_fd_{min(fd_hs):g}"] for r in tokens]),
+            "loss_vs_stored": agreement(col["loss"], [r["loss_stored"] for r in tokens])
+            if all(r["loss_stored"] is not None for r in tokens)
+            else None,
+        }
+    )
     target_term = (1 - lam) * col["g_dot"] / (g_norm + eps)
     decomposition = {
         "lambda": lam,
@@ -628,6 +646,17 @@ def main(argv=None) -> int:
         if "actual_float64" in r
         for k, val in r["actual_float64"].items()
     ]
+    checked = [r for r in measured if "actual_float64" in r]
+    if len(checked) >= 2:  # the smallest eta's statistics again, from the float64 evaluations
+        eta = min(etas)
+        act64 = np.array([r["actual_float64"][f"{eta:g}"] for r in checked])
+        first_order[f"{eta:g} (float64)"] = {
+            "vs_first_order_g": compare(act64, -eta * np.array([r["g_dot"] for r in checked])),
+            "vs_minus_eta_a": compare(act64, -eta * np.array([r["a_stored"] for r in checked])),
+            "actual_abs_median": float(np.median(np.abs(act64))),
+            "step_norm_median": float(np.median(eta * np.array([r["grad_norm"] for r in checked]))),
+            "step_over_theta_median": float(np.median(eta * np.array([r["grad_norm"] for r in checked])) / theta_norm),
+        }
     timings["total_s"] = time.perf_counter() - t_start
     result = {
         "provenance": dc.provenance(device, meta.base_model, {"checkpoint": str(run.checkpoint)}),
@@ -638,6 +667,7 @@ def main(argv=None) -> int:
             "examples": len(per_ex),
             "tokens": len(picks),
             "actual_tokens": len(measured),
+            "steps_only": args.steps_only,
             "etas": etas,
             "fd_h": fd_hs,
             "dtype": args.dtype,
@@ -693,19 +723,23 @@ def markdown(r: dict) -> str:
         "",
         "**The JVP** (per token, against the direct v . grad l_j from a backward pass):",
         "",
-        dc.table(
-            ["estimate", "Pearson", "sign agreement", "max |error| / RMS", "median relative error"],
-            [
+        (
+            dc.table(
+                ["estimate", "Pearson", "sign agreement", "max |error| / RMS", "median relative error"],
                 [
-                    k.replace("_vs_direct", ""),
-                    v["pearson"],
-                    v["sign_agreement"],
-                    v["max_abs_error_over_rms"],
-                    v["median_rel_error"],
-                ]
-                for k, v in r["jvp"].items()
-                if k.endswith("_vs_direct") and v
-            ],
+                    [
+                        k.replace("_vs_direct", ""),
+                        v["pearson"],
+                        v["sign_agreement"],
+                        v["max_abs_error_over_rms"],
+                        v["median_rel_error"],
+                    ]
+                    for k, v in r["jvp"].items()
+                    if k.endswith("_vs_direct") and v
+                ],
+            )
+            if r["jvp"]
+            else "(not measured: --steps-only)"
         ),
         "",
     ]
