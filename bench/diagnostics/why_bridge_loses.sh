@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 28, item 2: why BRIDGE's selection loses to random. From a data file to the two diagnostics
-# (aj_check.py: a_j's sign and scale end to end; supervision_compare.py: what BRIDGE supervises
-# against random at the same budget), every step resumable (a finished step is skipped).
+# Issue 28, item 2: why BRIDGE's selection loses to random. From a data file to the diagnostics
+# (supervision_compare.py: what BRIDGE supervises against random at the same budget;
+# marginal_check.py: how much of a_j a bag-of-tokens term explains; aj_check.py: a_j's sign and
+# scale end to end), every step resumable (a finished step or result is skipped).
 #
 #   bench/diagnostics/why_bridge_loses.sh DATA.jsonl OUT_DIR
 #
@@ -12,7 +13,8 @@
 #   WARM_N=200 VAL_N=16 SCORE_N=120 MAX_STEPS=6 WARM_BATCH=8 WARM_LR=5e-5
 #   RHOS="0.5 0.75"    SEED=42 (random's draw)    DEVICE=auto
 #   AJ_ARGS="--examples 30 --tokens 200 --actual-tokens 32 --etas 1e-2,1e-3,1e-4 --eval-dtype float32 --dtype-check 2"
-#   RESULTS=bench/diagnostics/results   TAG=cpu-smollm2  (result files: RESULTS/{aj_check,supervision}-TAG.{json,md})
+#   RESULTS=bench/diagnostics/results   TAG=cpu-smollm2
+#   (result files: RESULTS/{supervision,marginal,aj_check}-TAG.{json,md})
 #   BRIDGE="bridge"    PYTHON="python3"  (on a machine without the package installed:
 #                      PYTHONPATH=$PWD/src BRIDGE="python3 -m bridgecli")
 # On a GPU with the 0.5B model, for example:
@@ -66,8 +68,15 @@ done
 stamp "supervision_compare"
 $PYTHON "$HERE/supervision_compare.py" "${STREAMS[@]}" \
   --json "$RESULTS/supervision-$TAG.json" --md "$RESULTS/supervision-$TAG.md" > /dev/null
-stamp "aj_check"
-# shellcheck disable=SC2086
-$PYTHON "$HERE/aj_check.py" "$OUT/scored.bridge" --from "$OUT/warm" --device "$DEVICE" $AJ_ARGS \
-  --json "$RESULTS/aj_check-$TAG.json" --md "$RESULTS/aj_check-$TAG.md"
+if [ ! -s "$RESULTS/marginal-$TAG.json" ]; then
+  stamp "marginal_check"
+  $PYTHON "$HERE/marginal_check.py" "$OUT/scored.bridge" --from "$OUT/warm" --device "$DEVICE" \
+    --json "$RESULTS/marginal-$TAG.json" --md "$RESULTS/marginal-$TAG.md" > /dev/null
+fi
+if [ ! -s "$RESULTS/aj_check-$TAG.json" ]; then
+  stamp "aj_check"
+  # shellcheck disable=SC2086
+  $PYTHON "$HERE/aj_check.py" "$OUT/scored.bridge" --from "$OUT/warm" --device "$DEVICE" $AJ_ARGS \
+    --json "$RESULTS/aj_check-$TAG.json" --md "$RESULTS/aj_check-$TAG.md"
+fi
 stamp "done"
