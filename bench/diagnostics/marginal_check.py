@@ -79,20 +79,71 @@ def val_residuals(model, rows, pad: int, device: str, batch: int, chunk: int = 5
 
 
 @torch.no_grad()
+def per_example_residuals(model, rows, pad: int, device: str, batch: int, chunk: int = 512):
+    """For each row: the sum of (w_y - W^T p) over its loss positions, and their number."""
+    W = model.get_output_embeddings().weight.float()
+    sums, counts = [], []
+    for s in range(0, len(rows), batch):
+        mb = collate_padded(rows[s : s + batch], pad).to(device)
+        h = final_hidden(model, mb.input_ids, mb.attention_mask)
+        for b in range(h.shape[0]):
+            hb = h[b][mb.keep[b]].float()
+            y = mb.labels[b, 1:][mb.keep[b, :-1]]
+            total = torch.zeros(W.shape[1], dtype=torch.float64, device=device)
+            for c in range(0, hb.shape[0], chunk):
+                p = F.softmax(hb[c : c + chunk] @ W.T, dim=-1)
+                total += (W[y[c : c + chunk]] - p @ W).double().sum(0)
+            sums.append(total.cpu().numpy())
+            counts.append(int(hb.shape[0]))
+    return np.stack(sums), np.array(counts)
+
+
+def reliability(D: np.ndarray, a: np.ndarray, sums: np.ndarray, counts: np.ndarray, sizes, seed: int) -> dict:
+    """The common direction d from disjoint D_val-sized groups of the pool: how well two groups of the
+    same size agree on u = d . d_j (across the scored tokens), and how well each agrees with a_j."""
+    order = np.random.default_rng(seed).permutation(len(counts))
+    out = {}
+    for size in sizes:
+        groups = [order[g * size : (g + 1) * size] for g in range(len(order) // size)]
+        us = [D @ (sums[g].sum(0) / counts[g].sum()) for g in groups]
+        pairs = [(us[2 * i], us[2 * i + 1]) for i in range(len(us) // 2)]
+        if not pairs:
+            continue
+        out[str(size)] = {
+            "pairs": len(pairs),
+            "pearson": float(np.mean([dc.pearson(x, y) for x, y in pairs])),
+            "spearman": float(np.mean([dc.spearman(x, y) for x, y in pairs])),
+            "sign_agreement": float(np.mean([sign_agreement(x, y) for x, y in pairs])),
+            "pearson_with_a": float(np.mean([dc.pearson(u, a) for u in us])),
+            "sign_agreement_with_a": float(np.mean([sign_agreement(u, a) for u in us])),
+        }
+    u_pool = D @ (sums.sum(0) / counts.sum())
+    out["whole pool"] = {
+        "examples": int(len(counts)),
+        "pearson_with_a": dc.pearson(u_pool, a),
+        "sign_agreement_with_a": sign_agreement(u_pool, a),
+    }
+    return out
+
+
+@torch.no_grad()
 def token_predictors(model, exs, r, d, pad: int, device: str, chunk: int = 512):
-    """u_vocab and u_hidden for every response token of ``exs`` (in order)."""
+    """u_vocab and u_hidden for every response token of ``exs`` (in order), and every token's
+    d_j = w_{y_j} - W^T p_j (float32, host)."""
     W = model.get_output_embeddings().weight.float()
     r32, d32 = r.float(), d.float()
-    u_vocab, u_hidden = [], []
+    u_vocab, u_hidden, D = [], [], []
     for ex in exs:
         batch = make_batch([ex], pad, device)
         h = final_hidden(model, batch.input_ids, batch.attention_mask)[batch.b_idx, batch.q_pos].float()
         for c in range(0, h.shape[0], chunk):
             p = F.softmax(h[c : c + chunk] @ W.T, dim=-1)
             y = batch.targets[c : c + chunk]
+            dj = W[y] - p @ W
             u_vocab.append((r32[y] - p @ r32).double().cpu())
-            u_hidden.append(((W[y] - p @ W) @ d32).double().cpu())
-    return torch.cat(u_vocab).numpy(), torch.cat(u_hidden).numpy()
+            u_hidden.append((dj @ d32).double().cpu())
+            D.append(dj.cpu())
+    return torch.cat(u_vocab).numpy(), torch.cat(u_hidden).numpy(), torch.cat(D).numpy().astype(np.float64)
 
 
 def against(a: np.ndarray, u: np.ndarray, ids: np.ndarray, min_count: int) -> dict:
@@ -124,6 +175,10 @@ def main(argv=None) -> int:
     ap.add_argument("--val-batch", type=int, default=8)
     ap.add_argument("--limit", type=int, help="only the first N scored examples")
     ap.add_argument("--min-id-count", type=int, default=20)
+    ap.add_argument("--pool", help="more validation-like data, disjoint from the rest: the reliability of d by size")
+    ap.add_argument("--pool-limit", type=int, help="only the first N records of --pool")
+    ap.add_argument("--pool-sizes", default="8,16,32,64", help="D_val sizes the pool is cut into")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--prompt-field")
     ap.add_argument("--response-field")
@@ -144,7 +199,7 @@ def main(argv=None) -> int:
     rows = sorted((full_response_row(e.id, e.tokens) for e in vals), key=lambda r: len(r.input_ids))
     r, d, n_val = val_residuals(model, rows, pad, device, args.val_batch)
     log(f"D_val {len(vals)} examples, {n_val} loss tokens; |r| {float(r.norm()):.4g}, |d| {float(d.norm()):.4g}")
-    u_vocab, u_hidden = token_predictors(model, exs, r, d, pad, device)
+    u_vocab, u_hidden, D = token_predictors(model, exs, r, d, pad, device)
     a = np.concatenate([ex.scores.a.numpy().astype(np.float64) for ex in exs])
     ids = np.concatenate([np.asarray(ex.tokens.input_ids)[ex.tokens.response_positions()] for ex in exs])
     res = {
@@ -160,8 +215,23 @@ def main(argv=None) -> int:
         "u_vocab": against(a, u_vocab, ids, args.min_id_count),
         "u_hidden": against(a, u_hidden, ids, args.min_id_count),
         "share_a_positive": float((a > 0).mean()),
-        "seconds": time.perf_counter() - t0,
     }
+    if args.pool:
+        from bridgecli.data.examples import DataOptions, iter_examples, with_model_limit
+
+        opts = DataOptions(
+            prompt_field=args.prompt_field,
+            response_field=args.response_field,
+            chat_template=run.meta().chat_template is not False,
+            limit=args.pool_limit,
+        )
+        pool = list(iter_examples(args.pool, tokenizer, with_model_limit(opts, model)))
+        prow = [full_response_row(e.id, e.tokens) for e in pool]
+        sums, counts = per_example_residuals(model, prow, pad, device, args.val_batch)
+        sizes = [int(x) for x in args.pool_sizes.split(",")]
+        res["pool"] = {"source": args.pool, **reliability(D, a, sums, counts, sizes, args.seed)}
+        log(f"pool: {len(pool)} examples")
+    res["seconds"] = time.perf_counter() - t0
     dc.write_json(args.json, res)
     md = markdown(res)
     if args.md:
@@ -185,6 +255,49 @@ def markdown(r: dict) -> str:
                 v["per_id"]["sign_agreement"],
                 v["within_id_spearman"],
             ]
+        )
+    pool = ""
+    if "pool" in r:
+        sizes = [k for k in r["pool"] if k not in ("source", "whole pool")]
+        pool = (
+            f"The common direction d from disjoint groups of {r['pool']['whole pool']['examples']} more examples "
+            "(--pool), by group size: agreement between two groups on u = d . d_j across the tokens, and of each "
+            "group's u with a_j (from the warm-up's D_val):\n\n"
+            + dc.table(
+                [
+                    "D_val size",
+                    "pairs",
+                    "Pearson",
+                    "Spearman",
+                    "sign agreement",
+                    "Pearson with a_j",
+                    "sign agr. with a_j",
+                ],
+                [
+                    [
+                        k,
+                        v["pairs"],
+                        v["pearson"],
+                        v["spearman"],
+                        v["sign_agreement"],
+                        v["pearson_with_a"],
+                        v["sign_agreement_with_a"],
+                    ]
+                    for k, v in ((k, r["pool"][k]) for k in sizes)
+                ]
+                + [
+                    [
+                        f"all {r['pool']['whole pool']['examples']}",
+                        "-",
+                        "-",
+                        "-",
+                        "-",
+                        r["pool"]["whole pool"]["pearson_with_a"],
+                        r["pool"]["whole pool"]["sign_agreement_with_a"],
+                    ]
+                ],
+            )
+            + "\n"
         )
     return "\n".join(
         [
@@ -210,6 +323,7 @@ def markdown(r: dict) -> str:
                 rows,
             ),
             "",
+            pool,
         ]
     )
 
