@@ -373,6 +373,7 @@ def main(argv=None) -> int:
     run = WarmupRun.open(args.run)
     meta = run.meta()
     device = resolve_device(args.device)
+    started = dc.provenance(device, None)  # the commit and date at the start, when the code was read
     log(f"loading {run.checkpoint} on {device}")
     ck = load_scoring_checkpoint(run, "float32", device)
     model, tokenizer, direction = ck.model, ck.tokenizer, ck.direction
@@ -659,7 +660,7 @@ def main(argv=None) -> int:
         }
     timings["total_s"] = time.perf_counter() - t_start
     result = {
-        "provenance": dc.provenance(device, meta.base_model, {"checkpoint": str(run.checkpoint)}),
+        "provenance": {**started, "model": meta.base_model, "checkpoint": str(run.checkpoint)},
         "settings": {
             "scored": args.scored,
             "scored_stream": scored_info,

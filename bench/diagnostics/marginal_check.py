@@ -188,6 +188,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     run = WarmupRun.open(args.run)
     device = resolve_device(args.device)
+    started = dc.provenance(device, None)  # the commit and date at the start, when the code was read
     ck = load_scoring_checkpoint(run, "float32", device)
     model, tokenizer = ck.model, ck.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -203,7 +204,7 @@ def main(argv=None) -> int:
     a = np.concatenate([ex.scores.a.numpy().astype(np.float64) for ex in exs])
     ids = np.concatenate([np.asarray(ex.tokens.input_ids)[ex.tokens.response_positions()] for ex in exs])
     res = {
-        "provenance": dc.provenance(device, run.meta().base_model, {"checkpoint": str(run.checkpoint)}),
+        "provenance": {**started, "model": run.meta().base_model, "checkpoint": str(run.checkpoint)},
         "settings": {
             "scored": args.scored,
             "run": args.run,

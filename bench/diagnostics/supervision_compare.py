@@ -350,6 +350,7 @@ def main(argv=None) -> int:
     ap.add_argument("--md")
     args = ap.parse_args(argv)
 
+    started = dc.provenance("cpu", None, {"ref": args.ref})
     rows: dict[str, dict] = {}
     tokens = None
     ids = None
@@ -379,7 +380,7 @@ def main(argv=None) -> int:
         }
 
     result = {
-        "provenance": dc.provenance("cpu", None, {"ref": args.ref}),
+        "provenance": started,
         "examples": len(ids or []),
         "tokens": tokens,
         "rows": rows,
