@@ -42,7 +42,7 @@ WARM=${WARM:-$data/warm.jsonl}
 VAL=${VAL:-$data/val.jsonl}
 TRAIN=${TRAIN:-$data/train.jsonl}
 TEST=${TEST:-$data/test.jsonl}
-METHODS=${METHODS-"bridge one-pass independent importance random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
+METHODS=${METHODS-"bridge one-pass independent importance stratified random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
 CLOSE_ALL=${CLOSE_ALL:-0}
 mkdir -p "$out"
 start=$(date +%s)
@@ -66,6 +66,7 @@ for method in $METHODS; do
   case "$method" in
     bridge|one-pass|independent) close=1 ;;
     importance) close=0 ;;  # a weighted draw: closing it would drop the loss weights (close refuses)
+    stratified) close=0 ;;  # per-class budgets: closing onto whole units would undo them
     *) close=$CLOSE_ALL ;;
   esac
   if [ "$close" = 1 ]; then

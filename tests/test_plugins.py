@@ -27,7 +27,7 @@ BUILTINS = {
     "bridgecli.builtin.segmenters": ("register_segmenters", "segmenter",
                                      {"sentence", "math", "step", "list", "code"}),
     "bridgecli.builtin.scorers": ("register_scorers", "scorer", {"bridge", "atp", "exact"}),
-    "bridgecli.builtin.selectors": ("register_selectors", "selector", {"bridge", "one-pass", "independent", "importance"}),
+    "bridgecli.builtin.selectors": ("register_selectors", "selector", {"bridge", "one-pass", "independent", "importance", "stratified"}),
     "bridgecli.builtin.baselines": ("register_selectors", "selector",
                                     {"random", "rho1", "tokencleaning", "sstoken", "llmlingua1", "llmlingua2",
                                      "llm+tc", "tokenseek-approx"}),

@@ -26,7 +26,8 @@
 # exactly), importance (select --method importance: BRIDGE's prompt side, response tokens sampled with
 # probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
 # follows the seed), tilt (the same draw without the weights: biased toward the tilt), bridge-answer
-# (bridge with --protect-response answer, then close).
+# (bridge with --protect-response answer, then close), stratified (select --method stratified: a
+# response budget per token class, the best Delta_r within each; token level, not closed).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -326,6 +327,7 @@ for job in $GRID_JOBS; do
         importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
         tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                     --option "seed=$seed") ;;
+        stratified) args=(--method stratified --rho-p "$rho" --rho-r "$rho") ;;
       esac
       step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"
       final=$out/$sel/selected.bridge

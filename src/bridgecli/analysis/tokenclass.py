@@ -66,6 +66,18 @@ def classify_tokens(text: str, token_spans) -> list[str]:
     return out
 
 
+def response_strata(text: str, spans) -> list[str]:
+    """The class of every response token (``spans`` [k, 2] into ``text``, read on the response's own
+    text), with ``space/punct`` tokens holding a line break split off as ``newline``: the strata of
+    ``select --method stratified``."""
+    sub, shifted = region(text, spans)
+    classes = classify_tokens(sub, shifted)
+    return [
+        "newline" if cls == "space/punct" and "\n" in sub[s:e] else cls
+        for cls, (s, e) in zip(classes, shifted.tolist())
+    ]
+
+
 class Retention:
     """Per-class counts of a stream: tokens seen and tokens kept, for one side."""
 

@@ -7,7 +7,8 @@ import numpy as np
 from ..baselines.selector import Opt, convert_option
 from ..contracts import default_budgets
 from ..core.sampling import inclusion_probabilities, ipw_weights, systematic_sample
-from ..core.select import SelectionResult, select, surrogate_of
+from ..core.select import SelectionResult, alternate, select, surrogate_of
+from ..core.stratify import strata_of
 from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..hookspecs import Plan, hookimpl
@@ -135,11 +136,39 @@ class Importance(Schedule):
         )
 
 
+class Stratified(Schedule):
+    """BRIDGE's alternating schedule with a response budget per token class (docs/method.md,
+    "Stratified budget"): every response update keeps each class's share of b_r (answer, digits, math,
+    words, newline, other space/punct; shares in proportion to the class's tokens in the example, by
+    largest remainder), the best Delta_r within each. The classes keep the coverage of a uniform draw,
+    which BRIDGE's top-b loses (it keeps or drops whole token types), while a_j ranks within each."""
+
+    protects = False
+    surrogate = False
+
+    def __init__(self) -> None:
+        super().__init__("stratified")
+
+    def __call__(self, example: Example, b_p: int, b_r: int, options: dict) -> SelectionResult:
+        from ..analysis.tokenclass import response_strata
+
+        sur = surrogate_of(example)
+        spans = example.tokens.spans()[example.tokens.response_positions()]
+        _, strata = strata_of(response_strata(example.text, spans))
+        return alternate(sur, b_p, b_r, int(options.get("rounds", 4)), strata=strata)
+
+
 @hookimpl(trylast=True)
 def register_selectors(register):
     register("bridge", Schedule("bridge"), "alternating coupled selection, T rounds (-T)")
     register("one-pass", Schedule("one-pass"), "one alternating round (T = 1)")
     register("independent", Schedule("independent"), "each side ranked by its full-state score")
+    register(
+        "stratified",
+        Stratified(),
+        "BRIDGE's schedule with a response budget per token class (answer, digits, math, words, newline, "
+        "other), the best Delta_r within each (-T)",
+    )
     imp = Importance()
     register(
         "importance",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import FormatError
+from .stratify import top_b_stratified
 from .topk import top_b_forced
 
 if TYPE_CHECKING:
@@ -115,6 +116,7 @@ def alternate(
     rounds: int,
     forced_p: np.ndarray | None = None,
     forced_r: np.ndarray | None = None,
+    strata: np.ndarray | None = None,
 ) -> SelectionResult:
     """S_r(0) = Top_{b_r}(gamma); then ``rounds`` times: S_p = Top_{b_p} Delta_p(.|S_r),
     S_r = Top_{b_r} Delta_r(.|S_p). Each update maximises U_sur exactly over one side, so the
@@ -123,18 +125,28 @@ def alternate(
     ``forced_p`` / ``forced_r`` (indices into the eligible positions) are protected tokens: every
     update keeps them and fills the rest of the budget by the same ranking (they count against the
     budget; when they alone exceed it, the side holds exactly them). Each update is then the exact
-    maximiser of U_sur over the sets that contain them, so U_sur still never decreases."""
+    maximiser of U_sur over the sets that contain them, so U_sur still never decreases.
+
+    ``strata`` (a stratum index per response position) makes every response update keep each stratum's
+    share of b_r (:func:`~bridgecli.core.stratify.top_b_stratified`): the exact maximiser of U_sur over the
+    sets with those per-stratum sizes, so U_sur never decreases either (not with ``forced_r``)."""
     if rounds < 1:
         raise ValueError("the alternating schedule needs at least one round (T >= 1)")
+    if strata is not None and forced_r is not None and len(forced_r):
+        raise ValueError("protected response tokens and strata do not combine")
     beta, gamma = sur.beta, sur.gamma
-    s_r = top_b_forced(gamma, b_r, forced_r)
+    if strata is None:
+        pick_r = lambda scores: top_b_forced(scores, b_r, forced_r)  # noqa: E731
+    else:
+        pick_r = lambda scores: top_b_stratified(scores, strata, b_r)  # noqa: E731
+    s_r = pick_r(gamma)
     history: list[float] = []
     for done in range(1, rounds + 1):
         # Delta_p(. | S_r) and Delta_r(. | S_p): the very expressions of Surrogate.delta_p / delta_r
         s_p = top_b_forced(beta[s_r].sum(axis=0), b_p, forced_p)
         delta_r = gamma + beta[:, s_p].sum(axis=1)
         before = float(delta_r[s_r].sum())  # U_sur(s_p, s_r)
-        new_r = top_b_forced(delta_r, b_r, forced_r)
+        new_r = pick_r(delta_r)
         after = float(delta_r[new_r].sum())
         history += (before, after)
         if new_r.tobytes() == s_r.tobytes():
