@@ -50,6 +50,7 @@ from ..registry import Entry, get
 from ..runtime import ranks
 from ..runtime.ranks import Dist
 from ..runtime.resumable import ResumableOutput
+from ..runtime.precision import use_tf32
 from ..timings import mark
 from . import score_torchrun as torchrun
 from .common import now, step_record
@@ -80,8 +81,7 @@ def _load(opts: ScoreOptions, run: WarmupRun, device: str) -> tuple[ScoringCheck
     dtype = opts.dtype if opts.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
     if device.startswith("cuda"):
         compile_caches()
-        torch.backends.cuda.matmul.allow_tf32 = opts.tf32
-        torch.backends.cudnn.allow_tf32 = opts.tf32
+        use_tf32(device, opts.tf32)
     return load_scoring_checkpoint(run, dtype, device), dtype
 
 

@@ -103,6 +103,14 @@ class SFTConfig:
         "--bf16/--no-bf16",
         panel=EFFICIENCY_PANEL,
     )
+    #: TF32 for the float32 matmuls on a GPU (all of them with --no-bf16)
+    tf32: bool = option(
+        True,
+        "float32 on a GPU: TensorFloat-32 matmuls (float32 range, a 10-bit mantissa, several times faster); "
+        "--no-tf32 for IEEE float32.",
+        "--tf32/--no-tf32",
+        panel=EFFICIENCY_PANEL,
+    )
     #: padding-free packing (True), length bucketing (False), or packing where verified (None)
     packing: bool | None = option(
         None,
@@ -167,6 +175,7 @@ class SFTConfig:
 #: Settings that may change between a checkpoint and ``--resume``: they change how a step is cut
 #: into micro-batches or how often it is saved, not what the step computes.
 RESUMABLE_CHANGES = (
+    "tf32",
     "packing",
     "max_tokens_per_batch",
     "pack_length",

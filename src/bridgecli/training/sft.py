@@ -34,6 +34,7 @@ from ..artifacts.train_run import METRICS
 from ..errors import UsageError
 from ..io import atomic_dir
 from ..progress import note
+from ..runtime.precision import use_tf32
 from . import checkpoint
 from .batching import MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
 from .guard import check_finite
@@ -252,6 +253,7 @@ def fit(
     checkpoints there, ``resume`` continues from the latest complete checkpoint."""
     rows = [r for r in rows if r.supervised > 0]
     acc = accelerator or make_accelerator(device, bool(cfg.bf16) and str(device).startswith("cuda"))
+    use_tf32(str(device), cfg.tf32)
     world, rank, main = acc.num_processes, acc.process_index, acc.is_main_process
     if world > 1:
         device = acc.device
