@@ -1,4 +1,4 @@
-"""format/validate.py checks each record twice over: ``_fast_ok`` (all checks at once, few calls) and
+"""format/validate.py checks each record twice over: ``_fast_ok`` (validate_fast.py: all checks at once, few calls) and
 ``_check_each`` (one at a time, naming the first that fails). The fast one may only ever say yes to a
 record the slow one accepts, and must say yes to what the steps write (or it buys nothing)."""
 

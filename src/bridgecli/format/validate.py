@@ -32,32 +32,32 @@ What holds for every example (n_p prompt, n_r response positions, ``T = len(inpu
 - numbers: every value of ``scores`` and ``references`` within +-2^48 (``spec.MAX_QUANTITY``, which keeps
   whatever ``select`` computes from them inside float32's range), ``response_scores`` and ``u_sur`` within
   float32's range (``spec.MAX_RESULT``); NaN and infinities nowhere.
+
+The checks run twice over: :func:`~bridgecli.format.validate_fast._fast_ok` tries all of them at once,
+with few calls (the common case: they all hold); where it says no, :func:`_check_each` runs them one at a
+time, per part of the record, in the order above, and names the first that fails.
 """
 
 from __future__ import annotations
 
 import math
-import operator
-from bisect import bisect_right
 from typing import Any
 
 import numpy as np
 
 from ..errors import FormatError
-from .records import ALLOWED_DTYPES, Array, Example, Header
+from .records import ALLOWED_DTYPES, Array, Example, Header, Selection
 from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
-
-MAX_TOKEN_ID = 2**31 - 1
-FLOAT_DTYPES = ("float16", "float32", "float64")
-_REFERENCE_FIELDS = (
-    "prompt_loss",
-    "response_loss",
-    "response_attention",
-    "prompt_received",
-    "response_received",
-    "prompt_grad",
-    "response_grad",
+from .validate_fast import (
+    _REFERENCE_FIELDS,
+    MAX_TOKEN_ID,
+    _ascending,
+    _closure_ok,
+    _fast_ok,
+    _protected_units,
 )
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
 
 
 class _Bad(Exception):
@@ -153,10 +153,6 @@ def _positions(field: str, values: list[int], allowed: np.ndarray, side: str, al
         raise _Bad(field, "positions not in ascending order")
 
 
-def _ascending(values: list) -> bool:
-    return all(map(operator.lt, values, values[1:]))
-
-
 def _check(ex: Example, stage: str) -> None:
     try:
         if _fast_ok(ex, stage):
@@ -167,11 +163,29 @@ def _check(ex: Example, stage: str) -> None:
 
 
 def _check_each(ex: Example, stage: str) -> None:
-    """Every check, one at a time: raises :class:`_Bad` naming the first that fails."""
+    """Every check, one at a time, part by part: raises :class:`_Bad` naming the first that fails."""
     if not ex.id:
         raise _Bad("id", "empty")
     if ex.index < 0:
         raise _Bad("index", f"{ex.index} is negative")
+    t, kinds, prompt, resp = _check_tokens(ex)
+    n_p, n_r = len(prompt), len(resp)
+    need = STAGES.index(stage) if stage in STAGES else 0
+    for level, part in ((1, "scores"), (2, "selection"), (3, "closure")):
+        if need >= level and getattr(ex, part) is None:
+            raise _Bad(part, f"missing in a stream at stage '{stage}'")
+    if ex.scores is not None:
+        _check_scores(ex.scores, n_p, n_r)
+    if ex.selection is not None:
+        _check_selection(ex.selection, t, prompt, resp)
+    clo = ex.closure
+    if clo is not None and not _closure_ok(clo, t, ex.tokens.kinds, n_r, ex.selection):
+        _check_closure(clo, ex.selection, t, kinds, resp)  # names what is wrong
+    _check_references(ex, n_p, n_r)
+
+
+def _check_tokens(ex: Example) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """``tokens``: (T, the kinds, the prompt positions, the response positions)."""
     tok = ex.tokens
     t = len(tok.input_ids)
     if t == 0:
@@ -198,130 +212,125 @@ def _check_each(ex: Example, stage: str) -> None:
     spans = _ints("tokens.offsets", tok.offsets).reshape(-1, 2)
     if (spans[:, 0] < 0).any() or (spans[:, 0] > spans[:, 1]).any() or (spans[:, 1] > len(ex.text)).any():
         raise _Bad("tokens.offsets", f"a span outside [0, {len(ex.text)}] or ending before it starts")
+    return t, kinds, prompt, resp
+
+
+def _check_scores(s, n_p: int, n_r: int) -> None:
+    _array("scores.a", s.a, (n_r,), bound=MAX_QUANTITY)
+    _array("scores.c", s.c, (n_r,), bound=MAX_QUANTITY)
+    _array("scores.A", s.A, (n_r, n_p), bound=MAX_QUANTITY)
+    if s.loss is not None:
+        _array("scores.loss", s.loss, (n_r,), bound=MAX_QUANTITY)
+    if s.B is not None:
+        _array("scores.B", s.B, (n_r, n_p), bound=MAX_QUANTITY)
+
+
+def _check_selection(sel: Selection, t: int, prompt: np.ndarray, resp: np.ndarray) -> None:
     n_p, n_r = len(prompt), len(resp)
-
-    need = STAGES.index(stage) if stage in STAGES else 0
-    for level, part in ((1, "scores"), (2, "selection"), (3, "closure")):
-        if need >= level and getattr(ex, part) is None:
-            raise _Bad(part, f"missing in a stream at stage '{stage}'")
-
-    s = ex.scores
-    if s is not None:
-        _array("scores.a", s.a, (n_r,), bound=MAX_QUANTITY)
-        _array("scores.c", s.c, (n_r,), bound=MAX_QUANTITY)
-        _array("scores.A", s.A, (n_r, n_p), bound=MAX_QUANTITY)
-        if s.loss is not None:
-            _array("scores.loss", s.loss, (n_r,), bound=MAX_QUANTITY)
-        if s.B is not None:
-            _array("scores.B", s.B, (n_r, n_p), bound=MAX_QUANTITY)
-
-    sel = ex.selection
-    if sel is not None:
-        for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
-            if not 0 <= b <= t:
-                raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
-        # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
-        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
-        if len(sel.prompt_keep) != _kept(sel.b_p, sel.protected_prompt, n_p):
+    for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
+        if not 0 <= b <= t:
+            raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
+    # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
+    for side, keep, allowed, budget, protected in (
+        ("prompt", sel.prompt_keep, prompt, ("b_p", sel.b_p), sel.protected_prompt),
+        ("response", sel.response_keep, resp, ("b_r", sel.b_r), sel.protected_response),
+    ):
+        _positions(f"selection.{side}_keep", keep, allowed, side, set(allowed.tolist()))
+        if len(keep) != _kept(budget[1], protected, len(allowed)):
             raise _Bad(
-                "selection.prompt_keep",
-                f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} of {n_p} prompt tokens "
-                f"({len(sel.protected_prompt)} protected)",
+                f"selection.{side}_keep",
+                f"{len(keep)} positions for budget {budget[0]} = {budget[1]} of {len(allowed)} {side} tokens "
+                f"({len(protected)} protected)",
             )
-        _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
-        if len(sel.response_keep) != _kept(sel.b_r, sel.protected_response, n_r):
-            raise _Bad(
-                "selection.response_keep",
-                f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} of {n_r} response tokens "
-                f"({len(sel.protected_response)} protected)",
-            )
-        _array("selection.response_scores", sel.response_scores, (n_r,), bound=MAX_RESULT)
-        if sel.u_sur:
-            _bounded("selection.u_sur", sel.u_sur, MAX_RESULT)
-        if sel.protected_prompt:
-            _positions(
-                "selection.protected_prompt",
-                sel.protected_prompt,
-                np.asarray(sel.prompt_keep, dtype=np.int64),
-                "kept prompt",
-            )
-        if sel.protected_response:
-            _positions(
-                "selection.protected_response",
-                sel.protected_response,
-                np.asarray(sel.response_keep, dtype=np.int64),
-                "kept response",
-            )
-        for name, rho, kept, size in (
-            ("achieved_rho_p", sel.achieved_rho_p, len(sel.prompt_keep), n_p),
-            ("achieved_rho_r", sel.achieved_rho_r, len(sel.response_keep), n_r),
-        ):
-            if rho is None:
-                continue
-            if not 0.0 <= rho <= 1.0:
-                raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
-            if size == 0:
-                raise _Bad(f"selection.{name}", f"{rho} for a side without tokens (nil there)")
-            if not _rho_ok(rho, kept, size):
-                raise _Bad(f"selection.{name}", f"{rho} is not {kept} kept / {size} tokens")
-        if sel.response_weights is not None:
-            w = _array("selection.response_weights", sel.response_weights, (len(sel.response_keep),), bound=MAX_RESULT)
-            if (w <= 0).any():
-                raise _Bad("selection.response_weights", "holds a weight <= 0")
+    _array("selection.response_scores", sel.response_scores, (n_r,), bound=MAX_RESULT)
+    if sel.u_sur:
+        _bounded("selection.u_sur", sel.u_sur, MAX_RESULT)
+    for side, protected, keep in (
+        ("prompt", sel.protected_prompt, sel.prompt_keep),
+        ("response", sel.protected_response, sel.response_keep),
+    ):
+        if protected:
+            _positions(f"selection.protected_{side}", protected, np.asarray(keep, dtype=np.int64), f"kept {side}")
+    for name, rho, kept, size in (
+        ("achieved_rho_p", sel.achieved_rho_p, len(sel.prompt_keep), n_p),
+        ("achieved_rho_r", sel.achieved_rho_r, len(sel.response_keep), n_r),
+    ):
+        if rho is None:
+            continue
+        if not 0.0 <= rho <= 1.0:
+            raise _Bad(f"selection.{name}", f"{rho} outside [0, 1]")
+        if size == 0:
+            raise _Bad(f"selection.{name}", f"{rho} for a side without tokens (nil there)")
+        if not _rho_ok(rho, kept, size):
+            raise _Bad(f"selection.{name}", f"{rho} is not {kept} kept / {size} tokens")
+    if sel.response_weights is not None:
+        w = _array("selection.response_weights", sel.response_weights, (len(sel.response_keep),), bound=MAX_RESULT)
+        if (w <= 0).any():
+            raise _Bad("selection.response_weights", "holds a weight <= 0")
 
-    clo = ex.closure
-    if clo is not None and not _closure_ok(clo, t, tok.kinds, n_r, sel):  # the checks below name what is wrong
-        if not 0.0 <= clo.alpha <= 1.0:
-            raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
-        if len(clo.units) % 2:
-            raise _Bad("closure.units", f"odd length {len(clo.units)} (flattened [start, end) pairs)")
-        pairs = [(clo.units[i], clo.units[i + 1]) for i in range(0, len(clo.units), 2)]
-        last = 0
-        for k, (a, b) in enumerate(pairs):
-            if not (isinstance(a, int) and isinstance(b, int) and last <= a < b <= t):
-                raise _Bad(
-                    "closure.units",
-                    f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies outside the {t} tokens",
-                )
-            last = b
-        covered = np.zeros(t, dtype=bool)
-        for a, b in pairs:
-            covered[a:b] = True
-        outside = resp[~covered[resp]]
-        if len(outside):
-            raise _Bad("closure.units", f"response position {int(outside[0])} lies in no unit (they cover every one)")
-        if any(not isinstance(c, int) or not 0 <= c < len(pairs) for c in clo.chosen):
-            raise _Bad("closure.chosen", f"an index outside the {len(pairs)} units")
-        if len(set(clo.chosen)) != len(clo.chosen):
-            raise _Bad("closure.chosen", "holds a unit twice")
-        if len(set(clo.protected_units)) != len(clo.protected_units):
-            raise _Bad("closure.protected_units", "holds a unit twice")
-        if any(c not in set(clo.chosen) for c in clo.protected_units):
-            raise _Bad("closure.protected_units", "an index that is not a chosen unit")
-        expected_units = _protected_units([a for a, _ in pairs], sel)
-        if clo.protected_units != expected_units:
-            raise _Bad(
-                "closure.protected_units",
-                f"is not the units holding the selection's protected response tokens, ascending "
-                f"(expected {expected_units})",
-            )
-        mask = np.zeros(t, dtype=bool)
-        for c in clo.chosen:
-            a, b = pairs[c]
-            mask[a:b] = True
-        if clo.filled:
-            filled = _ints("closure.filled", clo.filled)
-            if (filled < 0).any() or (filled >= t).any() or (np.diff(filled) <= 0).any():
-                raise _Bad("closure.filled", "positions not ascending, repeated or outside the tokens")
-            if (kinds[filled] != RESPONSE).any() or mask[filled].any():
-                raise _Bad("closure.filled", "a position that is not a response token outside the chosen units")
-            mask[filled] = True
-        expected = np.flatnonzero(mask & (kinds == RESPONSE))
-        if not np.array_equal(_ints("closure.supervise", clo.supervise), expected):
-            raise _Bad(
-                "closure.supervise", "is not the response positions of the chosen units (and the filled ones), in order"
-            )
 
+def _check_closure(clo, sel: Selection | None, t: int, kinds: np.ndarray, resp: np.ndarray) -> None:
+    """The closure's checks one at a time (after :func:`_closure_ok` found one that fails)."""
+    if not 0.0 <= clo.alpha <= 1.0:
+        raise _Bad("closure.alpha", f"{clo.alpha} outside [0, 1]")
+    pairs = _units(clo.units, t, resp)
+    if any(not isinstance(c, int) or not 0 <= c < len(pairs) for c in clo.chosen):
+        raise _Bad("closure.chosen", f"an index outside the {len(pairs)} units")
+    if len(set(clo.chosen)) != len(clo.chosen):
+        raise _Bad("closure.chosen", "holds a unit twice")
+    if len(set(clo.protected_units)) != len(clo.protected_units):
+        raise _Bad("closure.protected_units", "holds a unit twice")
+    if any(c not in set(clo.chosen) for c in clo.protected_units):
+        raise _Bad("closure.protected_units", "an index that is not a chosen unit")
+    expected_units = _protected_units([a for a, _ in pairs], sel)
+    if clo.protected_units != expected_units:
+        raise _Bad(
+            "closure.protected_units",
+            f"is not the units holding the selection's protected response tokens, ascending "
+            f"(expected {expected_units})",
+        )
+    mask = np.zeros(t, dtype=bool)
+    for c in clo.chosen:
+        a, b = pairs[c]
+        mask[a:b] = True
+    if clo.filled:
+        filled = _ints("closure.filled", clo.filled)
+        if (filled < 0).any() or (filled >= t).any() or (np.diff(filled) <= 0).any():
+            raise _Bad("closure.filled", "positions not ascending, repeated or outside the tokens")
+        if (kinds[filled] != RESPONSE).any() or mask[filled].any():
+            raise _Bad("closure.filled", "a position that is not a response token outside the chosen units")
+        mask[filled] = True
+    expected = np.flatnonzero(mask & (kinds == RESPONSE))
+    if not np.array_equal(_ints("closure.supervise", clo.supervise), expected):
+        raise _Bad(
+            "closure.supervise", "is not the response positions of the chosen units (and the filled ones), in order"
+        )
+
+
+def _units(units: list, t: int, resp: np.ndarray) -> list[tuple[int, int]]:
+    """``closure.units`` as ``[start, end)`` pairs: ascending, disjoint, within the ``t`` tokens, covering every
+    response position."""
+    if len(units) % 2:
+        raise _Bad("closure.units", f"odd length {len(units)} (flattened [start, end) pairs)")
+    pairs = [(units[i], units[i + 1]) for i in range(0, len(units), 2)]
+    last = 0
+    for k, (a, b) in enumerate(pairs):
+        if not (isinstance(a, int) and isinstance(b, int) and last <= a < b <= t):
+            raise _Bad(
+                "closure.units",
+                f"unit {k} [{a}, {b}) is empty, overlaps the one before, or lies outside the {t} tokens",
+            )
+        last = b
+    covered = np.zeros(t, dtype=bool)
+    for a, b in pairs:
+        covered[a:b] = True
+    outside = resp[~covered[resp]]
+    if len(outside):
+        raise _Bad("closure.units", f"response position {int(outside[0])} lies in no unit (they cover every one)")
+    return pairs
+
+
+def _check_references(ex: Example, n_p: int, n_r: int) -> None:
     for model, ref in ex.references.items():
         for name in _REFERENCE_FIELDS:
             arr = getattr(ref, name)
@@ -339,217 +348,6 @@ def _kept(budget: int, protected: list, size: int) -> int:
 def _rho_ok(rho: float, kept: int, size: int) -> bool:
     """``rho`` is ``kept / size`` up to rounding (``size`` >= 1): the nearest multiple of 1/size is kept's."""
     return abs(rho * size - kept) < 0.5
-
-
-def _protected_units(starts: list[int], sel) -> list[int]:
-    """The ascending indices of the units (ascending ``starts``) that hold a protected response token of
-    ``sel`` (none without a selection); every response position lies in a unit (checked before)."""
-    if sel is None or not sel.protected_response:
-        return []
-    return sorted({bisect_right(starts, p) - 1 for p in sel.protected_response})
-
-
-def _closure_ok(clo, t: int, kinds: bytes, n_r: int, sel) -> bool:
-    """The closure checks of :func:`_check` at once, on Python ints (True: all hold); on False the caller
-    runs the step-by-step checks, which say which one fails. ``n_r`` >= 1 response tokens; ``sel`` the
-    example's selection (checked) or None."""
-    if not 0.0 <= clo.alpha <= 1.0 or len(clo.units) % 2:
-        return False
-    if not set(map(type, clo.units)) <= {int} or not set(map(type, clo.chosen)) <= {int}:
-        return False
-    starts, ends = clo.units[0::2], clo.units[1::2]
-    # 0 <= start < end <= next start ... <= t: non-empty, ascending, disjoint, within the tokens
-    if starts and (
-        starts[0] < 0
-        or ends[-1] > t
-        or not all(map(operator.lt, starts, ends))
-        or not all(map(operator.le, ends, starts[1:]))
-    ):
-        return False
-    # every response position inside a unit: none before the first, after the last or in a gap between two
-    if not starts or kinds.find(RESPONSE) < starts[0] or kinds.rfind(RESPONSE) >= ends[-1]:
-        return False
-    if ends[:-1] != starts[1:] and any(kinds.count(RESPONSE, e, s) for e, s in zip(ends, starts[1:])):
-        return False
-    chosen = clo.chosen
-    if chosen and not _ascending_within(chosen, len(starts)):  # close writes them ascending
-        if min(chosen) < 0 or max(chosen) >= len(starts) or len(set(chosen)) != len(chosen):
-            return False
-        chosen = sorted(chosen)
-    protected = clo.protected_units
-    if (protected or (sel is not None and sel.protected_response)) and (
-        protected != _protected_units(starts, sel) or not set(protected) <= set(chosen)
-    ):
-        return False
-    # the units are ascending and disjoint: their positions in unit order are ascending
-    expected: list[int] = []
-    for c in chosen:
-        expected += range(starts[c], ends[c])
-    if expected and _pick(kinds, expected).count(RESPONSE) != len(expected):  # close's units: response only
-        expected = [i for i in expected if kinds[i] == RESPONSE]
-    filled = clo.filled
-    if filled:  # (1.3) close --fill: ascending response positions outside the chosen units
-        if not set(map(type, filled)) <= {int} or not _ascending_within(filled, t):
-            return False
-        if _pick(kinds, filled).count(RESPONSE) != len(filled) or not set(filled).isdisjoint(expected):
-            return False
-        expected = sorted(expected + filled)
-    return isinstance(clo.supervise, list) and expected == clo.supervise
-
-
-def _ascending_within(values: list, size: int) -> bool:
-    """``values`` (non-empty) strictly ascending within ``[0, size)``: distinct positions."""
-    return values[0] >= 0 and values[-1] < size and all(map(operator.lt, values, values[1:]))
-
-
-def _pick(values, at: list[int]) -> tuple:
-    """``tuple(values[i] for i in at)`` (``at`` non-empty), in one call."""
-    return operator.itemgetter(*at)(values) if len(at) > 1 else (values[at[0]],)
-
-
-# -- the same checks at once, for the common case where they all hold ------------------------------------
-
-#: per float dtype, the unsigned integer of its width and the mask that drops the sign bit. Without their
-#: sign bit, IEEE floats order as their bit patterns do, as unsigned integers, with the infinities and NaN
-#: above every finite value: ``|x| <= bound`` exactly when the pattern is at most the bound's.
-_UINT: dict[str, tuple[np.dtype, int]] = {
-    "float16": (np.dtype("<u2"), 0x7FFF),
-    "float32": (np.dtype("<u4"), 0x7FFFFFFF),
-    "float64": (np.dtype("<u8"), 0x7FFFFFFFFFFFFFFF),
-}
-
-
-def _pattern(dtype: str, bound: float) -> int:
-    """The bit pattern of the largest value of ``dtype`` within ``bound`` (the dtype's largest finite one when
-    the bound lies beyond it)."""
-    uint, _ = _UINT[dtype]
-    value = min(bound, float(np.finfo(dtype).max))
-    return int(np.array([value], dtype=np.dtype(dtype).newbyteorder("<")).view(uint)[0])
-
-
-_LIMIT = {(dtype, bound): _pattern(dtype, bound) for dtype in _UINT for bound in (MAX_QUANTITY, MAX_RESULT)}
-_KIND_BYTES = bytes(range(EOS + 1))
-
-
-def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
-    """Every ``(array, shape, bound)`` of ``arrays`` a float Array of ``shape`` whose bytes fill it, with every
-    value within ``[-bound, bound]`` (no NaN, no infinity), and every value of ``floats`` within
-    ``MAX_RESULT``. Per dtype, one numpy pass over the bytes of all its arrays gives the largest magnitude's
-    bit pattern; only when it lies beyond the smallest of their bounds are the arrays of each bound looked at
-    on their own."""
-    data: dict[str, tuple[list[bytes], list[float]]] = {}
-    for arr, shape, bound in arrays:
-        if type(arr) is not Array or arr.shape != shape:
-            return False
-        width = _UINT.get(arr.dtype)
-        if width is None or len(arr.data) != math.prod(shape) * width[0].itemsize:
-            return False
-        entry = data.get(arr.dtype)
-        if entry is None:
-            data[arr.dtype] = ([arr.data], [bound])
-        else:
-            entry[0].append(arr.data)
-            entry[1].append(bound)
-    # Python floats: a finite sum has no NaN and no infinity in it (values within the bound never overflow it)
-    if floats and not (math.isfinite(sum(floats)) and -MAX_RESULT <= min(floats) and max(floats) <= MAX_RESULT):
-        return False
-    for dtype, (chunks, bounds) in data.items():
-        uint, mask = _UINT[dtype]
-        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        if not raw:
-            continue
-        patterns = np.frombuffer(raw, dtype=uint) & mask
-        if int(patterns.max()) <= _LIMIT[dtype, min(bounds)]:
-            continue
-        at = 0
-        for bound, chunk in zip(bounds, chunks):
-            size = len(chunk) // uint.itemsize
-            if size and int(patterns[at : at + size].max()) > _LIMIT[dtype, bound]:
-                return False
-            at += size
-    return True
-
-
-def _on_side(values: list, kinds: bytes, kind: int) -> bool:
-    """``values`` are ascending positions whose kind is ``kind``."""
-    if not values:
-        return True
-    return _ascending_within(values, len(kinds)) and _pick(kinds, values).count(kind) == len(values)
-
-
-def _fast_ok(ex: Example, stage: str) -> bool:
-    """True when every check of :func:`_check_each` holds, found with few Python and numpy calls; False
-    when one may fail (then :func:`_check_each` runs, and names it). Never True for a record that
-    :func:`_check_each` refuses: the tests check this on every kind of broken record."""
-    if not ex.id or ex.index < 0:
-        return False
-    tok = ex.tokens
-    ids, kinds, offsets = tok.input_ids, tok.kinds, tok.offsets
-    t = len(ids)
-    if t == 0 or len(kinds) != t or len(offsets) != 2 * t or min(ids) < 0 or max(ids) > MAX_TOKEN_ID:
-        return False
-    if kinds.translate(None, _KIND_BYTES) or kinds.count(EOS) != 1 or kinds.rfind(RESPONSE) > kinds.find(EOS):
-        return False
-    starts, ends = offsets[0::2], offsets[1::2]
-    if min(starts) < 0 or max(ends) > len(ex.text) or not all(map(operator.le, starts, ends)):
-        return False
-    n_p, n_r = kinds.count(PROMPT), kinds.count(RESPONSE)
-    if n_r == 0:
-        return False
-    need = STAGES.index(stage) if stage in STAGES else 0
-    if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
-        return False
-
-    # (array, shape, bound) of every float array: checked together at the end
-    arrays: list[tuple[Array, list[int], float]] = []
-    s = ex.scores
-    if s is not None:
-        arrays += ((s.a, [n_r], MAX_QUANTITY), (s.c, [n_r], MAX_QUANTITY), (s.A, [n_r, n_p], MAX_QUANTITY))
-        if s.loss is not None:
-            arrays.append((s.loss, [n_r], MAX_QUANTITY))
-        if s.B is not None:
-            arrays.append((s.B, [n_r, n_p], MAX_QUANTITY))
-
-    sel = ex.selection
-    u_sur = None
-    if sel is not None:
-        if not (0 <= sel.b_p <= t and 0 <= sel.b_r <= t):
-            return False
-        keep_p, keep_r = sel.prompt_keep, sel.response_keep
-        protected_p, protected_r = sel.protected_prompt, sel.protected_response
-        # as _kept: the budget, or the protected tokens where they alone exceed it, at most the side's size
-        if len(keep_p) != min(max(sel.b_p, len(protected_p)), n_p) or len(keep_r) != min(
-            max(sel.b_r, len(protected_r)), n_r
-        ):
-            return False
-        if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
-            return False
-        arrays.append((sel.response_scores, [n_r], MAX_RESULT))
-        u_sur = sel.u_sur
-        if protected_p and not (_ascending(protected_p) and set(protected_p) <= set(keep_p)):
-            return False
-        if protected_r and not (_ascending(protected_r) and set(protected_r) <= set(keep_r)):
-            return False
-        # as _rho_ok: kept / size up to rounding, nil for an empty side
-        rho = sel.achieved_rho_p
-        if rho is not None and not (n_p and 0.0 <= rho <= 1.0 and abs(rho * n_p - len(keep_p)) < 0.5):
-            return False
-        rho = sel.achieved_rho_r
-        if rho is not None and not (0.0 <= rho <= 1.0 and abs(rho * n_r - len(keep_r)) < 0.5):
-            return False
-        if sel.response_weights is not None:  # (1.3) bounded (with the others below) and > 0
-            arrays.append((sel.response_weights, [len(keep_r)], MAX_RESULT))
-            if not (sel.response_weights.numpy("float64") > 0).all():
-                return False
-
-    if ex.closure is not None and not _closure_ok(ex.closure, t, kinds, n_r, sel):
-        return False
-    for ref in ex.references.values():
-        for name in _REFERENCE_FIELDS:
-            arr = getattr(ref, name)
-            if arr is not None:
-                arrays.append((arr, [n_p if name.startswith("prompt") else n_r], MAX_QUANTITY))
-    return _all_bounded(arrays, u_sur)
 
 
 class Validator:

@@ -309,99 +309,133 @@ def long_rows_warning(stats: CompactStats) -> str | None:
 
 def run_compact(opts: CompactOptions) -> CompactStats:
     check(opts)
+    _check_format(opts)
+    stats = CompactStats()
+    with open_reader(opts.inp) as reader:
+        header = _open_stream(reader, stats)
+        one = functools.partial(
+            _compact_one, opts=opts, file=reader.name, fingerprint=header.model.tokenizer_fingerprint or ""
+        )
+        with contextlib.ExitStack() as stack:
+            sink = _open_sink(stack, opts)
+            _tally(stats, _results(reader, one, opts.workers), sink)
+            if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
+                raise _empty_error(stats, reader.name)
+    _report(stats, opts.format)
+    if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
+        _write_meta(opts.out, opts, header, stats)
+    return stats
+
+
+def _check_format(opts: CompactOptions) -> None:
+    """Refuse what ``--format`` cannot do, before anything is read."""
     if opts.format == "text" and opts.columns != DEFAULT_LAYOUT:
         raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
     if opts.format in ("parquet", "hf") and is_stdio(opts.out):
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
-    stats = CompactStats()
-    with open_reader(opts.inp) as reader:
-        require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")
-        header = reader.header
-        if header.stage == "selection":
-            note("no closure step in this stream: supervising the token-level selection")
-        fingerprint = header.model.tokenizer_fingerprint or ""
-        limit = row_limit(header)
-        if limit is not None:
-            stats.limit, stats.limit_source = limit
-        # jsonl lines are encoded where the row is made (in the workers with --workers)
-        encoded = opts.format in ("jsonl", "text")
 
-        def one(ex: Example) -> tuple:
-            """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
-            weighted)"""
-            supervise = supervision_of(ex)
-            sel = selection_of(ex)
-            row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
-            if not supervise:
-                return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
-            if sel.response_weights is not None:
-                if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
-                    raise UsageError(
-                        f"this selection carries per-token loss weights ('{sel.method}'), which only "
-                        f"--format jsonl --columns {WEIGHTED} rows hold (bridge train applies them)",
-                        file=reader.name,
-                        record=ex.index,
-                    )
-                weights = dict(zip(sel.response_keep, (float(f"{w:.6g}") for w in sel.response_weights.numpy())))
-                row = weighted_row(row, ex.tokens, sel.prompt_keep, weights)
-            output: str | dict
-            if opts.format == "text":
-                output = render_text(ex, row, supervise) + "\n"
-            else:
-                columns = columns_of(row, opts.columns, fingerprint)
-                output = _jsonl(columns, row=True) if encoded else columns
-            return (
-                ex.id,
-                None,
-                len(ex.tokens.input_ids),
-                ex.tokens.kinds.count(RESPONSE),
-                len(row.input_ids),
-                len(supervise),
-                output,
-                row.weights is not None,
+
+def _open_stream(reader, stats: CompactStats):
+    """The stream's header, once it is known to hold a selection; the row limit noted in ``stats``."""
+    require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")
+    header = reader.header
+    if header.stage == "selection":
+        note("no closure step in this stream: supervising the token-level selection")
+    limit = row_limit(header)
+    if limit is not None:
+        stats.limit, stats.limit_source = limit
+    return header
+
+
+def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: str) -> tuple:
+    """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
+    weighted) of one example; jsonl lines are encoded here (in the workers with --workers)."""
+    supervise = supervision_of(ex)
+    sel = selection_of(ex)
+    row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
+    if not supervise:
+        return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
+    if sel.response_weights is not None:
+        if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
+            raise UsageError(
+                f"this selection carries per-token loss weights ('{sel.method}'), which only "
+                f"--format jsonl --columns {WEIGHTED} rows hold (bridge train applies them)",
+                file=file,
+                record=ex.index,
             )
+        weights = dict(zip(sel.response_keep, (float(f"{w:.6g}") for w in sel.response_weights.numpy())))
+        row = weighted_row(row, ex.tokens, sel.prompt_keep, weights)
+    output: str | dict
+    if opts.format == "text":
+        output = render_text(ex, row, supervise) + "\n"
+    else:
+        columns = columns_of(row, opts.columns, fingerprint)
+        output = _jsonl(columns, row=True) if opts.format == "jsonl" else columns
+    return (
+        ex.id,
+        None,
+        len(ex.tokens.input_ids),
+        ex.tokens.kinds.count(RESPONSE),
+        len(row.input_ids),
+        len(supervise),
+        output,
+        row.weights is not None,
+    )
 
-        with contextlib.ExitStack() as stack:
-            if opts.format == "text":
-                sink = stack.enter_context(open_text_output(opts.out)).write
-            else:
-                sink = stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=encoded))
-            if opts.workers > 1:
-                from ..runtime.workers import run_pool, validator_of
 
-                results = (
-                    r for _, batch in run_pool(reader, validator_of(reader), one, list, opts.workers) for r in batch
-                )
-            else:
-                results = (one(ex) for ex in reader)
-            for id_, reason, before, response, after, supervised, output, weighted in results:
-                stats.read += 1
-                stats.weighted += weighted
-                if reason is not None:
-                    stats.dropped.append(id_)
-                    stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
-                    continue
-                stats.rows += 1
-                stats.tokens_before += before
-                stats.response_tokens += response
-                stats.tokens_after += after
-                stats.supervised += supervised
-                if after > stats.longest[0]:
-                    stats.longest = (after, id_)
-                if stats.limit is not None and after > stats.limit:
-                    stats.too_long += 1
-                sink(output)
-            if stats.rows == 0 and not opts.allow_empty:  # raised inside: no output file is left
-                what = (
-                    f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
-                    if stats.read
-                    else "the stream holds no example"
-                )
-                raise EmptyResultError(
-                    f"no training row to write; {what}",
-                    file=reader.name,
-                    hint="pass --allow-empty to write an empty file anyway",
-                )
+def _open_sink(stack: contextlib.ExitStack, opts: CompactOptions) -> Callable:
+    """The function taking each output of :func:`_compact_one`, its file (or folder) held by ``stack``."""
+    if opts.format == "text":
+        return stack.enter_context(open_text_output(opts.out)).write
+    return stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=opts.format == "jsonl"))
+
+
+def _results(reader, one: Callable[[Example], tuple], workers: int) -> Iterator[tuple]:
+    """``one`` of each example of ``reader``, in order (on ``workers`` processes when more than one)."""
+    if workers > 1:
+        from ..runtime.workers import run_pool, validator_of
+
+        return (r for _, batch in run_pool(reader, validator_of(reader), one, list, workers) for r in batch)
+    return (one(ex) for ex in reader)
+
+
+def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> None:
+    """Count each result in ``stats`` and write the output of each row kept to ``sink``."""
+    for id_, reason, before, response, after, supervised, output, weighted in results:
+        stats.read += 1
+        stats.weighted += weighted
+        if reason is not None:
+            stats.dropped.append(id_)
+            stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
+            continue
+        stats.rows += 1
+        stats.tokens_before += before
+        stats.response_tokens += response
+        stats.tokens_after += after
+        stats.supervised += supervised
+        if after > stats.longest[0]:
+            stats.longest = (after, id_)
+        if stats.limit is not None and after > stats.limit:
+            stats.too_long += 1
+        sink(output)
+
+
+def _empty_error(stats: CompactStats, file: str) -> EmptyResultError:
+    """The error of a run that has no training row to write."""
+    what = (
+        f"all {stats.read} rows have no supervised response token: {explain_drops(stats)}"
+        if stats.read
+        else "the stream holds no example"
+    )
+    return EmptyResultError(
+        f"no training row to write; {what}",
+        file=file,
+        hint="pass --allow-empty to write an empty file anyway",
+    )
+
+
+def _report(stats: CompactStats, fmt: str) -> None:
+    """The notes after the run: dropped rows, weighted rows, rows too long to train on, the totals."""
     if stats.dropped:
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
         most = len(stats.dropped) * 2 > stats.read
@@ -410,7 +444,7 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
             f"({shown}): {explain_drops(stats)}"
         )
-    if stats.weighted and opts.format != "text":
+    if stats.weighted and fmt != "text":
         note(
             f"{stats.weighted} rows carry loss_weights (an importance-sampled selection): bridge train applies "
             "them; TRL, axolotl and torchtune ignore the column"
@@ -424,22 +458,24 @@ def run_compact(opts: CompactOptions) -> CompactStats:
             f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
             f"{stats.response_tokens} response tokens"
         )
-    if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
-        write_rows_meta(
-            opts.out,
-            RowsMeta(
-                created=now(),
-                format=opts.format,
-                columns=list(LAYOUTS[opts.columns].columns),
-                model=header.model.source,
-                model_fingerprint=header.model.fingerprint,
-                tokenizer_fingerprint=header.model.tokenizer_fingerprint,
-                steps=[StepParams(s.step, s.params) for s in header.steps],
-                rows=stats.rows,
-                dropped=stats.dropped,
-                tokens_executed=stats.tokens_after,
-                tokens_original=stats.tokens_before,
-                supervised=stats.supervised,
-            ),
-        )
-    return stats
+
+
+def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> None:
+    """The rows' sidecar (:mod:`bridgecli.artifacts.rows_meta`) next to the rows written to ``out``."""
+    write_rows_meta(
+        out,
+        RowsMeta(
+            created=now(),
+            format=opts.format,
+            columns=list(LAYOUTS[opts.columns].columns),
+            model=header.model.source,
+            model_fingerprint=header.model.fingerprint,
+            tokenizer_fingerprint=header.model.tokenizer_fingerprint,
+            steps=[StepParams(s.step, s.params) for s in header.steps],
+            rows=stats.rows,
+            dropped=stats.dropped,
+            tokens_executed=stats.tokens_after,
+            tokens_original=stats.tokens_before,
+            supervised=stats.supervised,
+        ),
+    )

@@ -2,54 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..format.reader import open_reader
+from ..format.records import Example
 
 
 def summarize(path: str | None) -> dict:
+    """What ``bridge inspect`` prints of the stream at ``path``: its header and totals over its examples."""
+    totals = _Totals()
     with open_reader(path) as reader:
-        h = reader.header
-        n = 0
-        tokens = prompt = resp = 0
-        kept_p = kept_r = closure_sup = 0
-        budget_p = budget_r = 0
-        protected_p = protected_r = 0
-        gains, unit_sizes, chosen_units = [], [], 0
-        a_sum, a_pos, a_count = 0.0, 0, 0
-        methods: set[str] = set()
-        references: dict[str, int] = {}
         for ex in reader:
-            n += 1
-            tokens += len(ex.tokens.input_ids)
-            m, r = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
-            prompt += m
-            resp += r
-            if ex.scores is not None:
-                a = ex.scores.a.numpy()
-                a_sum += float(a.sum())
-                a_pos += int((a > 0).sum())
-                a_count += a.size
-            for ref_name in ex.references:
-                references[ref_name] = references.get(ref_name, 0) + 1
-            if ex.selection is not None:
-                methods.add(ex.selection.method)
-                kept_p += len(ex.selection.prompt_keep)
-                kept_r += len(ex.selection.response_keep)
-                budget_p += ex.selection.b_p
-                budget_r += ex.selection.b_r
-                protected_p += len(ex.selection.protected_prompt)
-                protected_r += len(ex.selection.protected_response)
-                if len(ex.selection.u_sur) > 1:
-                    gains.append(ex.selection.u_sur[-1] - ex.selection.u_sur[0])
-            if ex.closure is not None:
-                closure_sup += len(ex.closure.supervise)
-                u = np.asarray(ex.closure.units, dtype=np.int64).reshape(-1, 2)
-                unit_sizes += (u[:, 1] - u[:, 0]).tolist()
-                chosen_units += len(ex.closure.chosen)
-    out: dict[str, Any] = {
+            totals.add(ex)
+    out: dict[str, Any] = {**_header_summary(reader), **totals.counts()}
+    for part, summary in (
+        ("scores", totals.scores()),
+        ("selection", totals.selection()),
+        ("references", totals.references or None),  # name -> examples carrying it (bridge reference)
+        ("closure", totals.closure()),
+    ):
+        if summary is not None:
+            out[part] = summary
+    return out
+
+
+def _header_summary(reader) -> dict[str, Any]:
+    """The stream's format and header, as ``bridge inspect`` shows them."""
+    h = reader.header
+    return {
         "file": reader.name,
         "format": f"{reader.version[0]}.{reader.version[1]}",
         "stage": h.stage,
@@ -63,37 +46,103 @@ def summarize(path: str | None) -> dict:
             "chat_template": h.model.chat_template,
         },
         "steps": [{"step": s.step, "producer": s.producer, "time": s.time, "params": s.params} for s in h.steps],
-        "examples": n,
-        "tokens": tokens,
-        "eligible_prompt_tokens": prompt,
-        "eligible_response_tokens": resp,
     }
-    if a_count:
-        out["scores"] = {"mean_a": a_sum / a_count, "positive_a_fraction": a_pos / a_count}
-    if budget_p or budget_r:
-        out["selection"] = {
+
+
+@dataclass
+class _Totals:
+    """Sums over a stream's examples, each part of the records counted where it is present."""
+
+    n: int = 0
+    tokens: int = 0
+    prompt: int = 0
+    resp: int = 0
+    a_sum: float = 0.0
+    a_pos: int = 0
+    a_count: int = 0
+    references: dict[str, int] = field(default_factory=dict)
+    methods: set[str] = field(default_factory=set)
+    kept_p: int = 0
+    kept_r: int = 0
+    budget_p: int = 0
+    budget_r: int = 0
+    protected_p: int = 0
+    protected_r: int = 0
+    gains: list[float] = field(default_factory=list)
+    closure_sup: int = 0
+    unit_sizes: list[int] = field(default_factory=list)
+    chosen_units: int = 0
+
+    def add(self, ex: Example) -> None:
+        self.n += 1
+        self.tokens += len(ex.tokens.input_ids)
+        self.prompt += len(ex.tokens.prompt_positions())
+        self.resp += len(ex.tokens.response_positions())
+        if ex.scores is not None:
+            a = ex.scores.a.numpy()
+            self.a_sum += float(a.sum())
+            self.a_pos += int((a > 0).sum())
+            self.a_count += a.size
+        for ref_name in ex.references:
+            self.references[ref_name] = self.references.get(ref_name, 0) + 1
+        sel = ex.selection
+        if sel is not None:
+            self.methods.add(sel.method)
+            self.kept_p += len(sel.prompt_keep)
+            self.kept_r += len(sel.response_keep)
+            self.budget_p += sel.b_p
+            self.budget_r += sel.b_r
+            self.protected_p += len(sel.protected_prompt)
+            self.protected_r += len(sel.protected_response)
+            if len(sel.u_sur) > 1:
+                self.gains.append(sel.u_sur[-1] - sel.u_sur[0])
+        if ex.closure is not None:
+            self.closure_sup += len(ex.closure.supervise)
+            u = np.asarray(ex.closure.units, dtype=np.int64).reshape(-1, 2)
+            self.unit_sizes += (u[:, 1] - u[:, 0]).tolist()
+            self.chosen_units += len(ex.closure.chosen)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "examples": self.n,
+            "tokens": self.tokens,
+            "eligible_prompt_tokens": self.prompt,
+            "eligible_response_tokens": self.resp,
+        }
+
+    def scores(self) -> dict | None:
+        if not self.a_count:
+            return None
+        return {"mean_a": self.a_sum / self.a_count, "positive_a_fraction": self.a_pos / self.a_count}
+
+    def selection(self) -> dict | None:
+        if not (self.budget_p or self.budget_r):
+            return None
+        kept_p, kept_r, prompt, resp = self.kept_p, self.kept_r, self.prompt, self.resp
+        out: dict[str, Any] = {
             "prompt_kept": kept_p,
             "response_kept": kept_r,
             "achieved_rho_p": kept_p / prompt if prompt else None,
             "achieved_rho_r": kept_r / resp if resp else None,
-            "method": ", ".join(sorted(methods)),
-            "budget_p": budget_p,
-            "budget_r": budget_r,
+            "method": ", ".join(sorted(self.methods)),
+            "budget_p": self.budget_p,
+            "budget_r": self.budget_r,
             "retained": kept_p + kept_r,
             "retained_fraction": (kept_p + kept_r) / (prompt + resp) if prompt + resp else None,
-            "mean_u_sur_gain": float(np.mean(gains)) if gains else None,
+            "mean_u_sur_gain": float(np.mean(self.gains)) if self.gains else None,
         }
-        if protected_p or protected_r:  # select --protect-prompt / --protect-response (format 1.2)
-            out["selection"]["protected_prompt"] = protected_p
-            out["selection"]["protected_response"] = protected_r
-    if references:
-        out["references"] = references  # name -> examples carrying it (bridge reference)
-    if unit_sizes:
-        out["closure"] = {
-            "supervised": closure_sup,
-            "supervised_fraction": closure_sup / resp if resp else None,
-            "units": len(unit_sizes),
-            "chosen_units": chosen_units,
-            "mean_unit_tokens": float(np.mean(unit_sizes)),
+        if self.protected_p or self.protected_r:  # select --protect-prompt / --protect-response (format 1.2)
+            out["protected_prompt"] = self.protected_p
+            out["protected_response"] = self.protected_r
+        return out
+
+    def closure(self) -> dict | None:
+        if not self.unit_sizes:
+            return None
+        return {
+            "supervised": self.closure_sup,
+            "supervised_fraction": self.closure_sup / self.resp if self.resp else None,
+            "units": len(self.unit_sizes),
+            "chosen_units": self.chosen_units,
+            "mean_unit_tokens": float(np.mean(self.unit_sizes)),
         }
-    return out

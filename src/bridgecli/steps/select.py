@@ -150,68 +150,29 @@ def _finders(opts: "SelectOptions") -> tuple[list, list]:
 
 def run_select(opts: SelectOptions) -> int:
     from ..runtime import params as checks
-    from .global_budget import MODES
 
     checks.check(opts)
-
-    if opts.budget != "example" and opts.budget not in MODES:
-        raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
-    entry = get("selector", opts.method)
-    selector = as_selector(entry.obj, opts.method)
-    if opts.budget != "example" and not selector.surrogate:
-        raise UsageError(
-            f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
-            f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)"
-        )
+    entry, selector = _selector_of(opts)
     options = selector.parse({**opts.options, "rounds": opts.rounds})  # once, before reading anything
-    params = {
-        "method": opts.method,
-        "rho_p": opts.rho_p,
-        "rho_r": opts.rho_r,
-        "rounds": opts.rounds,
-        "plugin": entry.plugin,
-    }
-    if opts.options:
-        params["options"] = dict(opts.options)
     protect = _finders(opts)
-    if opts.protect_prompt or opts.protect_response:
-        if not selector.protects:
-            raise UsageError(
-                f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
-                f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
-                f"declare `protects`"
-            )
-        params["protect_prompt"] = list(opts.protect_prompt)
-        params["protect_response"] = list(opts.protect_response)
+    params = _step_params(opts, entry.plugin, selector)
 
-    over = [0]  # examples whose protected tokens alone exceed a budget
-    plan: Plan | None = None  # the budgets from a first pass: the selector's own, or --budget global
-
-    def over_budget(new: Example) -> int:
-        sel = selection_of(new)
-        return int(len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r)
-
-    def fn(ex: Example, header: Header) -> Example:
-        new = select_example(ex, selector, opts.method, opts.rho_p, opts.rho_r, options, protect, plan)
-        if opts.workers == 1:
-            over[0] += over_budget(new)
-        return new
-
-    from .first_pass import first_pass, rereadable
+    from .first_pass import rereadable
 
     display = "<stdin>" if is_stdio(opts.inp) else str(opts.inp)
     own_plan = selector.needs_plan(options)  # budgets that depend on the whole stream: read it twice
     twice = own_plan or opts.budget != "example"
+    over = [0]  # examples whose protected tokens alone exceed a budget
     with rereadable(opts.inp) if twice else nullcontext(opts.inp) as inp:
-        if own_plan:
-            plan = first_pass(selector, inp, opts.rho_p, opts.rho_r, options, display)
-            if plan.summary:
-                params["budgets"] = plan.summary
-        if opts.budget != "example":
-            from .global_budget import plan_global
+        # the budgets from a first pass: the selector's own, or --budget global
+        plan = _plan(opts, inp, display, selector, options, protect, params, own_plan=own_plan)
 
-            plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
-            params["global_budget"] = plan.summary
+        def fn(ex: Example, header: Header) -> Example:
+            new = select_example(ex, selector, opts.method, opts.rho_p, opts.rho_r, options, protect, plan)
+            if opts.workers == 1:
+                over[0] += _over_budget(new)
+            return new
+
         kwargs: MapArgs = {
             "step": step_record("select", params),
             "stage": "selection",
@@ -222,7 +183,7 @@ def run_select(opts: SelectOptions) -> int:
             "display": display,
         }
         if opts.workers > 1:
-            count, over[0] = map_stream_parallel(inp, opts.out, workers=opts.workers, tally=over_budget, **kwargs)
+            count, over[0] = map_stream_parallel(inp, opts.out, workers=opts.workers, tally=_over_budget, **kwargs)
         else:
             count = map_stream(inp, opts.out, **kwargs)
     if over[0]:
@@ -233,3 +194,77 @@ def run_select(opts: SelectOptions) -> int:
             f"so those examples exceed b_p / b_r"
         )
     return count
+
+
+def _selector_of(opts: SelectOptions):
+    """(the registry entry of ``--method``, its selector), refused where ``--budget`` asks what it cannot do."""
+    from .global_budget import MODES
+
+    if opts.budget != "example" and opts.budget not in MODES:
+        raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
+    entry = get("selector", opts.method)
+    selector = as_selector(entry.obj, opts.method)
+    if opts.budget != "example" and not selector.surrogate:
+        raise UsageError(
+            f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
+            f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)"
+        )
+    return entry, selector
+
+
+def _step_params(opts: SelectOptions, plugin, selector: Selector) -> dict:
+    """The parameters the output's step record keeps; protected tokens refused for a selector that cannot
+    keep them."""
+    params = {
+        "method": opts.method,
+        "rho_p": opts.rho_p,
+        "rho_r": opts.rho_r,
+        "rounds": opts.rounds,
+        "plugin": plugin,
+    }
+    if opts.options:
+        params["options"] = dict(opts.options)
+    if opts.protect_prompt or opts.protect_response:
+        if not selector.protects:
+            raise UsageError(
+                f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
+                f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
+                f"declare `protects`"
+            )
+        params["protect_prompt"] = list(opts.protect_prompt)
+        params["protect_response"] = list(opts.protect_response)
+    return params
+
+
+def _plan(
+    opts: SelectOptions,
+    inp,
+    display: str,
+    selector: Selector,
+    options: dict,
+    protect: tuple[list, list],
+    params: dict,
+    *,
+    own_plan: bool,
+) -> Plan | None:
+    """The budgets from a first pass over ``inp`` (the selector's own plan; --budget global's, which
+    prevails), noted in ``params``; None where the budgets are per example."""
+    plan: Plan | None = None
+    if own_plan:
+        from .first_pass import first_pass
+
+        plan = first_pass(selector, inp, opts.rho_p, opts.rho_r, options, display)
+        if plan.summary:
+            params["budgets"] = plan.summary
+    if opts.budget != "example":
+        from .global_budget import plan_global
+
+        plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
+        params["global_budget"] = plan.summary
+    return plan
+
+
+def _over_budget(new: Example) -> int:
+    """1 when the protected tokens of a selected example alone exceed one of its budgets, else 0."""
+    sel = selection_of(new)
+    return int(len(sel.protected_prompt) > sel.b_p or len(sel.protected_response) > sel.b_r)

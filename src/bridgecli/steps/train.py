@@ -213,24 +213,10 @@ def _run_train(opts: TrainOptions) -> dict:
     rows = read_rows(opts.data, None, limit=limit)  # read (and checked) before the model loads
     clip_note = limit.summary() if limit is not None else None
     if not any(r.supervised for r in rows):
-        what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
-        if limit is not None and limit.dropped:
-            what = f"no row keeps a supervised token after clipping to {limit.what}"
-        if not opts.allow_empty:
-            raise EmptyResultError(
-                f"nothing to train on: {what}",
-                file=str(opts.data),
-                hint="pass --allow-empty to accept this (no model is written)",
-            )
-        note(f"nothing to train on: {what}; no model written")
-        return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
+        return _nothing_to_train(opts, rows, limit)
     cfg = opts.sft
-    device = resolve_device(opts.device)
-    cfg.bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16 and device.startswith("cuda")
-    acc = make_accelerator(device, cfg.bf16)
+    acc, device = _accelerator(opts)
     main = acc.is_main_process
-    if acc.num_processes > 1:
-        device = str(acc.device)
     if clip_note and main:
         note(clip_note)
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
@@ -239,9 +225,79 @@ def _run_train(opts: TrainOptions) -> dict:
             hint="launch without the FSDP accelerate config",
         )
     out = Path(opts.out)
+    _prepare_run_dir(out, opts, acc)
+    if main:
+        note(
+            f"training {ref.spec} (theta_old) on {opts.data} on {device}"
+            + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else "")
+        )
+    tokenizer = _load_tokenizer(ref, side, opts)
+    model = load_model(ref, device=device)
+    rows = _rows_for_model(opts, model, tokenizer, ref, limit, main)
+    torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
+    if cfg.lora is not None:
+        model = _with_lora(model, cfg.lora, main)
+    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
+    result = fit(
+        model,
+        rows,
+        cfg,
+        pad_id=tokenizer.pad_token_id,
+        device=device,
+        accelerator=acc,
+        run_dir=out,
+        resume=opts.resume,
+        meta=meta,
+        live=opts.live,
+    )
+    if main:
+        note(result.packing_note)
+    if not result.history:  # never write a model that no step changed
+        raise EmptyResultError(
+            "training ran 0 optimizer steps: no model written",
+            file=str(opts.data),
+            hint="check --max-steps and --epochs",
+        )
+    summary = _summary(opts, ref, rows, result, acc.num_processes)
+    save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
+    del model, result
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return summary.to_dict()
+
+
+def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | None) -> dict:
+    """The result of a run whose rows hold no supervised token (with --allow-empty; refused without)."""
+    what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
+    if limit is not None and limit.dropped:
+        what = f"no row keeps a supervised token after clipping to {limit.what}"
+    if not opts.allow_empty:
+        raise EmptyResultError(
+            f"nothing to train on: {what}",
+            file=str(opts.data),
+            hint="pass --allow-empty to accept this (no model is written)",
+        )
+    note(f"nothing to train on: {what}; no model written")
+    return {"rows": 0, "steps": 0, "final_loss": None, "written": False}
+
+
+def _accelerator(opts: TrainOptions):
+    """The accelerator of this process and the device it trains on; settles ``opts.sft.bf16`` (on CUDA only)."""
+    cfg = opts.sft
+    device = resolve_device(opts.device)
+    cfg.bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16 and device.startswith("cuda")
+    acc = make_accelerator(device, cfg.bf16)
+    if acc.num_processes > 1:
+        device = str(acc.device)
+    return acc, device
+
+
+def _prepare_run_dir(out: Path, opts: TrainOptions, acc) -> None:
+    """Check the run folder ``out`` (--resume, --overwrite) and, to overwrite it, empty it (rank 0); every
+    rank waits until that is done."""
     if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
         acc.wait_for_everyone()  # every rank has looked before rank 0 clears
-        if main:  # its contents: a run folder given as a symbolic link stays one
+        if acc.is_main_process:  # its contents: a run folder given as a symbolic link stays one
             for child in out.iterdir():
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
@@ -249,11 +305,9 @@ def _run_train(opts: TrainOptions) -> dict:
                     child.unlink()
     acc.wait_for_everyone()
 
-    if main:
-        note(
-            f"training {ref.spec} (theta_old) on {opts.data} on {device}"
-            + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else "")
-        )
+
+def _load_tokenizer(ref, side, opts: TrainOptions):
+    """The model's tokenizer, refused when the rows' side file names another one."""
     tokenizer = load_tokenizer(ref)
     if (
         side is not None
@@ -264,7 +318,12 @@ def _run_train(opts: TrainOptions) -> dict:
             f"{opts.data} was tokenised with another tokenizer than {ref.spec}'s",
             hint="train the model the data was scored for, or re-run the pipeline",
         )
-    model = load_model(ref, device=device)
+    return tokenizer
+
+
+def _rows_for_model(opts: TrainOptions, model, tokenizer, ref, limit: RowLimit | None, main: bool) -> list[Row]:
+    """The rows read again, checked against the loaded model (vocabulary, tokenizer) and its row limit
+    (from its loaded config when its files did not give one)."""
     late = limit is None
     if limit is None:  # the model's files did not tell its limit: its loaded config does
         limit = row_limit(opts.max_length, opts.clip_long_rows, _loaded_limit(model))
@@ -284,36 +343,24 @@ def _run_train(opts: TrainOptions) -> dict:
     empty = [r.id for r in rows if r.supervised == 0]
     if empty and main:
         note(f"skipping {len(empty)} rows with no supervised token")
-    torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
-    if cfg.lora is not None:
-        model = lora_mod.wrap(model, cfg.lora)
-        if main:
-            t, n = lora_mod.trainable_counts(model)
-            note(f"LoRA r={cfg.lora.r} alpha={cfg.lora.alpha} on {cfg.lora.targets}: {t:,} of {n:,} parameters train")
-    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
-    result = fit(
-        model,
-        rows,
-        cfg,
-        pad_id=tokenizer.pad_token_id,
-        device=device,
-        accelerator=acc,
-        run_dir=out,
-        resume=opts.resume,
-        meta=meta,
-        live=opts.live,
-    )
+    return rows
+
+
+def _with_lora(model, lora, main: bool):
+    """``model`` with LoRA adapters on ``lora``'s targets (only they train)."""
+    model = lora_mod.wrap(model, lora)
     if main:
-        note(result.packing_note)
+        t, n = lora_mod.trainable_counts(model)
+        note(f"LoRA r={lora.r} alpha={lora.alpha} on {lora.targets}: {t:,} of {n:,} parameters train")
+    return model
+
+
+def _summary(opts: TrainOptions, ref, rows: list[Row], result: FitResult, processes: int) -> TrainSummary:
+    """What the run folder's summary says of this run (on ``processes`` processes)."""
+    cfg = opts.sft
     history = result.history
-    if not history:  # never write a model that no step changed
-        raise EmptyResultError(
-            "training ran 0 optimizer steps: no model written",
-            file=str(opts.data),
-            hint="check --max-steps and --epochs",
-        )
     used = [r for r in rows if r.supervised > 0]
-    summary = TrainSummary(
+    return TrainSummary(
         producer=PRODUCER,
         created=now(),
         base_model=ref.spec,
@@ -327,15 +374,10 @@ def _run_train(opts: TrainOptions) -> dict:
         executed_tokens=sum(len(r.input_ids) for r in used),
         packing=result.packing,
         batching=result.packing_note,
-        processes=acc.num_processes,
+        processes=processes,
         resumed_from_step=result.resumed_from,
         plan_digest=result.plan_digest,
         train_seconds=history[-1]["elapsed"] if history else 0.0,
         lora=config_dict(cfg)["lora"],
         adapter=ADAPTER if cfg.lora is not None else None,
     )
-    save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
-    del model, result
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return summary.to_dict()

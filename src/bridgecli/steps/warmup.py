@@ -53,6 +53,47 @@ def run_warmup(opts: WarmupOptions) -> dict:
 
 
 def _run_warmup(opts: WarmupOptions) -> dict:
+    _check_inputs(opts)
+    ref = resolve(opts.model)
+    device = resolve_device(opts.device)
+    note(f"loading {ref.spec}")
+    tokenizer = load_tokenizer(ref)
+    model = load_model(ref, device=device)
+    warm_ids, val_ids = _held_out_ids(opts)
+    warm, val = _warm_and_val(opts, tokenizer, model, warm_ids, val_ids)
+    history, v, stats, val_loss, val_tokens = _warm_up(opts, model, tokenizer, warm, val, device)
+    meta = WarmupMeta(
+        producer=PRODUCER,
+        created=now(),
+        base_model=ref.spec,
+        base_fingerprint=fingerprint(ref),
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        chat_template=opts.data_opts.chat_template,
+        data=str(opts.data),
+        data_digest=file_digest(opts.data),
+        warm_ids=sorted(warm_ids) if warm_ids is not None else None,
+        val=str(opts.val) if opts.val else None,
+        val_ids=sorted(val_ids) if val_ids is not None else None,
+        warm_examples=len(warm),
+        val_examples=len(val),
+        val_loss=val_loss,
+        val_tokens=val_tokens,
+        direction_layers=opts.direction_layers,
+        direction=stats,
+        sft=config_dict(opts.sft),
+        steps=len(history),
+        final_train_loss=history[-1]["loss"] if history else None,
+    )
+    direction = Direction(v, DirectionMeta.of(stats, layers=opts.direction_layers, base_model=ref.spec))
+    write_warmup_run(opts.out, model=model, tokenizer=tokenizer, meta=meta, direction=direction, history=history)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return meta.to_dict()
+
+
+def _check_inputs(opts: WarmupOptions) -> None:
+    """Validation data named, the input files there and not empty: one line before the model loads."""
     if opts.val is None and opts.val_fraction is None:
         raise UsageError("warmup needs validation data for g_target: pass --val FILE or --val-fraction F")
     check_input(opts.data)
@@ -62,12 +103,11 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     require_records(opts.data, opts.data_opts.split)  # an empty file: one line before the model loads
     if opts.val is not None:
         require_records(opts.val)
-    ref = resolve(opts.model)
-    device = resolve_device(opts.device)
-    note(f"loading {ref.spec}")
-    tokenizer = load_tokenizer(ref)
-    model = load_model(ref, device=device)
 
+
+def _held_out_ids(opts: WarmupOptions) -> tuple[set[str] | None, set[str] | None]:
+    """(the warm split's ids, the validation split's ids) drawn from the data by --warm-fraction and
+    --val-fraction; None where no fraction draws that split."""
     warm_ids: set[str] | None = None
     val_ids: set[str] | None = None
     if opts.warm_fraction is not None or opts.val_fraction is not None:
@@ -79,7 +119,14 @@ def _run_warmup(opts: WarmupOptions) -> dict:
             rest = [i for i in rest if i not in val_ids]
         if opts.warm_fraction is not None:
             warm_ids = split_ids(rest, opts.warm_fraction, opts.sft.seed)
+    return warm_ids, val_ids
 
+
+def _warm_and_val(
+    opts: WarmupOptions, tokenizer, model, warm_ids: set[str] | None, val_ids: set[str] | None
+) -> tuple[list, list]:
+    """The tokenised examples of the warm split and of the validation split (--val, or held out of the
+    data), with the notes on what was left out; refused when either split is empty."""
     data_opts = with_model_limit(opts.data_opts, model)  # --max-length defaults to the model's limit
     report = Report()
     examples = list(iter_examples(opts.data, tokenizer, data_opts, report))
@@ -110,7 +157,13 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         raise UsageError("the warm split is empty")
     if not val:
         raise UsageError("the validation split is empty")
+    return warm, val
 
+
+def _warm_up(opts: WarmupOptions, model, tokenizer, warm: list, val: list, device: str) -> tuple:
+    """SFT of ``model`` on ``warm`` (in place), then the direction v of its tail parameters from the
+    validation gradient and the warmup's own step: (history, v, direction stats, validation loss,
+    validation tokens)."""
     tail = tail_parameters(model, opts.direction_layers)
     theta_old = {n: p.detach().to("cpu", copy=True) for n, p in tail.items()}
     pad = tokenizer.pad_token_id
@@ -125,32 +178,4 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     params = dict(model.named_parameters())
     g_anchor = {n: params[n].detach().cpu() - theta_old[n] for n in tail}
     v, stats = direction_mod.combine({n: g.cpu() for n, g in g_target.items()}, g_anchor, lam=opts.lam)
-
-    meta = WarmupMeta(
-        producer=PRODUCER,
-        created=now(),
-        base_model=ref.spec,
-        base_fingerprint=fingerprint(ref),
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
-        chat_template=opts.data_opts.chat_template,
-        data=str(opts.data),
-        data_digest=file_digest(opts.data),
-        warm_ids=sorted(warm_ids) if warm_ids is not None else None,
-        val=str(opts.val) if opts.val else None,
-        val_ids=sorted(val_ids) if val_ids is not None else None,
-        warm_examples=len(warm_rows),
-        val_examples=len(val_rows),
-        val_loss=val_loss,
-        val_tokens=val_tokens,
-        direction_layers=opts.direction_layers,
-        direction=stats,
-        sft=config_dict(opts.sft),
-        steps=len(history),
-        final_train_loss=history[-1]["loss"] if history else None,
-    )
-    direction = Direction(v, DirectionMeta.of(stats, layers=opts.direction_layers, base_model=ref.spec))
-    write_warmup_run(opts.out, model=model, tokenizer=tokenizer, meta=meta, direction=direction, history=history)
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return meta.to_dict()
+    return history, v, stats, val_loss, val_tokens

@@ -1,11 +1,5 @@
-"""Every step's options type, in one torch-free module: each field is declared once with
-:func:`~bridgecli.optionspec.option` (default, help, flags, range), and a field holding another
-options type with :func:`~bridgecli.optionspec.group`. Each command is built from its type alone
-(``cli/build.py``): adding a flag is adding a field. Each ``run_*`` checks its options with
-:func:`~bridgecli.optionspec.check` before reading anything, so a Python caller gets the same one-line
-errors as the command line.
-
-The step modules re-export their type (``from bridgecli.steps.score import ScoreOptions`` works)."""
+"""The options of the pipeline's steps: warmup, score, reference, select, close, compact, train (see
+:mod:`bridgecli.steps.options`)."""
 
 from __future__ import annotations
 
@@ -13,11 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analysis.shift import LEVELS as SHIFT_LEVELS
-from ..analysis.shift import SUBSETS as SHIFT_SUBSETS
-from ..data.examples import DataOptions
-from ..modeling.loading import DTYPES
-from ..optionspec import (
+from ...data.examples import DataOptions
+from ...modeling.loading import DTYPES
+from ...optionspec import (
     ALLOW_EMPTY_HELP,
     DEVICE_HELP,
     FRACTION,
@@ -25,10 +17,7 @@ from ..optionspec import (
     MAX_LAYERS,
     MAX_ROUNDS,
     MODEL_HELP,
-    NAMES,
-    NUMBERS,
     RETENTION,
-    SEED,
     count,
     group,
     number,
@@ -37,12 +26,11 @@ from ..optionspec import (
     stream_output,
     workers as workers_option,
 )
-from ..artifacts.train_run import DEFAULT_TRAIN_DIR
-from ..artifacts.warmup_run import DEFAULT_WARMUP_DIR
-from ..evaluation.tasks import EvalOptions
-from ..training.config import CHECKPOINT_PANEL, LR_FULL, SFTConfig
-from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS
-from ..training.layouts import help_text as layouts_help
+from ...artifacts.train_run import DEFAULT_TRAIN_DIR
+from ...artifacts.warmup_run import DEFAULT_WARMUP_DIR
+from ...training.config import CHECKPOINT_PANEL, LR_FULL, SFTConfig
+from ...training.layouts import DEFAULT_LAYOUT, LAYOUTS
+from ...training.layouts import help_text as layouts_help
 
 #: ``bridge compact --format``
 FORMATS = ("jsonl", "parquet", "hf", "text")
@@ -324,210 +312,3 @@ class TrainOptions:
         "label is dropped, and the counts are reported.",
         "--clip-long-rows",
     )
-
-
-# --------------------------------------------------------------------------------------------------- eval
-
-
-@dataclass
-class EvalRunOptions:
-    """``bridge eval``: one model, one or more tasks, one model load."""
-
-    #: model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'
-    model: str
-    tasks: list[str] = option(
-        None,
-        "Eval task(s), comma-separated or repeated (`bridge plugins` lists them).",
-        "--task",
-        factory=lambda: ["gsm8k"],
-        parse=NAMES,
-    )
-    #: PATH (one task) or TASK=PATH each
-    data: list[str] = option(
-        help="Task data: PATH (one task) or TASK=PATH, repeatable (e.g. data/gsm8k/test.jsonl).", factory=list
-    )
-    data_dir: Path | None = option(
-        None,
-        "Folder holding each task's data in its standard place (gsm8k/test.jsonl, "
-        "...; see docs/eval.md): tasks without --data read their file there.",
-    )
-    output: Path | None = option(
-        None,
-        "Result JSON (one task) or folder for eval-TASK.json files (default: MODEL/ when MODEL is a folder).",
-        "--output",
-        "-o",
-    )
-    #: what every task is given (its ``data`` is set per task)
-    settings: EvalOptions = group(EvalOptions, defaults={"data": ""})
-    device: str = option("auto", "auto, cpu, cuda, ...")
-    dtype: str | None = option(None, "float32 (default), bfloat16, float16.", choices=DTYPES)
-    resume: bool = option(
-        False,
-        "Continue an interrupted run: keep each task's result already written by the same "
-        "request (model, data, settings), and what an interrupted task had generated or "
-        "scored.",
-        "--resume",
-    )
-    engine: str = option(
-        "bridge",
-        "Who runs the tasks: bridge, or lm-eval (lm-evaluation-harness on the same model "
-        "and local files: arc_challenge, arc_easy, hellaswag, mmlu; needs "
-        "bridgecli[lm-eval]).",
-    )
-
-
-@dataclass
-class CompareOptions:
-    """``bridge compare``: the paper's Table 1 for finished runs."""
-
-    runs: list[str] = option(help="Run folders (or eval-*.json files), one row each.", argument=True)
-    target: str | None = option(None, "The target task column (default: gsm8k if present, else math).")
-    #: comma-separated; None: every general task present
-    general: str | None = option(
-        None, "General-capability columns (default: arc_challenge,hellaswag,mmlu,humaneval present)."
-    )
-    metric: str | None = option(None, "Summary field to show where a task has it, e.g. acc_norm (default: accuracy).")
-    paired: bool = option(
-        False,
-        "Also print each run's difference from the first run on every task both have, with a paired "
-        "bootstrap 95% interval over the items both evaluated.",
-        "--paired",
-    )
-
-
-# ---------------------------------------------------------------------------------------------- show
-
-
-@dataclass
-class ShowOptions:
-    inp: str | None = stream_input()
-    index: int | None = option(None, "The example whose index (position in the input data) is K.", metavar="K")
-    id: str | None = option(None, "The example with this id.", "--id")
-    html: str | None = option(None, "Also write a self-contained HTML page (scores on hover).", metavar="OUT.html")
-
-
-# ------------------------------------------------------------------------------------------------ inspect
-
-
-@dataclass
-class InspectOptions:
-    inp: str | None = stream_input()
-    as_json: bool = option(False, "Print the summary as JSON.", "--json")
-    stats: bool = option(
-        False,
-        "Distributions instead: kept ratios per side, U_sur gain over rounds, closure unit sizes, and retention "
-        "per token class (answer, digits, math, words, space/punct).",
-        "--stats",
-    )
-    png: str | None = option(None, "With --stats: also draw their histograms into this PNG.")
-
-
-# -------------------------------------------------------------------------------------------------- merge
-
-
-@dataclass
-class MergeOptions:
-    shards: list[str] = option(help="Shard streams of one run (e.g. OUT.shard-00000-of-00002 ...).", argument=True)
-    out: str | None = stream_output()
-    workers: int = workers_option(
-        "Processes compressing the merged stream (1: this process). Output is identical for any number; about one "
-        "per core (more than the CPUs this process may use is lowered to that)."
-    )
-
-
-# ------------------------------------------------------------------------------------------------ analyze
-
-SCORE_KINDS = ("both", "exact", "surrogate")
-PERTURB_HELP = (
-    "Exact prompt perturbation: mask (hide the key at every layer, positions unchanged) or replace "
-    "(neutral token's embedding)."
-)
-NEUTRAL_HELP = "The neutral token text for --perturb replace (default: a single space)."
-ANALYZE_OUT_HELP = "JSON report ('-' for stdout)."
-
-
-@dataclass
-class Source:
-    """Where the examples and the scoring checkpoint come from (shared by fidelity and shift)."""
-
-    data: str = option(help="Data (JSONL/JSON/Parquet/save_to_disk), as for `bridge score`.", argument=True)
-    run: str | Path | None = option(None, FROM_HELP, "--from")
-    n: int = option(200, "Examples to analyse.", "--n", range=count())
-    seed: int = option(0, "Sampling seed (examples; random subsets).", range=SEED)
-    first: bool = option(False, "Take the first N examples instead of a seeded sample.", "--first")
-    batch_size: int = option(16, "Examples per scoring pass, and perturbed copies per exact pass.", range=count())
-    dtype: str = option(
-        "float32", "Model dtype: float32 or float64 (exact differences are small).", choices=("float32", "float64")
-    )
-    attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
-    device: str = option("auto", DEVICE_HELP)
-    data_opts: DataOptions = group(DataOptions, exclude=("limit",))
-    #: exact prompt matrices, reused across runs (fidelity, shift)
-    cache: str | Path | None = option(
-        None,
-        "Keep the exact prompt perturbation matrices in this folder (fidelity "
-        "and shift, and reruns, compute each once).",
-    )
-
-    def describe(self) -> dict:
-        return {
-            "data": str(self.data),
-            "from": str(self.run) if self.run is not None else None,
-            "n": self.n,
-            "seed": self.seed,
-            "sample": "first" if self.first else "random",
-            "device": self.device,
-            "dtype": self.dtype,
-            "batch_size": self.batch_size,
-            "attention_layers": self.attention_layers,
-            "max_length": self.data_opts.max_length,
-            "chat_template": self.data_opts.chat_template,
-            "cache": str(self.cache) if self.cache is not None else None,
-        }
-
-
-@dataclass
-class FidelityOptions:
-    src: Source = group()
-    rho_p: float = option(0.75, "Prompt retention of the selected state.", "--rho-p", range=RETENTION)
-    rho_r: float = option(0.75, "Response retention of the selected state.", "--rho-r", range=RETENTION)
-    rounds: int = option(4, "Alternating rounds T of the selected state.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
-    method: str = option("bridge", "Selector giving the states S_p, S_r.")
-    perturb: str = option("mask", PERTURB_HELP)
-    neutral: str | None = option(None, NEUTRAL_HELP)
-    proxies: list[str] = option(
-        None,
-        "Also compare a scorer plugin's scores (its B matrix if it writes one, else "
-        "(a, c, A) through the BRIDGE formula); NAME or NAME:KEY=VALUE,... (scorer "
-        "options); repeatable.",
-        "--proxy",
-        factory=list,
-    )
-    out: str | None = option("fidelity.json", ANALYZE_OUT_HELP, "--output", "-o")
-
-
-@dataclass
-class ShiftOptions:
-    src: Source = group()
-    scores: str = option("both", "exact (perturbation), surrogate, or both.", choices=SCORE_KINDS)
-    subset: str = option(
-        "top",
-        "Opposite-side state at each retention: top (its full-state surrogate top-b) or random.",
-        choices=SHIFT_SUBSETS,
-    )
-    #: opposite-side retentions; each a retention ratio, 0 excluded (nothing left to rank against)
-    levels: tuple[float, ...] = option(SHIFT_LEVELS, "Opposite-side retention ratios, comma-separated.", parse=NUMBERS)
-    out: str | None = option("shift.json", ANALYZE_OUT_HELP, "--output", "-o")
-    png: str | None = option(None, "Line plot (default: the JSON path with .png).")
-    perturb: str = option("mask", PERTURB_HELP)
-    neutral: str | None = option(None, NEUTRAL_HELP)
-
-
-@dataclass
-class RobustnessOptions:
-    inp: str | None = stream_input()
-    rho_p: float = option(0.75, "Prompt retention: b_p of S^F and q = b_p for responses.", "--rho-p", range=RETENTION)
-    rho_r: float = option(0.75, "Response retention: b_r of S^F and q = b_r for prompts.", "--rho-r", range=RETENTION)
-    out: str | None = option("robustness.json", ANALYZE_OUT_HELP, "--output", "-o")
-    #: every q's pair and improving swap in the JSON
-    full: bool = option(False, "Write the improving swap of every q with kappa_q < 0.", "--all-swaps")
