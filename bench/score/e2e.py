@@ -3,10 +3,10 @@
     python bench/score/e2e.py --data gsm8k/train.jsonl --tokenizer TOKENIZER_DIR \
         --out bench/score/results/e2e_h100.json [--shapes llama-3.2-1b,llama-3.2-3b] [--profile]
 
-For every shape (bench_score.py's hand-written Llama configs, random bf16 weights, the given
-tokenizer; vocabulary of the real shape unless ``--vocab tokenizer``) it writes a model folder and a
-warmup run folder (a random unit v over the final 4 blocks), takes the first ``--n`` records of the
-data, and times three separate processes, wall clock of the whole command:
+For every shape (bench_score.py's: real models' Llama configs from bench/model_shapes.py, random bf16
+weights, the given tokenizer; vocabulary of the real shape unless ``--vocab tokenizer``) it writes a
+model folder and a warmup run folder (a random unit v over the final 4 blocks), takes the first
+``--n`` records of the data, and times three separate processes, wall clock of the whole command:
 
 1. ``forward``: e2e_forward.py, a plain bf16 forward process (load the model, tokenise the same
    records with the same chat template and max length as ``bridge score``, length-bucketed batches
