@@ -30,10 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from measured import rounded, run_measured, step_env
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT / "bench")]  # measured.py beside it, bench/provenance.py (also when loaded by path)
+from measured import rounded, run_measured, step_env  # noqa: E402
+from provenance import commit  # noqa: E402
+
 PREAMBLE_SIZE = 12  # magic (8 bytes) and version (2 + 2) before a stream's first zstd frame
 STEPS = {  # step -> (its input: the scored stream, or a step whose N=1 output it reads; output name; arguments)
     "select": (None, "selected.bridge", ["select", "-T", "4"]),
@@ -90,14 +92,6 @@ def comparable(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def count_examples(python: str, stream: Path) -> int:

@@ -51,26 +51,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GENERATE = "src/bridgecli/evaluation/generate.py"
 OLD_REV = "99b4326"  # the last commit with the criteria that decode every row's window at every step
+sys.path.insert(0, str(REPO / "bench"))
+from provenance import commit  # noqa: E402
 
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
-
-
-def commit() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def device_name(device: str) -> str:
@@ -88,7 +74,7 @@ def header(device: str) -> dict:
     return {
         "device": device,
         "device_name": device_name(device),
-        "commit": commit(),
+        "commit": commit() or "unknown",
         "command": " ".join([sys.executable, *sys.argv]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,

@@ -39,12 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cpu_steps(name: str):
-    """bench/cpu_steps/NAME.py as a module (synthetic.py's streams, scaling.py's helpers), its folder on the
-    path for the helpers it imports from beside it."""
-    folder = str(ROOT / "bench" / "cpu_steps")
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(name, f"{folder}/{name}.py")
+    """bench/cpu_steps/NAME.py as a module (synthetic.py's streams, scaling.py's helpers)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "cpu_steps" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
