@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import os
 import platform
@@ -47,6 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from load_code import import_at
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATE = "src/bridgecli/evaluation/generate.py"
@@ -258,16 +259,7 @@ def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_:
 
 def old_generate_module(rev: str):
     """generate.py as it was at ``rev``, imported beside the package (its relative imports work)."""
-    text = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:{GENERATE}"], capture_output=True, text=True, check=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "generate_old.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("bridgecli.evaluation._generate_old", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_at(rev, GENERATE, "bridgecli.evaluation._generate_old")
 
 
 def simulated_ids(tokenizer, data: str, rows: int, prompt: int, steps: int):

@@ -30,7 +30,6 @@ Needs bubblewrap (``bwrap``); the memory part also needs a cgroup it can write. 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,6 +38,8 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+
+from load_code import REPO, import_file
 
 from bridgecli.evaluation import sandbox
 from bridgecli.evaluation.sandbox import Limits, run_program
@@ -51,13 +52,7 @@ except ImportError:
 
 def _measuring():
     """The cgroup helpers of this checkout, which the bench measures with (whatever sandbox it tests)."""
-    path = Path(__file__).resolve().parents[2] / "src" / "bridgecli" / "evaluation" / "containment.py"
-    spec = importlib.util.spec_from_file_location("bench_containment", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(REPO / "src" / "bridgecli" / "evaluation" / "containment.py", "bench_containment")
 
 
 HOLD = 3  # seconds each memory attack holds what it got
