@@ -43,7 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diag_common as dc  # noqa: E402
 
-from bridgecli.analysis.tokenclass import _CALCULATION, math_spans  # noqa: E402
+from bridgecli.analysis.tokenclass import _CALCULATION, _overlaps, math_spans  # noqa: E402
 from bridgecli.core.closure import unit_values  # noqa: E402
 from bridgecli.core.protect import answer_spans, region  # noqa: E402
 from bridgecli.format.reader import open_reader  # noqa: E402
@@ -52,13 +52,6 @@ CLASSES = ("answer", "calc", "latex", "digits", "operators", "newline", "words",
 _OPERATOR = re.compile(r"[=+\-*/^\\{}<>×÷≤≥%]")
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[^\W\d_]")
-
-
-def _overlaps(token_spans: np.ndarray, spans) -> np.ndarray:
-    hit = np.zeros(token_spans.shape[0], dtype=bool)
-    for s, e in spans:
-        hit |= (np.minimum(token_spans[:, 1], e) - np.maximum(token_spans[:, 0], s)) > 0
-    return hit
 
 
 def fine_classes(text: str, token_spans) -> list[str]:
