@@ -181,6 +181,12 @@ def child_env(base: dict, src: str | None, caches: Path | None, extra: list[str]
     return env
 
 
+def score_args(data: Path, run: Path, out: Path, limits: list[str]) -> list[str]:
+    """``-m bridgecli score`` of ``data`` with the warmup run ``run`` into ``out``: the arguments after
+    the interpreter (and any module it runs the command under)."""
+    return ["-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out), *limits]
+
+
 def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     import torch
 
@@ -220,19 +226,7 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
         env = child_env(env0, args.src, caches, args.score_env)
         outs[name] = folder / f"{name}.bridge"
         outs[name].unlink(missing_ok=True)
-        cmd = [
-            py,
-            "-m",
-            "bridgecli",
-            "score",
-            str(data),
-            "--from",
-            str(run),
-            "-o",
-            str(outs[name]),
-            *limits,
-            *shlex.split(args.score_args),
-        ]
+        cmd = [py, *score_args(data, run, outs[name], limits), *shlex.split(args.score_args)]
         wall, _, err = timed(cmd, env, log_dir / f"{shape}-{name}.log", args.timeout)
         r = {"process_s": round(wall, 2), **summary(err), "timings": timings(err)}
         if "forward" in res:
@@ -282,22 +276,7 @@ def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
     pfile = prof_dir / "score_later.prof"
     out = Path(args.work) / shape / "cprofile.bridge"
     out.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "cProfile",
-        "-o",
-        str(pfile),
-        "-m",
-        "bridgecli",
-        "score",
-        str(data),
-        "--from",
-        str(run),
-        "-o",
-        str(out),
-        *limits,
-    ]
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), *score_args(data, run, out, limits)]
     wall, _, err = timed(cmd, env, log_dir / f"{shape}-cprofile.log", args.timeout)
     out.unlink(missing_ok=True)
     import io
