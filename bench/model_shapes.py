@@ -3,6 +3,7 @@
 ``SHAPES[name]`` is a model's architecture as its config.json gives it (vocabulary, sizes, position
 settings, tied embeddings); :func:`sizes` is the part that sets what a step costs, for scripts that
 take the vocabulary from a tokenizer and leave the position settings at ``LlamaConfig``'s defaults.
+``TINY[name]``, in the same columns, are small bodies (no real model) for the scripts' CPU runs.
 Not part of the package: bench scripts in every folder import it from ``bench/``.
 """
 
@@ -43,9 +44,16 @@ def _shape(name: str, row: tuple) -> dict:
     return shape
 
 
+_TINY_ROWS = {  # not real models, in the order of _COLUMNS
+    "tiny-score": (49152, 32, 64, 5, 2, 1, 16, 10000.0),  # score/e2e.py and score/host_profile.py
+    "tiny-train": (4096, 128, 512, 4, 4, 2, 32, 10000.0),  # train/run.py (its vocabulary from --vocab)
+}
+
 SHAPES = {name: _shape(name, row) for name, row in _ROWS.items()}
+TINY = {name: _shape(name, row) for name, row in _TINY_ROWS.items()}
 
 
 def sizes(name: str) -> dict:
-    """``SHAPES[name]`` without its vocabulary and position settings."""
-    return {k: v for k, v in SHAPES[name].items() if k != "vocab_size" and k not in _POSITION}
+    """``SHAPES[name]`` (or ``TINY[name]``) without its vocabulary and position settings."""
+    shape = SHAPES[name] if name in SHAPES else TINY[name]
+    return {k: v for k, v in shape.items() if k != "vocab_size" and k not in _POSITION}

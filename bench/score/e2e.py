@@ -42,19 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
-
-#: a tiny shape for CPU runs of this script and of host_profile.py (not a real model)
-TINY = dict(
-    vocab_size=49152,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=5,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    rope_theta=10000.0,
-    tie_word_embeddings=True,
-)
+sys.path.insert(0, str(ROOT / "bench"))  # model_shapes
 
 SUMMARY = re.compile(
     r"scoring took ([\d.]+) s for (\d+) tokens \(([\d,]+) tokens/s(?:, rank \d+)?"
@@ -64,8 +52,9 @@ SUMMARY = re.compile(
 
 def shapes() -> dict:
     from bench_score import SHAPES
+    from model_shapes import TINY
 
-    return {**SHAPES, "tiny": TINY}
+    return {**SHAPES, "tiny": TINY["tiny-score"]}  # tiny: for CPU runs of this script and host_profile.py
 
 
 def build(shape: str, tok_dir: str, folder: Path, device: str, vocab: str = "shape") -> Path:

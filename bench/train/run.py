@@ -41,16 +41,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from model_shapes import sizes  # noqa: E402
 
 SHAPES = {
-    # name: LlamaConfig keyword arguments (vocab from the tokenizer, or --vocab); the real models'
-    # sizes (bench/model_shapes.py) with LlamaConfig's default position settings
-    "tiny": dict(
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
+    # name: LlamaConfig keyword arguments (vocab from the tokenizer, or --vocab); the sizes of
+    # bench/model_shapes.py's tiny body and real models, with LlamaConfig's default position settings
+    "tiny": sizes("tiny-train"),
     **{name: {**sizes(name), "rms_norm_eps": 1e-5} for name in ("smollm2-135m", "smollm2-360m", "llama-3.2-1b")},
 }
 PRESETS = {
