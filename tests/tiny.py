@@ -1,5 +1,5 @@
 """Shared test helpers: tiny random models built from configs (fast, deterministic), three
-GSM8K-shaped records, and a file-head helper for the sample data."""
+GSM8K-shaped records, a file-head helper for the sample data, and the zstd frames of a stream."""
 
 from __future__ import annotations
 
@@ -52,3 +52,16 @@ def tiny_model(config, seed: int = 0, dtype=None):
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def frame_lengths(body: bytes) -> list[int]:
+    """The compressed length of every zstd frame in ``body``, as zstd itself finds them."""
+    import zstandard
+
+    out = []
+    while body:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        d.decompress(body)
+        out.append(len(body) - len(d.unused_data))
+        body = d.unused_data
+    return out
