@@ -220,38 +220,25 @@ def _check_each(ex: Example, stage: str) -> None:
         for name, b in (("b_p", sel.b_p), ("b_r", sel.b_r)):
             if not 0 <= b <= t:
                 raise _Bad(f"selection.{name}", f"budget {b} outside [0, {t}] (the example has {t} tokens)")
+        sides = (
+            ("prompt", "b_p", sel.b_p, sel.prompt_keep, sel.protected_prompt, prompt),
+            ("response", "b_r", sel.b_r, sel.response_keep, sel.protected_response, resp),
+        )
         # protected tokens count against the budget; when they alone exceed it, the side holds exactly them
-        _positions("selection.prompt_keep", sel.prompt_keep, prompt, "prompt", set(prompt.tolist()))
-        if len(sel.prompt_keep) != _kept(sel.b_p, sel.protected_prompt, n_p):
-            raise _Bad(
-                "selection.prompt_keep",
-                f"{len(sel.prompt_keep)} positions for budget b_p = {sel.b_p} of {n_p} prompt tokens "
-                f"({len(sel.protected_prompt)} protected)",
-            )
-        _positions("selection.response_keep", sel.response_keep, resp, "response", set(resp.tolist()))
-        if len(sel.response_keep) != _kept(sel.b_r, sel.protected_response, n_r):
-            raise _Bad(
-                "selection.response_keep",
-                f"{len(sel.response_keep)} positions for budget b_r = {sel.b_r} of {n_r} response tokens "
-                f"({len(sel.protected_response)} protected)",
-            )
+        for side, name, b, keep, protected, eligible in sides:
+            _positions(f"selection.{side}_keep", keep, eligible, side, set(eligible.tolist()))
+            if len(keep) != _kept(b, protected, len(eligible)):
+                raise _Bad(
+                    f"selection.{side}_keep",
+                    f"{len(keep)} positions for budget {name} = {b} of {len(eligible)} {side} tokens "
+                    f"({len(protected)} protected)",
+                )
         _array("selection.response_scores", sel.response_scores, (n_r,), bound=MAX_RESULT)
         if sel.u_sur:
             _bounded("selection.u_sur", sel.u_sur, MAX_RESULT)
-        if sel.protected_prompt:
-            _positions(
-                "selection.protected_prompt",
-                sel.protected_prompt,
-                np.asarray(sel.prompt_keep, dtype=np.int64),
-                "kept prompt",
-            )
-        if sel.protected_response:
-            _positions(
-                "selection.protected_response",
-                sel.protected_response,
-                np.asarray(sel.response_keep, dtype=np.int64),
-                "kept response",
-            )
+        for side, _, _, keep, protected, _ in sides:
+            if protected:
+                _positions(f"selection.protected_{side}", protected, np.asarray(keep, dtype=np.int64), f"kept {side}")
         for name, rho, kept, size in (
             ("achieved_rho_p", sel.achieved_rho_p, len(sel.prompt_keep), n_p),
             ("achieved_rho_r", sel.achieved_rho_r, len(sel.response_keep), n_r),
