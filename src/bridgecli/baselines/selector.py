@@ -114,7 +114,7 @@ class Baseline:
     def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, o: dict) -> Plan:
         """The first pass: every example's budgets under the matching rule and the ranking."""
         indices, sizes, scores = [], [], []
-        seen = set()
+        seen: set[int] = set()
         for ex in examples:
             first_pass_sees(seen, ex)
             indices.append(ex.index)
