@@ -1,4 +1,5 @@
-"""Shared fixtures: the real SmolLM2 tokenizer and tiny random models built from configs."""
+"""Shared fixtures: the real SmolLM2 tokenizer, tiny random models built from configs, a fresh plugin
+manager, and model loads made to fail."""
 
 from __future__ import annotations
 
@@ -57,3 +58,28 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def manager(monkeypatch):
+    """A fresh plugin manager with only the built-ins; forgotten again after the test."""
+    from bridgecli import plugins
+
+    monkeypatch.setenv("BRIDGE_LOAD_PLUGINS", "")
+    plugins.reset()
+    try:
+        yield plugins.get_manager()
+    finally:
+        plugins.reset()
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model or tokenizer load fails the test: what the test checks must come before."""
+    import transformers
+
+    def boom(*a, **k):
+        raise AssertionError("a model or tokenizer was loaded")
+
+    for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer, transformers.AutoConfig):
+        monkeypatch.setattr(cls, "from_pretrained", boom)

@@ -17,12 +17,10 @@ from bridgecli import plugins
 from bridgecli.cli.app import app
 from bridgecli.hookspecs import hookimpl
 
-from tiny import head
+from tiny import sample_inputs
 
 pytestmark = pytest.mark.integration  # warmup, score and the analyses on a tiny model; one subprocess
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "examples" / "data"
 
 
 def bridge(*args, code: int = 0, cwd: Path | None = None):
@@ -40,9 +38,7 @@ def bridge(*args, code: int = 0, cwd: Path | None = None):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_model_dir):
     d = tmp_path_factory.mktemp("analyze")
-    head(SAMPLE / "warm.jsonl", d / "warm.jsonl", 4)
-    head(SAMPLE / "val.jsonl", d / "val.jsonl", 2)
-    head(SAMPLE / "train.jsonl", d / "data.jsonl", 4)
+    sample_inputs(d, warm=4, val=2, data=4)
     bridge("warmup", d / "warm.jsonl", "--val", d / "val.jsonl", "--model", tiny_model_dir, "--max-steps", "1",
            "--batch-size", "4", "--lr", "1e-3", "-o", d / "warm")
     return d

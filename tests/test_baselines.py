@@ -234,6 +234,9 @@ def test_clear_errors_for_missing_inputs_and_bad_options():
         select_all("llmlingua2", [with_losses(0, 4, 6)], 0.5, 0.5)
     with pytest.raises(ModelError, match="huggingface-cli download"):
         select_all("llmlingua2", [with_losses(0, 4, 6)], 0.5, 0.5, classifier="/nonexistent/classifier")
+    with pytest.raises(FormatError, match="two examples with index 0 in one stream") as info:  # a first pass
+        select_all("tokencleaning", [with_losses(0, 4, 6), with_losses(0, 5, 6)], 0.5, 0.5)
+    assert info.value.record == 0
 
 
 # --- the reference step against a direct computation ----------------------------------------------

@@ -8,16 +8,13 @@ import pty
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from bridgecli.format.reader import read_all
 
-from tiny import head
+from tiny import sample_inputs
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "examples" / "data"
 BRIDGE = [sys.executable, "-m", "bridgecli"]
 pytestmark = pytest.mark.integration  # every test runs `python -m bridgecli` processes
 
@@ -33,10 +30,7 @@ def bridge(*args, cwd=None, input=None, check=True, env=None):
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, tiny_model_dir):
     d = tmp_path_factory.mktemp("cli")
-    head(SAMPLE / "warm.jsonl", d / "warm.jsonl", 6)
-    head(SAMPLE / "val.jsonl", d / "val.jsonl", 3)
-    head(SAMPLE / "train.jsonl", d / "data.jsonl", 5)
-    head(SAMPLE / "test.jsonl", d / "test.jsonl", 2)
+    sample_inputs(d, warm=6, val=3, data=5, test=2)
     bridge("warmup", "warm.jsonl", "--val", "val.jsonl", "--model", tiny_model_dir, "--max-steps", "2",
            "--batch-size", "3", "--lr", "1e-3", cwd=d)  # default -o: runs/warmup
     return d

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import bz2
 import json
 from pathlib import Path
 
@@ -18,24 +17,13 @@ from bridgecli.evaluation import multiple_choice as mc
 from bridgecli.evaluation.loglik import encode_pair, loglikelihood
 from bridgecli.evaluation.tasks import EvalOptions
 
+from mc_files import ARC_ROWS, HS_LINES, write_hellaswag
 from tiny import tiny_llama_config, tiny_model
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 # -- loaders ----------------------------------------------------------------------------------
-
-ARC_ROWS = [
-    {"id": "q1", "question": {"stem": "Which is a planet?", "choices": [
-        {"text": "Mars", "label": "A"}, {"text": "Moon", "label": "B"}, {"text": "Sun", "label": "C"}]},
-     "answerKey": "A"},
-    {"id": "q2", "question": {"stem": "2+2?", "choices": [
-        {"text": "3", "label": "1"}, {"text": "4", "label": "2"}, {"text": "5", "label": "3"}, {"text": "6", "label": "4"}]},
-     "answerKey": "2"},
-    {"id": "q3", "question": {"stem": "Water is", "choices": [
-        {"text": "wet", "label": "A"}, {"text": "dry", "label": "B"}]}, "answerKey": "A"},
-]
-
 
 def _jsonl(path: Path, rows) -> str:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
@@ -44,7 +32,7 @@ def _jsonl(path: Path, rows) -> str:
 
 def test_load_arc(tmp_path):
     items = mc.load_arc(_jsonl(tmp_path / "arc.jsonl", ARC_ROWS))
-    assert [i.gold for i in items] == [0, 1, 0]
+    assert [i.gold for i in items] == [0, 1, 0, 0]
     assert items[0].query == "Question: Which is a planet?\nAnswer:"
     assert items[0].choices == [" Mars", " Moon", " Sun"] and items[1].id == "q2"
 
@@ -62,23 +50,13 @@ def test_load_arc_errors(tmp_path, row, field):
     assert info.value.record == "line 2" and info.value.field == field and "arc.jsonl" in str(info.value)
 
 
-HS_LINES = [
-    "Roof shingle removal: A man is sitting on a roof. he", "3",
-    "is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik's cube.",
-    "starts pulling up roofing on a roof.",
-    "Family Life: How to  play. Visit [www.example.org] to find games.", "0",
-    "Pick one.", "Pick two.", "Pick three.", "Pick four.",
-]
-
-
 def test_load_hellaswag_bz2_and_errors(tmp_path):
-    path = tmp_path / "hs.txt.bz2"
-    path.write_bytes(bz2.compress(("\n".join(HS_LINES) + "\n").encode()))
-    items = mc.load_hellaswag(path)
-    assert len(items) == 2 and [i.gold for i in items] == [3, 0]
+    items = mc.load_hellaswag(write_hellaswag(tmp_path / "hs.txt.bz2"))
+    assert len(items) == 3 and [i.gold for i in items] == [3, 0, 2]
     assert items[0].query == "Roof shingle removal: A man is sitting on a roof. he"
     assert items[0].choices[3] == " starts pulling up roofing on a roof."
-    assert items[1].query == "Family Life: How to play. Visit to find games."  # lm-eval preprocessing
+    assert items[1].query == "Family Life: How to play. Visit to find games.. Have fun."  # lm-eval preprocessing
+    assert items[1].choices[1] == " Pick two now."
     short = tmp_path / "short.txt"
     short.write_text("\n".join(HS_LINES[:9]) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="short.txt, line 7: 9 lines is not a multiple of 6"):
@@ -187,9 +165,10 @@ def test_encode_pair_moves_trailing_space():
 def test_acc_and_acc_norm_with_fixed_scores(tmp_path, monkeypatch):
     from bridgecli.evaluation.loglik import LogLik
 
-    # item 1: " Sun" has the best total (wrong), " Mars" the best per character (-2.0/5 > -1.9/4; right)
+    # item 1: " Sun" has the best total (wrong), " Mars" the best per character (-2.0/5 > -1.9/4; right);
+    # item 3: " a long word here" the best per character (-2.5/17 > -1.0/4; wrong), " wet" the best total
     scores = {" Mars": -2.0, " Moon": -2.3, " Sun": -1.9, " 3": -5.0, " 4": -1.0, " 5": -6.0, " 6": -6.0,
-              " wet": -8.0, " dry": -9.0}
+              " wet": -1.0, " dry": -9.0, " a long word here": -2.5, " cold": -1.0, " hot": -2.0}
 
     def fake(model, tok, requests, **kw):
         return [LogLik(scores[cont], False, 1) for _, cont in requests]
@@ -198,9 +177,9 @@ def test_acc_and_acc_norm_with_fixed_scores(tmp_path, monkeypatch):
     run = mc.arc_challenge_task(object(), object(), EvalOptions(data=_jsonl(tmp_path / "a.jsonl", ARC_ROWS),
                                                                 progress=False))
     s, items = run["summary"], run["items"]
-    assert [i["pred"] for i in items] == [2, 1, 0] and [i["pred_norm"] for i in items] == [0, 1, 0]
-    assert s["acc"] == s["accuracy"] == pytest.approx(2 / 3) and s["acc_norm"] == 1.0
-    assert s["metric"] == "acc" and s["correct"] == 2 and s["correct_norm"] == 3
+    assert [i["pred"] for i in items] == [2, 1, 0, 0] and [i["pred_norm"] for i in items] == [0, 1, 2, 0]
+    assert s["acc"] == s["accuracy"] == 0.75 and s["acc_norm"] == 0.75
+    assert s["metric"] == "acc" and s["correct"] == 3 and s["correct_norm"] == 3
     assert s["settings"]["chat_template_used"] is False
     assert items[0]["loglik"] == [-2.0, -2.3, -1.9]
 
@@ -218,8 +197,8 @@ def test_few_shot_contexts(tmp_path, monkeypatch):
     mc.arc_easy_task(object(), object(), EvalOptions(data=_jsonl(tmp_path / "a.jsonl", ARC_ROWS), limit=1,
                                                      few_shot=1, progress=False))
     assert seen[0] == ("Question: 2+2?\nAnswer: 4\n\nQuestion: Which is a planet?\nAnswer:", " Mars")
-    with pytest.raises(UsageError, match="--few-shot 3"):
-        mc.arc_easy_task(object(), object(), EvalOptions(data=str(tmp_path / "a.jsonl"), limit=1, few_shot=3))
+    with pytest.raises(UsageError, match="--few-shot 4"):
+        mc.arc_easy_task(object(), object(), EvalOptions(data=str(tmp_path / "a.jsonl"), limit=1, few_shot=4))
 
     seen.clear()
     root = _mmlu(tmp_path / "mmlu")
@@ -261,7 +240,8 @@ def test_interrupted_scoring_resumes_per_item_from_the_journal(tiny, tmp_path):
     try:
         reference = run(None)
         total = len(calls)
-        assert total == 3  # one forward per question: its one-token answers share the input
+        assert total == 5  # one forward per question: its one-token answers share the input (q3's
+        # " a long word here" has one of its own)
 
         def interrupt(*a):
             if len(calls) == 2:

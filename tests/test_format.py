@@ -33,6 +33,8 @@ from bridgecli.format import schema as stream_schema
 from bridgecli.format.records import ALLOWED_DTYPES
 from bridgecli.format.spec import MAGIC, MAJOR, MINOR, PREAMBLE, RECORD_PREFIX, RECORDS_PER_FRAME, STAGES
 
+from tiny import frame_lengths
+
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
 SCHEMA_FILE = REPO / "schemas" / f"bridge-stream-v{MAJOR}.schema.json"
@@ -71,17 +73,6 @@ def assemble(*records: bytes, major: int = MAJOR, minor: int = MINOR) -> bytes:
     """Preamble + one zstd frame (with content checksum) holding the given framed records."""
     body = zstandard.ZstdCompressor(write_checksum=True).compress(b"".join(records))
     return PREAMBLE.pack(MAGIC, major, minor) + body
-
-
-def frame_lengths(body: bytes) -> list[int]:
-    """Compressed length of every zstd frame in ``body``."""
-    out = []
-    while body:
-        d = zstandard.ZstdDecompressor().decompressobj()
-        d.decompress(body)
-        out.append(len(body) - len(d.unused_data))
-        body = d.unused_data
-    return out
 
 
 def read_bytes(data: bytes, validate: bool = False) -> tuple[StreamReader, list[Example]]:

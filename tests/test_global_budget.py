@@ -161,6 +161,12 @@ def test_global_budget_errors_and_protection(tmp_path, tokenizer):
     assert bad.exit_code == 2 and "--budget global needs" in bad.output
     bad = run.invoke(app, ["select", str(src), "-o", str(tmp_path / "x.bridge"), "--budget", "nope"])
     assert bad.exit_code == 2 and "--budget must be one of" in bad.output
+    from test_show import write_stream
+
+    again = msgspec.structs.replace(exs[1], index=exs[0].index)  # another example under the first one's index
+    twice = write_stream(tmp_path / "twice.bridge", [exs[0], again], "scores")
+    bad = run.invoke(app, ["select", str(twice), "-o", str(tmp_path / "x.bridge"), "--budget", "global"])
+    assert bad.exit_code == 3 and "two examples with index" in bad.output and "Traceback" not in bad.output
     ok = run.invoke(app, ["select", str(src), "-o", str(tmp_path / "p.bridge"), "--budget", "global",
                           "--rho-p", "0.3", "--rho-r", "0.3", "--protect-response", "answer"])
     assert ok.exit_code == 0, ok.output

@@ -141,19 +141,6 @@ def test_artifacts_import_no_torch():
 # --- registration checks against the Protocols, declared optional members ---------------------------
 
 
-@pytest.fixture
-def manager(monkeypatch):
-    """A fresh plugin manager with only the built-ins; forgotten again after the test."""
-    from bridgecli import plugins
-
-    monkeypatch.setenv("BRIDGE_LOAD_PLUGINS", "")
-    plugins.reset()
-    try:
-        yield plugins.get_manager()
-    finally:
-        plugins.reset()
-
-
 def _plugin(hook: str, name: str, obj):
     from bridgecli import hookimpl
 

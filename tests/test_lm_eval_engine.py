@@ -9,7 +9,6 @@ runs the default model on the real data (integration; skipped when the data is a
 
 from __future__ import annotations
 
-import bz2
 import json
 from pathlib import Path
 
@@ -22,33 +21,10 @@ from bridgecli.evaluation import evaluate as bridge_evaluate
 from bridgecli.evaluation import lm_eval_engine as lme
 from bridgecli.evaluation import multiple_choice as mc
 
+from mc_files import ARC_ROWS, write_hellaswag
 from tiny import tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-ARC_ROWS = [
-    {"id": "q1", "question": {"stem": "Which is a planet?", "choices": [
-        {"text": "Mars", "label": "A"}, {"text": "Moon", "label": "B"}, {"text": "Sun", "label": "C"}]},
-     "answerKey": "A"},
-    {"id": "q2", "question": {"stem": "2+2?", "choices": [
-        {"text": "3", "label": "1"}, {"text": "4", "label": "2"}, {"text": "5", "label": "3"}, {"text": "6", "label": "4"}]},
-     "answerKey": "2"},
-    {"id": "q3", "question": {"stem": "Water is", "choices": [
-        {"text": "wet", "label": "A"}, {"text": "dry", "label": "B"}, {"text": "a long word here", "label": "C"}]},
-     "answerKey": "A"},
-    {"id": "q4", "question": {"stem": "Ice is", "choices": [
-        {"text": "cold", "label": "A"}, {"text": "hot", "label": "B"}]}, "answerKey": "A"},
-]
-
-HS_LINES = [
-    "Roof shingle removal: A man is sitting on a roof. he", "3",
-    "is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "is holding a rubik's cube.",
-    "starts pulling up roofing on a roof.",
-    "Family Life: How to  play. Visit [www.example.org] to find games. [title] Have fun.", "0",
-    "Pick one.", "Pick two [step] now.", "Pick three.", "Pick four, the longest ending of them all.",
-    "Health: Stay well.", "2",
-    "Drink water.", "Sleep.", "Walk every day.", "Eat.",
-]
 
 MMLU_HEADER = "question,choice0,choice1,choice2,choice3,answer\n"
 
@@ -58,7 +34,7 @@ def _data(root: Path) -> Path:
     (root / "arc").mkdir(parents=True)
     (root / "arc" / "ARC-Easy-Test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ARC_ROWS))
     (root / "hellaswag").mkdir()
-    (root / "hellaswag" / "hs.txt.bz2").write_bytes(bz2.compress(("\n".join(HS_LINES) + "\n").encode()))
+    write_hellaswag(root / "hellaswag" / "hs.txt.bz2")
     mmlu = root / "mmlu"
     (mmlu / "test").mkdir(parents=True)
     (mmlu / "dev").mkdir()

@@ -44,17 +44,6 @@ def cli_plugins() -> dict:
     return json.loads(result.stdout)
 
 
-@pytest.fixture
-def manager(monkeypatch):
-    """A fresh plugin manager with only the built-ins; forgotten again after the test."""
-    monkeypatch.setenv("BRIDGE_LOAD_PLUGINS", "")
-    plugins.reset()
-    try:
-        yield plugins.get_manager()
-    finally:
-        plugins.reset()
-
-
 # --- built-ins ------------------------------------------------------------------------------
 
 

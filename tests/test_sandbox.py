@@ -20,6 +20,7 @@ import pytest
 from bridgecli.errors import UsageError
 from bridgecli.evaluation import containment, sandbox, sandbox_bwrap
 from bridgecli.evaluation.sandbox import Limits, bwrap_problem, run_program
+from sandbox_probes import marked, short_timeout_runs, tmpfs_filler
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bwrap sandbox here: {bwrap_problem()}")
 FAST = Limits(timeout=5, memory_mb=512)
@@ -41,20 +42,6 @@ def memory_mode(request, monkeypatch):
 
 def run(source: str, limits: Limits = FAST) -> sandbox.Outcome:
     return run_program(textwrap.dedent(source), limits)
-
-
-def _marked(marker: str) -> list[int]:
-    """Host processes whose command line holds ``marker``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 @needs_bwrap
@@ -91,7 +78,7 @@ def test_host_uid_of_the_program_is_not_root():
     thread.start()
     try:
         for _ in range(200):
-            pids = _marked(marker)
+            pids = marked(marker)
             if pids:
                 break
             time.sleep(0.02)
@@ -225,7 +212,7 @@ def test_fork_bomb_is_capped_and_nothing_survives():
     assert out.passed, out.stderr
     assert 0 < int(out.stdout.split()[-1]) < limits.processes
     time.sleep(0.2)
-    assert _marked(marker) == []  # the whole box went with its PID 1
+    assert marked(marker) == []  # the whole box went with its PID 1
 
 
 @needs_bwrap
@@ -239,7 +226,7 @@ def test_timeout_kills_every_process_of_the_box():
     """, Limits(timeout=1.5))
     assert out.status == "timeout"
     time.sleep(0.2)
-    assert _marked(marker) == []
+    assert marked(marker) == []
 
 
 @needs_bwrap
@@ -292,16 +279,7 @@ def test_memory_held_outside_processes_counts(memory_mode, attack):
     # memory no process has mapped: files in the box's tmpfs folders (3 x 64 MiB), empty files
     # (about 1 KiB of kernel memory each), socket buffers. Each counts against the limit.
     source = {
-        "tmpfs": """
-            for folder in ("/work", "/tmp", "/dev/shm"):
-                try:
-                    for n in range(5):
-                        with open(f"{folder}/fill{n}", "wb") as fh:
-                            for _ in range(15):
-                                fh.write(b"x" * (1 << 20))
-                except OSError:
-                    pass
-        """,
+        "tmpfs": tmpfs_filler(5),
         "inodes": """
             for n in range(300_000):
                 open(f"/work/{n}", "w").close()
@@ -362,29 +340,20 @@ def test_success_signal_is_out_of_the_programs_reach():
     assert out.status == "failed" and "no success signal" in out.error
 
 
-def _short_timeout_runs(unsafe: bool) -> tuple[int, int]:
-    marker = f"bridge-short-{uuid.uuid4().hex}"
-    program = f"import os\nos.execv('/bin/sleep', [{marker!r}, '30'])\n"
-    timeouts = [0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05] * 3
-    statuses = [run_program(program, Limits(timeout=t), unsafe=unsafe).status for t in timeouts]
-    time.sleep(0.5)
-    left = _marked(marker)
-    for pid in left:
-        os.kill(pid, 9)
-    return len(left), statuses.count("timeout")
+SHORT_TIMEOUTS = [0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05] * 3
 
 
 @needs_bwrap
 def test_a_timeout_during_setup_leaves_nothing_running():
     # issue 30: at --code-timeout 0.02 s, 1 run in 10 left python3 running: the timeout killed bwrap
     # during its setup, before --die-with-parent applied, and killpg missed its new session
-    left, timeouts = _short_timeout_runs(unsafe=False)
+    left, timeouts = short_timeout_runs(SHORT_TIMEOUTS, unsafe=False, settle=0.5)
     assert left == 0 and timeouts > 0
 
 
 def test_a_timeout_of_the_unsafe_runner_leaves_nothing_running(monkeypatch):
     monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
-    left, timeouts = _short_timeout_runs(unsafe=True)
+    left, timeouts = short_timeout_runs(SHORT_TIMEOUTS, unsafe=True, settle=0.5)
     assert left == 0 and timeouts > 0
 
 
@@ -404,7 +373,7 @@ def test_kill_tree_reaches_a_new_session():
     proc = subprocess.Popen([sys.executable, "-c", spawn], start_new_session=True)
     try:
         for _ in range(500):
-            named = [p for p in _marked(marker) if _argv0(p) == marker]
+            named = [p for p in marked(marker) if _argv0(p) == marker]
             if named:
                 break
             time.sleep(0.01)
@@ -413,9 +382,9 @@ def test_kill_tree_reaches_a_new_session():
         containment.kill_tree(proc.pid)
         proc.wait()
         time.sleep(0.1)
-        assert _marked(marker) == []
+        assert marked(marker) == []
     finally:
-        for pid in _marked(marker):
+        for pid in marked(marker):
             os.kill(pid, 9)
         if proc.poll() is None:
             proc.kill()

@@ -34,18 +34,6 @@ def one_line(result) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def no_model_work(monkeypatch):
-    """Any model or tokenizer load fails the test: what is checked here comes first."""
-    import transformers
-
-    def boom(*a, **k):
-        raise AssertionError("a model or tokenizer was loaded")
-
-    for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer, transformers.AutoConfig):
-        monkeypatch.setattr(cls, "from_pretrained", boom)
-
-
 def rows_file(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -62,7 +50,7 @@ def row(id_: str, n: int, supervised_from: int = 1) -> dict:
 @pytest.mark.parametrize("flags", [["--lora-r", "8"], ["--lora-r", "16"], ["--lora-alpha", "-1"],
                                    ["--lora-dropout", "nan"], ["--lora-dropout", "1e999"], ["--lora-targets", ""],
                                    ["--lora-alpha", "5", "--lora-targets", "q_proj"]])
-def test_lora_flags_without_lora_are_refused(tmp_path, flags, no_model_work):
+def test_lora_flags_without_lora_are_refused(tmp_path, flags, no_model_loads):
     result = invoke("train", tmp_path / "nosuch.jsonl", *flags)
     line = one_line(result)
     assert result.exit_code == 2
@@ -78,7 +66,7 @@ def test_lora_flags_without_lora_are_refused(tmp_path, flags, no_model_work):
                                           (["--lora-alpha", "0"], "--lora-alpha"),
                                           (["--lora-targets", ""], "--lora-targets"),
                                           (["--lora-targets", " , "], "--lora-targets")])
-def test_lora_values_are_checked_with_lora(tmp_path, flags, names, no_model_work):
+def test_lora_values_are_checked_with_lora(tmp_path, flags, names, no_model_loads):
     result = invoke("train", tmp_path / "nosuch.jsonl", "--lora", *flags)
     assert result.exit_code == 2 and names in one_line(result)
 
@@ -107,7 +95,7 @@ def test_python_callers_get_the_lora_checks(tmp_path):
                                                  ("labels", [IGNORE, False, 7], "entry 1 is false"),
                                                  ("input_ids", [5, 6.0, 7], "entry 1 is 6.0"),
                                                  ("labels", [IGNORE, "6", 7], "entry 1 is '6'")])
-def test_json_booleans_are_no_token_ids(tmp_path, field, value, shown, no_model_work):
+def test_json_booleans_are_no_token_ids(tmp_path, field, value, shown, no_model_loads):
     good = {"id": "a", "input_ids": [5, 6, 7], "labels": [IGNORE, 6, 7]}
     path = rows_file(tmp_path / "rows.jsonl", [good, {**good, "id": "b", field: value}])
     with pytest.raises(InputError) as info:
@@ -212,7 +200,7 @@ def test_max_length_above_the_model_limit_is_refused():
     assert limits.row_limit(None, False, (8192, "m")).what == "the model's limit of 8,192 tokens (m)"
 
 
-def test_a_row_too_long_stops_train_before_any_model_work(tmp_path, tiny_model_dir, no_model_work):
+def test_a_row_too_long_stops_train_before_any_model_work(tmp_path, tiny_model_dir, no_model_loads):
     """tiny_model_dir's limit is 1024 (tests/tiny.py); its files tell it without loading it."""
     path = rows_file(tmp_path / "rows.jsonl", [row("short", 20), row("huge", 100_000), row("other", 2000)])
     result = invoke("train", path, "-o", tmp_path / "run", "--model", tiny_model_dir)

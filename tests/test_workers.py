@@ -15,16 +15,21 @@ from typer.testing import CliRunner
 from bridgecli.cli.app import app
 from bridgecli.format.spec import PREAMBLE
 
+from tiny import frame_lengths
+
 pytestmark = pytest.mark.integration  # forks worker pools, and `python -m bridgecli`
 
 N = 150  # two full frames of 64 records and a partial one
 
 
+def _after_header_bytes(raw: bytes) -> bytes:
+    """A stream's bytes after its header frame (the header holds timestamps)."""
+    body = raw[PREAMBLE.size:]
+    return body[frame_lengths(body)[0]:]
+
+
 def _tail(path) -> bytes:
-    """The stream's bytes after its header frame (the header holds timestamps)."""
-    d = zstandard.ZstdDecompressor().decompressobj()
-    d.decompress(path.read_bytes()[PREAMBLE.size:])
-    return d.unused_data
+    return _after_header_bytes(path.read_bytes())
 
 
 @pytest.fixture(scope="module")
@@ -220,13 +225,10 @@ def _flip(path, at):
 
 
 def _second_frame_offset(path):
-    d = zstandard.ZstdDecompressor().decompressobj()
-    raw = path.read_bytes()
-    d.decompress(raw[PREAMBLE.size:])  # the header's frame
-    head = len(raw) - len(d.unused_data)
-    d = zstandard.ZstdDecompressor().decompressobj()
-    d.decompress(raw[head:])
-    return len(raw) - len(d.unused_data), head
+    """Where the stream's third frame starts, and where its second (the first after the header's)."""
+    header, second = frame_lengths(path.read_bytes()[PREAMBLE.size:])[:2]
+    head = PREAMBLE.size + header
+    return head + second, head
 
 
 def _streams(folder, exs):
@@ -320,12 +322,6 @@ def _cli(args, input=None, stdin=None):
                           capture_output=True, env=env, timeout=120)
 
 
-def _after_header_bytes(raw: bytes) -> bytes:
-    d = zstandard.ZstdDecompressor().decompressobj()
-    d.decompress(raw[PREAMBLE.size:])
-    return d.unused_data
-
-
 @pytest.mark.parametrize("case", ["an index out of range in a middle frame", "a bad checksum in a middle frame"])
 def test_workers_write_the_frames_before_an_error_to_stdout(streams, case):
     """On stdout, every whole frame before the failing record's comes out, byte for byte as one process writes
@@ -335,7 +331,7 @@ def test_workers_write_the_frames_before_an_error_to_stdout(streams, case):
     assert got[0].returncode == got[1].returncode == 3
     assert got[0].stderr == got[1].stderr
     one, two = (_after_header_bytes(g.stdout) for g in got)
-    assert _frames_of(two) and one.startswith(two)
+    assert frame_lengths(two) and one.startswith(two)
     assert _count_records(zstandard.ZstdDecompressor().decompressobj().decompress(two)) == 64  # the first frame
 
 
@@ -382,17 +378,6 @@ def test_workers_read_a_pipe(scored, tmp_path):
     assert _after_header_bytes(got.stdout) == _tail(ref)
 
 
-def _frames_of(data: bytes) -> list[int]:
-    """Frame sizes as zstd itself finds them."""
-    sizes = []
-    while data:
-        d = zstandard.ZstdDecompressor().decompressobj()
-        d.decompress(data)
-        sizes.append(len(data) - len(d.unused_data))
-        data = d.unused_data
-    return sizes
-
-
 @pytest.mark.parametrize("source", ["pipe", "file"])
 def test_frame_size_finds_where_zstd_frames_end(tmp_path, source):
     """Raw, RLE and compressed blocks; with and without checksum and content size; empty frames. From a
@@ -411,7 +396,7 @@ def test_frame_size_finds_where_zstd_frames_end(tmp_path, source):
                 c = zstandard.ZstdCompressor(level=1 + 5 * (k % 2), write_checksum=checksum, write_content_size=size)
                 frames.append(c.compress(data))
     blob = b"".join(frames)
-    assert _frames_of(blob) == [len(f) for f in frames]
+    assert frame_lengths(blob) == [len(f) for f in frames]
 
     def tape_of(data):
         if source == "pipe":

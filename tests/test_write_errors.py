@@ -28,10 +28,9 @@ from bridgecli.cli.app import app
 from bridgecli.errors import WriteError
 from bridgecli.io import failed_write, write_error
 
-from tiny import head
+from tiny import sample_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "examples" / "data"
 GOLDEN = ROOT / "tests" / "golden" / "v1.2-closure.bridge"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,10 +64,7 @@ def assert_one_line(code: int, err: str, command: str, names: str) -> None:
 def work(tmp_path_factory, tiny_model_dir):
     """Inputs for every command: data, a warmup run, its scores, a selection, a closure, rows, a result."""
     w = tmp_path_factory.mktemp("writes")
-    head(SAMPLE / "warm.jsonl", w / "warm.jsonl", 4)
-    head(SAMPLE / "val.jsonl", w / "val.jsonl", 2)
-    head(SAMPLE / "train.jsonl", w / "data.jsonl", 3)
-    head(SAMPLE / "test.jsonl", w / "test.jsonl", 2)
+    sample_inputs(w, warm=4, val=2, data=3, test=2)
     steps = [
         ["warmup", w / "warm.jsonl", "--val", w / "val.jsonl", "--model", tiny_model_dir, "--max-steps", "1",
          "--batch-size", "4", "-o", w / "warm"],

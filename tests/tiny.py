@@ -1,5 +1,5 @@
 """Shared test helpers: tiny random models built from configs (fast, deterministic), three
-GSM8K-shaped records, and a file-head helper for the sample data."""
+GSM8K-shaped records, the first lines of the sample data in a folder, and the zstd frames of a stream."""
 
 from __future__ import annotations
 
@@ -29,10 +29,23 @@ def sample_module():
     return sys.modules["make_sample"]
 
 
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
 def head(src: Path, dst: Path, n: int) -> Path:
     """The first ``n`` lines of ``src`` written to ``dst``."""
     dst.write_text("".join(src.read_text().splitlines(keepends=True)[:n]))
     return dst
+
+
+def sample_inputs(folder: Path, *, warm: int, val: int, data: int, test: int = 0) -> Path:
+    """The first lines of the bundled sample (examples/data) in ``folder``: ``warm`` of warm.jsonl,
+    ``val`` of val.jsonl, ``data`` of train.jsonl as data.jsonl and ``test`` of test.jsonl (if any)."""
+    for name, source, n in (("warm.jsonl", "warm.jsonl", warm), ("val.jsonl", "val.jsonl", val),
+                            ("data.jsonl", "train.jsonl", data), ("test.jsonl", "test.jsonl", test)):
+        if n:
+            head(SAMPLE / source, folder / name, n)
+    return folder
 
 
 def tiny_llama_config(vocab_size: int, layers: int = 6, hidden: int = 32, heads: int = 4, kv_heads: int = 2):
@@ -52,3 +65,16 @@ def tiny_model(config, seed: int = 0, dtype=None):
     if dtype is not None:
         model = model.to(dtype)
     return model.eval()
+
+
+def frame_lengths(body: bytes) -> list[int]:
+    """The compressed length of every zstd frame in ``body``, as zstd itself finds them."""
+    import zstandard
+
+    out = []
+    while body:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        d.decompress(body)
+        out.append(len(body) - len(d.unused_data))
+        body = d.unused_data
+    return out

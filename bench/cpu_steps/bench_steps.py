@@ -24,11 +24,12 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from measured import run_measured, step_env
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = {
@@ -36,13 +37,6 @@ STEPS = {
     "close": ("selected.bridge", "closed.bridge", ["close", "--segmenter", "math"]),
     "compact": ("closed.bridge", "rows.jsonl", ["compact"]),
 }
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("BRIDGE_NO_PROGRESS", None)  # progress as a user gets it (stderr is a pipe here: off)
-    return env
 
 
 # ------------------------------------------------------------------------------------------- make
@@ -126,20 +120,8 @@ def _cli(step: str, out: Path, cpu: str | None, workers: int, tag: str) -> dict:
         cmd += ["--workers", str(workers)]
     if cpu is not None:
         cmd = ["taskset", "-c", cpu, *cmd]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err}")
-    return {
-        "command": " ".join(cmd[cmd.index("-m") - 1 :]).replace(sys.executable, "python"),
-        "wall_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024,
-    }
+    cost = run_measured(cmd, step_env(ROOT / "src"))
+    return {"command": " ".join(cmd[cmd.index("-m") - 1 :]).replace(sys.executable, "python"), **cost}
 
 
 def _inproc(step: str, out: Path) -> float:

@@ -21,13 +21,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import bench_steps  # noqa: E402
+from measured import rounded, run_measured, step_env  # noqa: E402
 
 STEPS = {  # step -> (input made by main's code, output name, arguments)
     "select": ("scores.bridge", "selected.bridge", ["select", "-T", "4"]),
@@ -41,21 +41,7 @@ def one(src: Path, python: str, step: str, out: Path, tag: str, cpu: str | None)
     cmd = [python, "-m", "bridgecli", *args, str(out / inp), "-o", str(out / f"{tag}.{dst}")]
     if cpu:
         cmd = ["taskset", "-c", cpu, *cmd]
-    # the side's src/ first; what PYTHONPATH held (e.g. carried wheels on a lent machine) after it
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p))
-    env.pop("BRIDGE_NO_PROGRESS", None)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-    }
+    return rounded(run_measured(cmd, step_env(src)))  # the side's src/ first
 
 
 def after_header(path: Path) -> bytes:

@@ -32,6 +32,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path[:0] = [str(HERE), str(ROOT / "bench")]  # measured.py beside it, bench/provenance.py (also when loaded by path)
+from measured import rounded, run_measured, step_env  # noqa: E402
+from provenance import commit  # noqa: E402
+
 PREAMBLE_SIZE = 12  # magic (8 bytes) and version (2 + 2) before a stream's first zstd frame
 STEPS = {  # step -> (its input: the scored stream, or a step whose N=1 output it reads; output name; arguments)
     "select": (None, "selected.bridge", ["select", "-T", "4"]),
@@ -57,27 +61,12 @@ def default_python() -> str:
 
 
 def _env() -> dict:
-    # this checkout's src first, then whatever the caller's PYTHONPATH holds (e.g. installed wheels)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    env.pop("BRIDGE_NO_PROGRESS", None)  # as a user gets it (stderr is a pipe here: no bar)
-    return env
+    return step_env(ROOT / "src")  # this checkout's src first
 
 
 def run_step(python: str, step: str, inp: Path, out: Path, workers: int) -> dict:
     cmd = [python, "-m", "bridgecli", *STEPS[step][2], str(inp), "-o", str(out), "--workers", str(workers)]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err}")
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-    }
+    return rounded(run_measured(cmd, _env()))
 
 
 def comparable(path: Path) -> str:
@@ -103,14 +92,6 @@ def comparable(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
 
 
 def count_examples(python: str, stream: Path) -> int:

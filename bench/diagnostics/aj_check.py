@@ -63,6 +63,7 @@ from bridgecli.modeling.loading import load_model, resolve, resolve_device  # no
 from bridgecli.modeling.params import blocks_of  # noqa: E402
 from bridgecli.modeling.score_batch import make_batch  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint  # noqa: E402
+from bridgecli.modeling.scoring import _cast_floats as cast_floats  # noqa: E402  (the scorer's own)
 from bridgecli.modeling.tail import Tail  # noqa: E402
 from bridgecli.training.batching import collate_padded  # noqa: E402
 from bridgecli.training.rows import full_response_row  # noqa: E402
@@ -92,21 +93,6 @@ def pnorm(a: Params) -> float:
 
 def leaves(p: Params) -> list[torch.Tensor]:
     return [p[i][k] for i in p for k in p[i]]
-
-
-def cast_floats(obj, dtype):
-    """Every floating tensor inside (nested) tuples, lists, dicts and TailCalls cast to ``dtype``."""
-    from dataclasses import is_dataclass, replace
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(dtype) if obj.is_floating_point() else obj
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(cast_floats(x, dtype) for x in obj)
-    if isinstance(obj, dict):
-        return {k: cast_floats(v, dtype) for k, v in obj.items()}
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return replace(obj, args=cast_floats(obj.args, dtype), kwargs=cast_floats(obj.kwargs, dtype))
-    return obj
 
 
 # -- float64 RMSNorm inside the tail --------------------------------------------------------------

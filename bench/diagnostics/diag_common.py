@@ -9,28 +9,14 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def commit() -> str | None:
-    """HEAD of the checkout this script runs from, with ``+dirty`` when tracked files differ."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        )
-    except OSError:
-        return None
-    sha = head.stdout.strip()
-    if not sha:
-        return None
-    return sha + ("+dirty" if dirty.stdout.strip() else "")
+sys.path.insert(0, str(ROOT / "bench"))
+from provenance import commit  # noqa: E402  (re-exported: the scripts call dc.commit())
 
 
 def device_info(device: str) -> dict:

@@ -43,50 +43,37 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diag_common as dc  # noqa: E402
 
-from bridgecli.analysis.tokenclass import _CALCULATION, math_spans  # noqa: E402
+from bridgecli.analysis.tokenclass import _CALCULATION, _overlaps, classify_tokens, math_spans  # noqa: E402
 from bridgecli.core.closure import unit_values  # noqa: E402
-from bridgecli.core.protect import answer_spans, region  # noqa: E402
+from bridgecli.core.protect import region  # noqa: E402
 from bridgecli.format.reader import open_reader  # noqa: E402
 
 CLASSES = ("answer", "calc", "latex", "digits", "operators", "newline", "words", "space/punct")
 _OPERATOR = re.compile(r"[=+\-*/^\\{}<>×÷≤≥%]")
-_DIGIT = re.compile(r"\d")
-_LETTER = re.compile(r"[^\W\d_]")
-
-
-def _overlaps(token_spans: np.ndarray, spans) -> np.ndarray:
-    hit = np.zeros(token_spans.shape[0], dtype=bool)
-    for s, e in spans:
-        hit |= (np.minimum(token_spans[:, 1], e) - np.maximum(token_spans[:, 0], s)) > 0
-    return hit
 
 
 def fine_classes(text: str, token_spans) -> list[str]:
-    """One class of :data:`CLASSES` per token (``token_spans`` index ``text``)."""
+    """One class of :data:`CLASSES` per token (``token_spans`` index ``text``): the package's classes
+    (``analysis.tokenclass``), with its math split into calc, latex and operators (which take in
+    ``-`` too, and come before digits inside a calculation or a LaTeX region) and newline split off."""
     token_spans = np.asarray(token_spans, dtype=np.int64).reshape(-1, 2)
     calcs = [m.span() for m in _CALCULATION.finditer(text)]
-    answer = _overlaps(token_spans, answer_spans(text))
     calc = _overlaps(token_spans, calcs)
     latex = _overlaps(token_spans, [s for s in math_spans(text) if s not in calcs])
     out = []
-    for t, (s, e) in enumerate(token_spans.tolist()):
+    for t, (cls, (s, e)) in enumerate(zip(classify_tokens(text, token_spans), token_spans.tolist())):
         piece = text[s:e]
-        if answer[t]:
-            out.append("answer")
-        elif calc[t]:
-            out.append("calc")
-        elif latex[t]:
-            out.append("latex")
-        elif _DIGIT.search(piece):
-            out.append("digits")
-        elif _OPERATOR.search(piece):
-            out.append("operators")
+        if cls == "answer":
+            pass
+        elif calc[t] or latex[t]:
+            cls = "calc" if calc[t] else "latex"
+        elif cls == "digits":
+            pass
+        elif cls == "math" or _OPERATOR.search(piece):
+            cls = "operators"
         elif "\n" in piece:
-            out.append("newline")
-        elif _LETTER.search(piece):
-            out.append("words")
-        else:
-            out.append("space/punct")
+            cls = "newline"
+        out.append(cls)
     return out
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import os
 import platform
@@ -48,29 +47,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from load_code import import_at
+
 REPO = Path(__file__).resolve().parents[2]
 GENERATE = "src/bridgecli/evaluation/generate.py"
 OLD_REV = "99b4326"  # the last commit with the criteria that decode every row's window at every step
+sys.path.insert(0, str(REPO / "bench"))
+from provenance import commit  # noqa: E402
 
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
-
-
-def commit() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def device_name(device: str) -> str:
@@ -88,7 +75,7 @@ def header(device: str) -> dict:
     return {
         "device": device,
         "device_name": device_name(device),
-        "commit": commit(),
+        "commit": commit() or "unknown",
         "command": " ".join([sys.executable, *sys.argv]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
@@ -272,16 +259,7 @@ def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_:
 
 def old_generate_module(rev: str):
     """generate.py as it was at ``rev``, imported beside the package (its relative imports work)."""
-    text = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:{GENERATE}"], capture_output=True, text=True, check=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "generate_old.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("bridgecli.evaluation._generate_old", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_at(rev, GENERATE, "bridgecli.evaluation._generate_old")
 
 
 def simulated_ids(tokenizer, data: str, rows: int, prompt: int, steps: int):

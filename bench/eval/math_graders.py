@@ -37,14 +37,13 @@ The old grader is imported from a git revision when it is no longer in the tree
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
+
+from load_code import import_at, import_file
 
 REPO = Path(__file__).resolve().parents[2]
 OLD = "src/bridgecli/evaluation/math_grader.py"
@@ -62,16 +61,8 @@ def old_grader(rev: str | None):
                 check=True,
             ).stdout.strip()
             rev = f"{gone}~1" if gone else "HEAD"
-        text = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{rev}:{OLD}"], capture_output=True, text=True, check=True
-        ).stdout
-        path = Path(tempfile.mkdtemp()) / "math_grader.py"
-        path.write_text(text)
-    spec = importlib.util.spec_from_file_location("old_math_grader", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["old_math_grader"] = module
-    spec.loader.exec_module(module)
-    return module
+        return import_at(rev, OLD, "old_math_grader")
+    return import_file(path, "old_math_grader")
 
 
 # (gold, model output, the right verdict)

@@ -30,15 +30,14 @@ Needs bubblewrap (``bwrap``); the memory part also needs a cgroup it can write. 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import time
-import uuid
 from pathlib import Path
+
+from load_code import REPO, import_file
 
 from bridgecli.evaluation import sandbox
 from bridgecli.evaluation.sandbox import Limits, run_program
@@ -49,38 +48,71 @@ except ImportError:
     tested_containment = None
 
 
+# what tests/test_sandbox.py asserts on, measured here too
+probes = import_file(REPO / "tests" / "sandbox_probes.py", "sandbox_probes")
+
+
 def _measuring():
     """The cgroup helpers of this checkout, which the bench measures with (whatever sandbox it tests)."""
-    path = Path(__file__).resolve().parents[2] / "src" / "bridgecli" / "evaluation" / "containment.py"
-    spec = importlib.util.spec_from_file_location("bench_containment", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_file(REPO / "src" / "bridgecli" / "evaluation" / "containment.py", "bench_containment")
 
 
 HOLD = 3  # seconds each memory attack holds what it got
 
-MEMORY_ATTACKS = {
-    "nothing": "pass\n",
-    "memfd files, 3 children x 1 GiB": """
-        import os, time
-        for _ in range(3):
+# What the attacks below share, put before each (and before the baseline program that does nothing)
+ATTACK_HELPERS = """
+    import os, socket, time
+
+    HELD = []  # what an attack got, kept until its process ends
+
+
+    def fill(send):
+        \"\"\"Send until the (non-blocking) buffer is full.\"\"\"
+        try:
+            while True:
+                send(b"x" * 65536)
+        except BlockingIOError:
+            pass
+
+
+    def in_children(n, attack):
+        \"\"\"``attack`` in ``n`` forked children, each holding what it got for HOLD s (an OSError:
+        refused or full, ends its attack there).\"\"\"
+        for _ in range(n):
             if os.fork() == 0:
-                fds = []
                 try:
-                    for _ in range(64):
-                        fd = os.memfd_create("hold")
-                        os.write(fd, b"x" * (16 << 20))
-                        fds.append(fd)
+                    attack()
+                except OSError:
+                    pass
                 finally:
                     time.sleep(HOLD)
                     os._exit(0)
+
+
+    def socket_pairs(n, sndbuf=None):
+        \"\"\"``n`` Unix socket pairs, both ends filled (send buffers first raised to ``sndbuf``).\"\"\"
+        for _ in range(n):
+            a, b = socket.socketpair()
+            HELD.append((a, b))
+            for s in (a, b):
+                if sndbuf:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+                s.setblocking(False)
+                fill(s.send)
+"""
+
+MEMORY_ATTACKS = {
+    "nothing": "pass\n",
+    "memfd files, 3 children x 1 GiB": """
+        def attack():
+            for _ in range(64):
+                fd = os.memfd_create("hold")
+                os.write(fd, b"x" * (16 << 20))
+        in_children(3, attack)
         time.sleep(HOLD + 1)
     """,
     "SysV shared memory, 16 segments x 64 MiB": """
-        import ctypes, time
+        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.shmat.restype = ctypes.c_void_p
         for _ in range(16):
@@ -93,30 +125,17 @@ MEMORY_ATTACKS = {
         time.sleep(HOLD)
     """,
     "shared anonymous memory, 4 children x 60 MiB": """
-        import mmap, os, time
-        for _ in range(4):
-            if os.fork() == 0:
-                block = mmap.mmap(-1, 60 << 20, flags=mmap.MAP_SHARED)
-                for _ in range(60):
-                    block.write(b"x" * (1 << 20))
-                time.sleep(HOLD)
-                os._exit(0)
+        import mmap
+        def attack():
+            block = mmap.mmap(-1, 60 << 20, flags=mmap.MAP_SHARED)
+            HELD.append(block)
+            for _ in range(60):
+                block.write(b"x" * (1 << 20))
+        in_children(4, attack)
         time.sleep(HOLD + 1)
     """,
-    "tmpfs files: /work, /tmp and /dev/shm filled": """
-        import time
-        for folder in ("/work", "/tmp", "/dev/shm"):
-            try:
-                for n in range(100):
-                    with open(f"{folder}/fill{n}", "wb") as fh:
-                        for _ in range(15):
-                            fh.write(b"x" * (1 << 20))
-            except OSError:  # full
-                pass
-        time.sleep(HOLD)
-    """,
+    "tmpfs files: /work, /tmp and /dev/shm filled": probes.tmpfs_filler(100) + "time.sleep(HOLD)\n",
     "empty files (inodes) in /work, for 6 s": """
-        import os, time
         end = time.monotonic() + 6
         n = 0
         while time.monotonic() < end:
@@ -126,73 +145,24 @@ MEMORY_ATTACKS = {
         time.sleep(HOLD)
     """,
     "pipe buffers, 8 children x 120 pipes": """
-        import os, time
-        for _ in range(8):
-            if os.fork() == 0:
-                held = []
-                try:
-                    for _ in range(120):
-                        r, w = os.pipe()
-                        os.set_blocking(w, False)
-                        held.append((r, w))
-                        try:
-                            while True:
-                                os.write(w, b"x" * 65536)
-                        except BlockingIOError:
-                            pass
-                except OSError:
-                    pass
-                time.sleep(HOLD)
-                os._exit(0)
+        def attack():
+            for _ in range(120):
+                r, w = os.pipe()
+                os.set_blocking(w, False)
+                HELD.append((r, w))
+                fill(lambda data: os.write(w, data))
+        in_children(8, attack)
         time.sleep(HOLD + 2)
     """,
     "Unix socket buffers, 8 children x 120 socket pairs": """
-        import os, socket, time
-        for _ in range(8):
-            if os.fork() == 0:
-                held = []
-                try:
-                    for _ in range(120):
-                        a, b = socket.socketpair()
-                        held.append((a, b))
-                        for s in (a, b):
-                            s.setblocking(False)
-                            try:
-                                while True:
-                                    s.send(b"x" * 65536)
-                            except BlockingIOError:
-                                pass
-                except OSError:
-                    pass
-                time.sleep(HOLD)
-                os._exit(0)
+        in_children(8, lambda: socket_pairs(120))
         time.sleep(HOLD + 2)
     """,
     "Unix socket buffers raised to the maximum, 2 children x 30 socket pairs": """
-        import os, socket, time
-        for _ in range(2):
-            if os.fork() == 0:
-                held = []
-                try:
-                    for _ in range(30):
-                        a, b = socket.socketpair()
-                        held.append((a, b))
-                        for s in (a, b):
-                            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
-                            s.setblocking(False)
-                            try:
-                                while True:
-                                    s.send(b"x" * 65536)
-                            except BlockingIOError:
-                                pass
-                except OSError:
-                    pass
-                time.sleep(HOLD)
-                os._exit(0)
+        in_children(2, lambda: socket_pairs(30, sndbuf=1 << 30))
         time.sleep(HOLD + 2)
     """,
     "Unix sockets filled, then sent in flight and closed, 1 process, limit 1 GiB": """
-        import os, socket, time
         carrier, keeper = socket.socketpair()
         carrier.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
         try:
@@ -200,11 +170,7 @@ MEMORY_ATTACKS = {
                 a, b = socket.socketpair()
                 a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
                 a.setblocking(False)
-                try:
-                    while True:
-                        a.send(b"x" * 65536)
-                except BlockingIOError:
-                    pass
+                fill(a.send)
                 socket.send_fds(carrier, [b"."], [b.fileno()])  # b's queue holds what a sent
                 a.close()
                 b.close()
@@ -213,31 +179,20 @@ MEMORY_ATTACKS = {
         time.sleep(HOLD)
     """,
     "TCP loopback buffers, 2 children x 30 connections": """
-        import os, socket, time
         server = socket.socket()
         server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)  # the accepted ones inherit it
         server.bind(("127.0.0.1", 0))
         server.listen(100)
         port = server.getsockname()[1]
-        for _ in range(2):
-            if os.fork() == 0:
-                held = []
-                try:
-                    for _ in range(30):
-                        c = socket.socket()
-                        c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
-                        c.connect(("127.0.0.1", port))
-                        held.append(c)
-                        c.setblocking(False)
-                        try:
-                            while True:
-                                c.send(b"x" * 65536)
-                        except BlockingIOError:
-                            pass
-                except OSError:
-                    pass
-                time.sleep(HOLD)
-                os._exit(0)
+        def attack():
+            for _ in range(30):
+                c = socket.socket()
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+                c.connect(("127.0.0.1", port))
+                HELD.append(c)
+                c.setblocking(False)
+                fill(c.send)
+        in_children(2, attack)
         accepted = []
         end = time.monotonic() + HOLD + 2
         server.settimeout(0.2)
@@ -329,7 +284,8 @@ def one(mode: str, name: str, limit_mb: int, group: str) -> None:
     if mode == "monitor":
         assert tested_containment is not None
         tested_containment.cgroup_parent = lambda: (None, "switched off by the bench")
-    source = textwrap.dedent(MEMORY_ATTACKS[name]).replace("HOLD", str(HOLD))
+    source = textwrap.dedent(ATTACK_HELPERS) + textwrap.dedent(MEMORY_ATTACKS[name])
+    source = source.replace("HOLD", str(HOLD))
     if name.endswith("limit 1 GiB"):
         limit_mb = 1024
     outcome = run_program(source, Limits(timeout=30, memory_mb=limit_mb))
@@ -339,66 +295,37 @@ def one(mode: str, name: str, limit_mb: int, group: str) -> None:
 # -- early exits and short timeouts -------------------------------------------------------------
 
 
+def _runners():
+    """The two runners in turn: "bwrap", then "unsafe" (bubblewrap switched off, as where it is missing)."""
+    real_probe = sandbox._probe
+    try:
+        yield "bwrap"
+        sandbox._probe = lambda: (None, "switched off by the bench")  # type: ignore[assignment]
+        yield "unsafe"
+    finally:
+        sandbox._probe = real_probe
+
+
 def early_exit_part() -> dict:
     rows = []
-    real_probe = sandbox._probe
-    for runner in ("bwrap", "unsafe"):
-        if runner == "unsafe":
-            sandbox._probe = lambda: (None, "switched off by the bench")  # type: ignore[assignment]
-        try:
-            for name, exit_code in EARLY_EXITS.items():
-                program = SOLUTION + exit_code + FAILING_TEST
-                outcome = run_program(program, Limits(timeout=5), unsafe=True)
-                rows.append({"runner": runner, "program": name, "status": outcome.status, "rc": outcome.returncode})
-                print(f"{runner:7} {name:28} rc {outcome.returncode!s:5} {outcome.status}")
-        finally:
-            sandbox._probe = real_probe
+    for runner in _runners():
+        for name, exit_code in EARLY_EXITS.items():
+            program = SOLUTION + exit_code + FAILING_TEST
+            outcome = run_program(program, Limits(timeout=5), unsafe=True)
+            rows.append({"runner": runner, "program": name, "status": outcome.status, "rc": outcome.returncode})
+            print(f"{runner:7} {name:28} rc {outcome.returncode!s:5} {outcome.status}")
     return {"graded_passed": sum(r["status"] == "passed" for r in rows), "n": len(rows), "rows": rows}
-
-
-def _marked(marker: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
 
 
 def timeout_part(runs: int) -> dict:
     rows = []
-    real_probe = sandbox._probe
-    for runner in ("bwrap", "unsafe"):
-        if runner == "unsafe":
-            sandbox._probe = lambda: (None, "switched off by the bench")  # type: ignore[assignment]
-        try:
-            for timeout in (0.005, 0.01, 0.02, 0.05):
-                marker = f"bridge-bench-left-{uuid.uuid4().hex}"
-                program = f"import os\nos.execv('/bin/sleep', [{marker!r}, '30'])\n"
-                statuses = [run_program(program, Limits(timeout=timeout), unsafe=True).status for _ in range(runs)]
-                time.sleep(1.0)
-                left = _marked(marker)
-                for pid in left:
-                    try:
-                        os.kill(pid, 9)
-                    except OSError:
-                        pass
-                rows.append(
-                    {
-                        "runner": runner,
-                        "timeout_s": timeout,
-                        "runs": runs,
-                        "left_running": len(left),
-                        "timeouts": statuses.count("timeout"),
-                    }
-                )
-                print(f"{runner:7} timeout {timeout:5} s: {len(left)} of {runs} left running")
-        finally:
-            sandbox._probe = real_probe
+    for runner in _runners():
+        for timeout in (0.005, 0.01, 0.02, 0.05):
+            left, timeouts = probes.short_timeout_runs([timeout] * runs, unsafe=True, settle=1.0)
+            rows.append(
+                {"runner": runner, "timeout_s": timeout, "runs": runs, "left_running": left, "timeouts": timeouts}
+            )
+            print(f"{runner:7} timeout {timeout:5} s: {left} of {runs} left running")
     return {"rows": rows}
 
 

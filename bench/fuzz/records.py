@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,19 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # the cases are the test suite's (tests/fuzz_cases.py)
 import fuzz_cases  # noqa: E402
 
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return out.stdout.strip() + ("+uncommitted changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+sys.path.insert(0, str(ROOT / "bench"))
+from provenance import commit  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -54,11 +42,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.environ.setdefault("BRIDGE_NO_PROGRESS", "1")
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    commit = _commit()  # the code as the run starts
+    code = commit() or "unknown"  # the code as the run starts
     with tempfile.TemporaryDirectory(prefix="bridge-fuzz-") as tmp:
         summary = fuzz_cases.run(args.cases, args.seed, Path(tmp))
     summary = {
-        "commit": commit,
+        "commit": code,
         "date": started,
         "command": "python bench/fuzz/records.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         **summary,

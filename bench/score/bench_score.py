@@ -32,56 +32,17 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: model_shapes
+
+import model_shapes  # noqa: E402
 
 from bridgecli.format.records import Example, Header, ModelInfo, Tokens  # noqa: E402
 from bridgecli.format.writer import StreamWriter  # noqa: E402
 from bridgecli.modeling.params import tail_parameters  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext  # noqa: E402
 
-LLAMA3_ROPE = {
-    "rope_type": "llama3",
-    "factor": 32.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192,
-}
-SHAPES = {
-    "smollm2-135m": dict(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-    ),
-    "llama-3.2-1b": dict(
-        vocab_size=128256,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        rope_theta=500000.0,
-        rope_scaling=LLAMA3_ROPE,
-        tie_word_embeddings=True,
-    ),
-    "llama-3.2-3b": dict(
-        vocab_size=128256,
-        hidden_size=3072,
-        intermediate_size=8192,
-        num_hidden_layers=28,
-        num_attention_heads=24,
-        num_key_value_heads=8,
-        head_dim=128,
-        rope_theta=500000.0,
-        rope_scaling=LLAMA3_ROPE,
-        tie_word_embeddings=True,
-    ),
-}
+#: the models timed here, random bf16 weights of their architecture (bench/model_shapes.py)
+SHAPES = {name: model_shapes.SHAPES[name] for name in ("smollm2-135m", "llama-3.2-1b", "llama-3.2-3b")}
 CASES = {
     "smollm2-135m/metamath": ("smollm2-135m", 80, 250),
     "llama-3.2-1b/metamath": ("llama-3.2-1b", 80, 250),

@@ -3,10 +3,10 @@
     python bench/score/e2e.py --data gsm8k/train.jsonl --tokenizer TOKENIZER_DIR \
         --out bench/score/results/e2e_h100.json [--shapes llama-3.2-1b,llama-3.2-3b] [--profile]
 
-For every shape (bench_score.py's hand-written Llama configs, random bf16 weights, the given
-tokenizer; vocabulary of the real shape unless ``--vocab tokenizer``) it writes a model folder and a
-warmup run folder (a random unit v over the final 4 blocks), takes the first ``--n`` records of the
-data, and times three separate processes, wall clock of the whole command:
+For every shape (bench_score.py's: real models' Llama configs from bench/model_shapes.py, random bf16
+weights, the given tokenizer; vocabulary of the real shape unless ``--vocab tokenizer``) it writes a
+model folder and a warmup run folder (a random unit v over the final 4 blocks), takes the first
+``--n`` records of the data, and times three separate processes, wall clock of the whole command:
 
 1. ``forward``: e2e_forward.py, a plain bf16 forward process (load the model, tokenise the same
    records with the same chat template and max length as ``bridge score``, length-bucketed batches
@@ -42,19 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "src"))
-
-#: a tiny shape for CPU runs of this script and of host_profile.py (not a real model)
-TINY = dict(
-    vocab_size=49152,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=5,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    rope_theta=10000.0,
-    tie_word_embeddings=True,
-)
+sys.path.insert(0, str(ROOT / "bench"))  # model_shapes
 
 SUMMARY = re.compile(
     r"scoring took ([\d.]+) s for (\d+) tokens \(([\d,]+) tokens/s(?:, rank \d+)?"
@@ -64,8 +52,9 @@ SUMMARY = re.compile(
 
 def shapes() -> dict:
     from bench_score import SHAPES
+    from model_shapes import TINY
 
-    return {**SHAPES, "tiny": TINY}
+    return {**SHAPES, "tiny": TINY["tiny-score"]}  # tiny: for CPU runs of this script and host_profile.py
 
 
 def build(shape: str, tok_dir: str, folder: Path, device: str, vocab: str = "shape") -> Path:
@@ -181,6 +170,12 @@ def child_env(base: dict, src: str | None, caches: Path | None, extra: list[str]
     return env
 
 
+def score_args(data: Path, run: Path, out: Path, limits: list[str]) -> list[str]:
+    """``-m bridgecli score`` of ``data`` with the warmup run ``run`` into ``out``: the arguments after
+    the interpreter (and any module it runs the command under)."""
+    return ["-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out), *limits]
+
+
 def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
     import torch
 
@@ -220,19 +215,7 @@ def run_shape(shape: str, args, data: Path, env0: dict, log_dir: Path) -> dict:
         env = child_env(env0, args.src, caches, args.score_env)
         outs[name] = folder / f"{name}.bridge"
         outs[name].unlink(missing_ok=True)
-        cmd = [
-            py,
-            "-m",
-            "bridgecli",
-            "score",
-            str(data),
-            "--from",
-            str(run),
-            "-o",
-            str(outs[name]),
-            *limits,
-            *shlex.split(args.score_args),
-        ]
+        cmd = [py, *score_args(data, run, outs[name], limits), *shlex.split(args.score_args)]
         wall, _, err = timed(cmd, env, log_dir / f"{shape}-{name}.log", args.timeout)
         r = {"process_s": round(wall, 2), **summary(err), "timings": timings(err)}
         if "forward" in res:
@@ -282,22 +265,7 @@ def cprofile_run(shape, args, run, data, caches, env0, log_dir, limits) -> dict:
     pfile = prof_dir / "score_later.prof"
     out = Path(args.work) / shape / "cprofile.bridge"
     out.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "cProfile",
-        "-o",
-        str(pfile),
-        "-m",
-        "bridgecli",
-        "score",
-        str(data),
-        "--from",
-        str(run),
-        "-o",
-        str(out),
-        *limits,
-    ]
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(pfile), *score_args(data, run, out, limits)]
     wall, _, err = timed(cmd, env, log_dir / f"{shape}-cprofile.log", args.timeout)
     out.unlink(missing_ok=True)
     import io

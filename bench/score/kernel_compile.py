@@ -43,15 +43,25 @@ def timed(fn) -> float:
     return round((time.perf_counter() - t0) * 1e3, 2)
 
 
+#: a case's short names for the sizes of the shape's config
+SIZES = {
+    "hid": "hidden_size",
+    "inter": "intermediate_size",
+    "H": "num_attention_heads",
+    "Hk": "num_key_value_heads",
+    "D": "head_dim",
+    "vocab": "vocab_size",
+}
+
+
 def shape_case(shape: str, L: int, tokens: int) -> dict:
     import torch
 
     from bench_score import SHAPES
 
-    cfg = SHAPES[shape]
+    sizes = {short: SHAPES[shape][name] for short, name in SIZES.items()}
     B = max(1, tokens // L)
-    hid, inter = cfg["hidden_size"], cfg["intermediate_size"]
-    H, Hk, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    D = sizes["D"]
     dev, dt = "cuda", torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(L)
 
@@ -61,19 +71,8 @@ def shape_case(shape: str, L: int, tokens: int) -> dict:
     pos = torch.arange(L, device=dev, dtype=torch.float32)
     inv = 1.0 / (10000 ** (torch.arange(0, D, 2, device=dev, dtype=torch.float32) / D))
     ang = torch.cat([pos[:, None] * inv[None], pos[:, None] * inv[None]], -1)
-    return dict(
-        B=B,
-        L=L,
-        hid=hid,
-        inter=inter,
-        H=H,
-        Hk=Hk,
-        D=D,
-        vocab=cfg["vocab_size"],
-        r=r,
-        cos=ang.cos().to(dt)[None, None].expand(B, 1, L, D),
-        sin=ang.sin().to(dt)[None, None].expand(B, 1, L, D),
-    )
+    cos, sin = (t.to(dt)[None, None].expand(B, 1, L, D) for t in (ang.cos(), ang.sin()))
+    return {**sizes, "B": B, "L": L, "r": r, "cos": cos, "sin": sin}
 
 
 def kernels(c: dict) -> dict:

@@ -21,6 +21,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: model_shapes
+
+from model_shapes import sizes  # noqa: E402
 
 
 def build(tok_dir: str, work: Path) -> Path:
@@ -30,16 +33,10 @@ def build(tok_dir: str, work: Path) -> Path:
     from bridgecli.modeling.params import tail_parameters
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    cfg = LlamaConfig(
+    cfg = LlamaConfig(  # Llama-3.2-1B's sizes, the tokenizer's vocabulary, LlamaConfig's position settings
+        **sizes("llama-3.2-1b"),
         vocab_size=len(tok),
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
         max_position_embeddings=8192,
-        tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
     )

@@ -36,45 +36,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from model_shapes import sizes  # noqa: E402
 
 SHAPES = {
-    # name: LlamaConfig keyword arguments (vocab from the tokenizer, or --vocab)
-    "tiny": dict(
-        hidden_size=128,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "smollm2-135m": dict(
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-    ),
-    "smollm2-360m": dict(
-        hidden_size=960,
-        intermediate_size=2560,
-        num_hidden_layers=32,
-        num_attention_heads=15,
-        num_key_value_heads=5,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-    ),
-    "llama-3.2-1b": dict(
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=16,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=64,
-        tie_word_embeddings=True,
-        rms_norm_eps=1e-5,
-    ),
+    # name: LlamaConfig keyword arguments (vocab from the tokenizer, or --vocab); the sizes of
+    # bench/model_shapes.py's tiny body and real models, with LlamaConfig's default position settings
+    "tiny": sizes("tiny-train"),
+    **{name: {**sizes(name), "rms_norm_eps": 1e-5} for name in ("smollm2-135m", "smollm2-360m", "llama-3.2-1b")},
 }
 PRESETS = {
     # CPU: a small body needs a small vocabulary, or the output head (the same supervised positions

@@ -105,6 +105,18 @@ class Plan:
         return self.budgets[example.index]
 
 
+def first_pass_sees(seen: set[int], example: Example) -> None:
+    """In a first pass that builds a :class:`Plan`: add ``example``'s index to ``seen``. An index seen
+    before is an error, since a plan keeps the budgets by index."""
+    if example.index in seen:
+        raise FormatError(
+            f"two examples with index {example.index} in one stream",
+            record=example.index,
+            hint="select each input file's stream on its own",
+        )
+    seen.add(example.index)
+
+
 class SelectorFunction(Protocol):
     """The least a selector is: a function of one scored example and its budgets returning a
     ``SelectionResult`` (indices into the eligible prompt and response positions, the response scores

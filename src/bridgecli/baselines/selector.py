@@ -19,7 +19,7 @@ from ..core.select import SelectionResult
 from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import Plan
+from ..hookspecs import Plan, first_pass_sees
 from ..optionspec import switch
 from .matching import MATCH_RULES, matched_budgets, rank_across
 
@@ -114,15 +114,9 @@ class Baseline:
     def prepare(self, examples: Iterable[Example], rho_p: float, rho_r: float, o: dict) -> Plan:
         """The first pass: every example's budgets under the matching rule and the ranking."""
         indices, sizes, scores = [], [], []
-        seen = set()
+        seen: set[int] = set()
         for ex in examples:
-            if ex.index in seen:
-                raise FormatError(
-                    f"two examples with index {ex.index} in one stream",
-                    record=ex.index,
-                    hint="select each input file's stream on its own",
-                )
-            seen.add(ex.index)
+            first_pass_sees(seen, ex)
             indices.append(ex.index)
             sizes.append((len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())))
             if o.get("ranking", "sample") != "sample":

@@ -21,7 +21,7 @@ from ..errors import FormatError
 from ..format.reader import open_reader
 from ..io import reporting_write_errors
 from ..format.records import Example
-from ..hookspecs import Plan, Selector
+from ..hookspecs import Plan, Selector, first_pass_sees
 from .common import naming, require_stage
 
 #: --budget choice -> allocate pool
@@ -67,13 +67,7 @@ def plan_global(
             require_stage(reader.header, "scores", display, "run `bridge score` first")
             for ex in reader:
                 with naming(display, ex.index):
-                    if ex.index in seen:
-                        raise FormatError(
-                            f"two examples with index {ex.index} in one stream",
-                            record=ex.index,
-                            hint="select each input file's stream on its own",
-                        )
-                    seen.add(ex.index)
+                    first_pass_sees(seen, ex)
                     if ex.scores is None:
                         raise FormatError("the example has no scores", record=ex.index, hint="run `bridge score` first")
                     m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())
