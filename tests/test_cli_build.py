@@ -206,3 +206,62 @@ def test_the_builder_walks_groups_parses_and_switches():
     assert "inner: labels." in text and "[default: 5]" in text and "(16 with --lora)" in text
     assert "run [OPTIONS] PATH" in text and "INTEGER RANGE [1<=x<=9]" in text
     assert not re.search(r"<(list\[|str>|int>|float>|bool>)", text)
+
+
+def _every_command(cmd, words=()):
+    """``(words, command)`` for the root, every group and every command under it."""
+    yield list(words), cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _every_command(sub, (*words, name))
+
+
+_BRACKETED = re.compile(r"\[+[^\[\]\s]*(?: [^\[\]\s]+)*\]+")  # [lm-eval], [[supervised response]], [0, 1]
+
+
+def _source_texts(cmd) -> list[str]:
+    """What the help of ``cmd`` shows as written: its help, its options' and their panels' names, and for a
+    group the first paragraph of each command's help."""
+    import click
+
+    ctx = click.Context(cmd)
+    texts = [cmd.help or "", cmd.epilog or ""]
+    for param in cmd.get_params(ctx):
+        texts += [getattr(param, "help", None) or "", getattr(param, "rich_help_panel", None) or ""]
+    for sub in getattr(cmd, "commands", {}).values():
+        texts.append((sub.short_help or sub.help or "").split("\n\n")[0])
+    return texts
+
+
+def test_help_shows_bracketed_words_as_written():
+    """Typer's rich mode reads help as markup, where ``[lm-eval]`` is a tag and vanishes: every bracketed
+    word of every command's help texts (docstrings, option help, panel names) is in its rendered --help."""
+    checked: set[str] = set()
+    for words, cmd in _every_command(typer.main.get_command(app)):
+        out = CliRunner().invoke(app, [*words, "--help"], prog_name="bridge", env={"COLUMNS": "1000"})
+        assert out.exit_code == 0, (words, out.output)
+        shown = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out.stdout).split())
+        for text in _source_texts(cmd):
+            for word in _BRACKETED.findall(" ".join(text.split())):
+                assert word in shown, (words, word)
+                checked.add(word)
+    assert {"[lm-eval]", "[[supervised response]]"} <= checked  # the two that vanished before
+
+
+def test_escaped_help_covers_panels_and_the_command_list():
+    """Where the real commands have no bracket yet: a panel's name, a command's line in its group's list,
+    a group's own help; and the help texts themselves stay as written (docs/cli-reference.md reads them)."""
+    from bridgecli.cli.labels import Group as PlainGroup
+
+    toy = typer.Typer(cls=PlainGroup, help="Toy [group] help.", rich_markup_mode="rich", add_completion=False)
+
+    def run(size: int = typer.Option(1, help="Size [b] of it.", rich_help_panel="Panel [p]")):
+        """Run [the toy]."""
+
+    toy.command("run", cls=Command)(run)
+    toy.command("other", cls=Command)(lambda: None)
+    listing = CliRunner().invoke(toy, ["--help"], env={"COLUMNS": "200"}).stdout
+    assert "Toy [group] help." in listing and "Run [the toy]." in listing
+    text = CliRunner().invoke(toy, ["run", "--help"], env={"COLUMNS": "200"}).stdout
+    assert "Run [the toy]." in text and "Size [b] of it." in text and "Panel [p]" in text
+    cmd = typer.main.get_command(toy)
+    assert cmd.help == "Toy [group] help." and cmd.commands["run"].help == "Run [the toy]."

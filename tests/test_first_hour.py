@@ -345,7 +345,10 @@ def test_score_bar_advances_per_scoring_pass():
 
     class Scorer:
         def score(self, batch):
-            return [None] * len(batch)
+            from bridgecli.format.records import Array, Scores
+
+            one = Array.of([0.0])
+            return [Scores(scorer="t", a=one, c=one, A=one)] * len(batch)
 
     def example(i, n):
         return Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=list(range(n)), kinds=b"\0" * n,

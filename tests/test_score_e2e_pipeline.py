@@ -5,9 +5,13 @@ writes the same bytes as scoring and writing one batch after another, and stops 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+from itertools import islice
+
 import msgspec
+import numpy as np
 import pytest
 import torch
 import zstandard
@@ -15,6 +19,7 @@ import zstandard
 from bridgecli.artifacts.direction_file import Direction, DirectionMeta, save_direction
 from bridgecli.artifacts.warmup_run import WarmupRun
 from bridgecli.data.examples import DataOptions, iter_examples, with_model_limit
+from bridgecli.errors import BridgeError
 from bridgecli.format.records import Header, ModelInfo
 from bridgecli.format.spec import PREAMBLE
 from bridgecli.format.writer import StreamWriter
@@ -34,10 +39,15 @@ def run(tmp_path_factory, tiny_model_dir):
     """A warmup run folder made by hand: the tiny model and a random unit v over its last 4 blocks."""
     from transformers import AutoModelForCausalLM
 
-    d = tmp_path_factory.mktemp("e2e") / "run"
+    return _run_folder(tmp_path_factory.mktemp("e2e") / "run", tiny_model_dir,
+                       AutoModelForCausalLM.from_pretrained(tiny_model_dir))
+
+
+def _run_folder(d: Path, checkpoint: Path, model) -> Path:
+    """A warmup run folder ``d`` over ``checkpoint`` (``model`` loaded from it): a random unit v over the
+    last 4 blocks."""
     d.mkdir()
-    (d / "checkpoint").symlink_to(tiny_model_dir, target_is_directory=True)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    (d / "checkpoint").symlink_to(checkpoint, target_is_directory=True)
     g = torch.Generator().manual_seed(0)
     v = {n: torch.randn(p.shape, generator=g) for n, p in tail_parameters(model, 4).items()}
     norm = float(torch.sqrt(sum((t ** 2).sum() for t in v.values())))
@@ -52,7 +62,7 @@ def after_header(data: bytes) -> bytes:
     return dobj.unused_data
 
 
-def serial(run: Path, window: int, max_tokens: int, batch_size: int) -> bytes:
+def serial(run: Path, window: int, max_tokens: int, batch_size: int, limit: int | None = None) -> bytes:
     """The loop before pipelining: score each window's batches one after another, then write the
     window in input order and end its frame."""
     import io
@@ -62,7 +72,7 @@ def serial(run: Path, window: int, max_tokens: int, batch_size: int) -> bytes:
     buf = io.BytesIO()
     w = StreamWriter(buf, Header(stage="scores", producer="test", created="", model=ModelInfo("", "", "")),
                      records_per_frame=None)
-    examples = iter_examples(str(SAMPLE), ck.tokenizer, with_model_limit(DataOptions(), ck.model))
+    examples = iter_examples(str(SAMPLE), ck.tokenizer, with_model_limit(DataOptions(limit=limit), ck.model))
     for win in windows(examples, window):
         for ex in score_window(scorer, win, max_tokens, batch_size):
             w.write(ex)
@@ -226,3 +236,71 @@ def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):
     with pytest.raises(BridgeError, match=r"^<stdin>, line 1: invalid JSON"):
         run_score(ScoreOptions(data="-", out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
     assert not (tmp_path / "o.bridge").exists()
+
+
+def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_dir):
+    """A warmup checkpoint whose weights went NaN scores NaN: score refuses before writing, naming the data
+    file, the record, its id and the field, as the reader would refuse the stream later."""
+    from transformers import AutoModelForCausalLM
+
+    from bridgecli.errors import ModelError
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        model.model.norm.weight[0] = float("nan")  # a diverged run: every logit NaN
+    shutil.copytree(tiny_model_dir, tmp_path / "diverged")  # the tokenizer's files
+    model.save_pretrained(tmp_path / "diverged")
+    run = _run_folder(tmp_path / "run", tmp_path / "diverged", model)
+    out = tmp_path / "o.bridge"
+    with pytest.raises(ModelError) as info:
+        run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
+                               batch_size=2, device="cpu"))
+    text = str(info.value)
+    assert "\n" not in text and info.value.exit_code != 0
+    assert text.startswith(f"{SAMPLE}, record ") and " (id train-00" in text, text
+    assert "field 'scores.a': holds NaN at index 0 (values must lie within +-2^48" in text, text
+    assert f"the checkpoint of {run}: did its warmup diverge?" in text
+    assert not out.exists() and not list(tmp_path.glob("o.bridge*"))  # nothing committed: nothing kept
+
+
+class _Poisoned:
+    """A scorer that gives the example of input index ``index`` an infinite a_0 (one bad value in a batch)."""
+
+    def __init__(self, inner, index: int):
+        self.inner, self.index = inner, index
+        self.launch = None
+        self.max_tokens_cuda = None
+        self.startup_note = None
+
+    def score(self, examples):
+        results = self.inner.score(examples)
+        return [msgspec.structs.replace(sc, a=msgspec.structs.replace(
+                    sc.a, data=np.array([np.inf], "<f4").tobytes() + sc.a.data[4:]))
+                if ex.index == self.index else sc
+                for ex, sc in zip(examples, results)]
+
+
+def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(run, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o.bridge"
+    opts = dict(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300, batch_size=2, device="cpu",
+                data_opts=DataOptions(limit=12))
+    real_build = score_step._build
+    monkeypatch.setattr(score_step, "_build", lambda *a: _Poisoned(real_build(*a), index=9))
+    with pytest.raises(BridgeError, match=rf"^{SAMPLE}, record 9 \(id train-0010\), field 'scores.a': holds an "
+                                          r"infinite value at index 0 \(values must lie within \+-2\^48"):
+        run_score(ScoreOptions(**opts))
+    assert not out.exists()  # the output appears only once complete; the two windows before are kept
+    assert "kept 8 scored examples" in capsys.readouterr().err
+    monkeypatch.setattr(score_step, "_build", real_build)
+    assert run_score(ScoreOptions(**opts, resume=True)) == 12
+    assert "resuming after 8 examples" in capsys.readouterr().err
+    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2, limit=12))
+
+
+def test_the_serial_loop_checks_each_batch_too(run):
+    ck = load_scoring_checkpoint(WarmupRun.open(run), "float32", "cpu")
+    scorer = _Poisoned(BridgeScorer(ScoringContext(model=ck.model, tokenizer=ck.tokenizer,
+                                                   direction=ck.direction.v)), index=2)
+    window = list(islice(iter_examples(str(SAMPLE), ck.tokenizer, DataOptions()), 4))
+    with pytest.raises(BridgeError, match=r"^data.jsonl, record 2 \(id train-0003\), field 'scores.a'"):
+        score_window(scorer, window, 300, 2, source="data.jsonl")

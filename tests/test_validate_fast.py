@@ -4,6 +4,7 @@ record the slow one accepts, and must say yes to what the steps write (or it buy
 
 from __future__ import annotations
 
+import math
 import random
 
 import fuzz_cases as fuzz  # tests/fuzz_cases.py
@@ -122,3 +123,79 @@ def test_the_slow_checks_name_the_bad_value():
             _check_each(_with(ex, field, np.array([0.0, value, 0.0]), "float64"), "selection")
         name = field.replace("references.", "references.base.")
         assert info.value.field == name and text in info.value.message, (info.value.field, info.value.message)
+
+
+# -- first_bad_scores: what `bridge score` checks a batch with before writing it ---------------------------
+
+_SPECIAL = [np.nan, np.inf, -np.inf, 2.0**48, -(2.0**48), np.nextafter(2.0**48, np.inf), 1e300, 0.0, -1.5, 7.0]
+
+
+@st.composite
+def _score_batches(draw):
+    """A batch of Scores of random sizes and float dtypes, most values ordinary, a few special ones
+    (NaN, the infinities, values at and just beyond +-2^48) here and there."""
+    from bridgecli.format import Scores
+
+    def array(shape):
+        dtype = draw(st.sampled_from(["float16", "float32", "float64"]))
+        size = int(np.prod(shape))
+        values = np.asarray(draw(st.lists(st.floats(-100, 100), min_size=size, max_size=size)), dtype=np.float64)
+        for at in draw(st.lists(st.integers(0, max(size - 1, 0)), max_size=2 if size else 0)):
+            values[at] = draw(st.sampled_from(_SPECIAL))
+        with np.errstate(over="ignore"):  # beyond float16's range: an infinity, refused as such
+            return Array.of(values.reshape(shape), dtype)
+
+    batch = []
+    for _ in range(draw(st.integers(1, 4))):
+        n, m = draw(st.integers(1, 5)), draw(st.integers(0, 4))
+        batch.append(Scores(scorer="t", a=array([n]), c=array([n]), A=array([n, m]),
+                            loss=array([n]) if draw(st.booleans()) else None,
+                            B=array([n, m]) if draw(st.booleans()) else None))
+    return batch
+
+
+def _first_bad_brute(batch):
+    """The first (example, field) whose values, read one by one as Python floats, are not all finite and
+    within +-2^48."""
+    for k, s in enumerate(batch):
+        for name in ("a", "c", "A", "loss", "B"):
+            arr = getattr(s, name)
+            if arr is not None and not all(math.isfinite(v) and abs(v) <= MAX_QUANTITY
+                                           for v in arr.numpy("float64").reshape(-1).tolist()):
+                return k, f"scores.{name}"
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(_score_batches(), st.sampled_from([0, 8, 1 << 16]))
+def test_first_bad_scores_finds_what_brute_force_finds(batch, join_below):
+    """Small arrays are joined per dtype before the scan, large ones scanned alone: both ways (``join_below``
+    bytes the size up to which an array is joined) find what reading every value finds."""
+    from bridgecli.format import validate
+
+    saved, validate._JOIN_BELOW = validate._JOIN_BELOW, join_below
+    try:
+        got = validate.first_bad_scores(batch)
+    finally:
+        validate._JOIN_BELOW = saved
+    assert (got[:2] if got else None) == _first_bad_brute(batch)
+
+
+def test_first_bad_scores_uses_the_readers_words():
+    """The same message the reader gives for the same value (format/validate.py's _array), and a dtype or a
+    byte count the format refuses is refused too."""
+    from bridgecli.format import Scores
+    from bridgecli.format.validate import first_bad_scores
+
+    ok = Array.of([0.5, -1.0])
+    assert first_bad_scores([Scores(scorer="t", a=ok, c=ok, A=Array.of([[1.0], [0.0]], "float16"))]) is None
+    nan = Scores(scorer="t", a=ok, c=ok, A=Array.of([[1.0], [0.0]], "float16"), loss=Array.of([1.0, np.nan]))
+    assert first_bad_scores([nan, nan]) == (
+        0, "scores.loss", "holds NaN at index 1 (values must lie within +-2^48, the largest magnitude the stream "
+        "format allows in scores and references)")
+    ints = msgspec.structs.replace(nan, loss=None, c=Array.of([1, 2], "int32"))
+    assert first_bad_scores([Scores(scorer="t", a=ok, c=ok, A=ok), ints])[:2] == (1, "scores.c")
+    short = msgspec.structs.replace(ints, c=Array(dtype="float32", shape=[2], data=b"\0" * 4))
+    assert "4 bytes of data" in first_bad_scores([short])[2]
+    missing = Scores(scorer="t", a=ok, c=None, A=ok, loss=ok, B=ok)  # as many arrays as a, c and A
+    assert first_bad_scores([missing]) == (0, "scores.c", "not an array")

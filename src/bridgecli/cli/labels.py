@@ -3,17 +3,25 @@ Python annotations Typer shows (``<list[str]>``, ``<str>``, ``<bool>`` on a flag
 instead of ``{model}...`` on the usage line.
 
 Through Typer's public classes only: :class:`Command` and :class:`Group` (given to Typer as ``cls``)
-turn their parameters (Click's public ``get_params``) into :class:`PlainOption` and :class:`PlainArgument`, subclasses of
-``typer.core.TyperOption`` and ``TyperArgument`` that override the public ``display_type`` and
-``get_usage_pieces``. Were a Typer upgrade to drop those methods, the labels would only go back to
-Typer's own."""
+turn their parameters (Click's public ``get_params``) into :class:`PlainOption` and
+:class:`PlainArgument`, subclasses of ``typer.core.TyperOption`` and ``TyperArgument`` that override
+the public ``display_type`` and ``get_usage_pieces``. Were a Typer upgrade to drop those methods, the
+labels would only go back to Typer's own.
+
+The help is text, not Rich markup: Typer's ``rich`` mode reads every help string, docstring and panel
+title as markup, where ``[lm-eval]`` or ``[[supervised response]]`` is a tag and vanishes. When
+:class:`Command` and :class:`Group` format their help, Typer renders a copy of them whose texts are
+escaped (:func:`rich.markup.escape`); the texts themselves stay as written, for everything else that
+reads them (``docs/cli-reference.md``, Click's plain help)."""
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
 import typer.core
+from rich.markup import escape
 
 _NAMES = {
     "str": "TEXT",
@@ -73,15 +81,48 @@ def plain(params: list | None) -> list | None:
     return params
 
 
-class Command(typer.core.TyperCommand):
-    """A command whose help shows the plain labels."""
+def _escaped(obj: Any) -> Any:
+    """A shallow copy of a command or parameter whose help texts and panel title are escaped markup."""
+    view = copy.copy(obj)
+    for name in ("help", "short_help", "epilog", "rich_help_panel"):
+        text = getattr(view, name, None)
+        if isinstance(text, str):
+            setattr(view, name, escape(text))
+    return view
+
+
+class _Escaping:
+    """Help formatted from a copy whose texts are escaped (see the module docstring): ``format_help``
+    hands Typer :func:`_escaped` ``self``, whose ``get_params`` (and a group's ``get_command``) give
+    escaped copies too."""
+
+    rich_markup_mode: Any
+    escaping = False  # True on the copy being formatted
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        if self.escaping or self.rich_markup_mode != "rich":
+            return super().format_help(ctx, formatter)  # type: ignore[misc]
+        view = _escaped(self)
+        view.escaping = True
+        return view.format_help(ctx, formatter)
+
+    def _params(self, params: list) -> list:
+        return [_escaped(p) for p in params] if self.escaping else params
+
+
+class Command(_Escaping, typer.core.TyperCommand):
+    """A command whose help shows the plain labels, its texts as written."""
 
     def get_params(self, ctx: Any) -> list:
-        return plain(super().get_params(ctx)) or []
+        return self._params(plain(super().get_params(ctx)) or [])
 
 
-class Group(typer.core.TyperGroup):
-    """A group whose help shows the plain labels."""
+class Group(_Escaping, typer.core.TyperGroup):
+    """A group whose help shows the plain labels, its texts and its commands' as written."""
 
     def get_params(self, ctx: Any) -> list:
-        return plain(super().get_params(ctx)) or []
+        return self._params(plain(super().get_params(ctx)) or [])
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        return _escaped(found) if self.escaping and found is not None else found

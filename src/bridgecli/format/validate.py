@@ -41,15 +41,17 @@ time, per part of the record, in the order above, and names the first that fails
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import FormatError
-from .records import ALLOWED_DTYPES, Array, Example, Header, Selection
+from .records import ALLOWED_DTYPES, Array, Example, Header, Scores, Selection
 from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
 from .validate_fast import (
+    _LIMIT,
     _REFERENCE_FIELDS,
+    _UINT,
     MAX_TOKEN_ID,
     _ascending,
     _closure_ok,
@@ -385,3 +387,61 @@ def check_example(ex: Example, stage: str, *, name: str = "<stream>") -> None:
         _check(ex, stage)
     except _Bad as bad:
         raise FormatError(bad.message, file=name, record=ex.index, field=bad.field) from None
+
+
+def first_bad_scores(batch: Sequence[Scores]) -> tuple[int, str, str] | None:
+    """Where a scorer's output for a batch breaks the format's rule on numbers, as the reader would find it:
+    ``(k, field, message)`` for the first bad array (``k`` its position in ``batch``, ``field`` such as
+    ``scores.a``, ``message`` the words :class:`Validator` uses: NaN, an infinity or a value beyond +-2^48,
+    a dtype other than a float one, bytes that do not fill the shape); None when every array is sound.
+    Shapes against the tokens are the reader's to check. A few numpy passes over the whole batch
+    (:func:`_scores_within`); the arrays are looked at one by one only after those fail."""
+    arrays: list[Any] = []
+    for s in batch:  # a, c and A are required: a missing one (None) fails the scan, and the look below names it
+        arrays += (s.a, s.c, s.A)
+        arrays += [arr for arr in (s.loss, s.B) if arr is not None]
+    if _scores_within(arrays):
+        return None
+    for k, s in enumerate(batch):
+        for name in ("a", "c", "A", "loss", "B"):
+            arr = getattr(s, name)
+            if arr is None and name in ("loss", "B"):
+                continue
+            try:
+                _array(f"scores.{name}", arr, None, bound=MAX_QUANTITY)
+            except _Bad as bad:
+                return k, bad.field, bad.message
+    return None
+
+
+#: arrays of more bytes than this are scanned on their own, smaller ones joined per dtype first
+_JOIN_BELOW = 1 << 16
+
+
+def _scores_within(arrays: list[Any]) -> bool:
+    """Every array a float one whose bytes fill its shape, every value within +-2^48. On the bit patterns
+    (:data:`_UINT`), a scorer's batch at a time: the plain maximum first, which needs no temporary array and
+    settles arrays without a negative value (attention rows); the maximum without the sign bit only when
+    that one is beyond the bound's pattern. Small arrays are joined per dtype, large ones read where they
+    lie (no copy)."""
+    small: dict[str, list[bytes]] = {}
+    scans: list[tuple[str, bytes]] = []
+    for arr in arrays:
+        if type(arr) is not Array or arr.dtype not in _UINT:
+            return False
+        if any(type(d) is not int or d < 0 for d in arr.shape):
+            return False
+        if len(arr.data) != math.prod(arr.shape) * _UINT[arr.dtype][0].itemsize:
+            return False
+        if len(arr.data) > _JOIN_BELOW:
+            scans.append((arr.dtype, arr.data))
+        else:
+            small.setdefault(arr.dtype, []).append(arr.data)
+    scans += [(dtype, b"".join(chunks)) for dtype, chunks in small.items()]
+    for dtype, data in scans:
+        uint, mask = _UINT[dtype]
+        limit = _LIMIT[dtype, MAX_QUANTITY]
+        patterns = np.frombuffer(data, dtype=uint)
+        if len(patterns) and int(patterns.max()) > limit and int((patterns & mask).max()) > limit:
+            return False
+    return True

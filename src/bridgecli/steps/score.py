@@ -10,7 +10,9 @@ GPU's first run the fast tail's kernels compile in a thread while the model load
 Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
 congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
 output (:mod:`.score_torchrun`). With an output file, progress is committed after every window, so
-``--resume`` continues a killed run and produces the same bytes as an uninterrupted one.
+``--resume`` continues a killed run and produces the same bytes as an uninterrupted one. Scores
+holding a NaN, an infinity or a number the format does not allow stop the run with one line naming the
+data's record (:func:`.score_loop.check_batch`); the windows committed before stay resumable.
 """
 
 from __future__ import annotations
@@ -301,6 +303,8 @@ def _write(
         max_tokens=max_tokens,
         total=total,
         rank=dist.rank if dist.world > 1 else None,
+        source=str(opts.data),
+        hint=f"scorer '{opts.scorer}' with the checkpoint of {opts.run}: did its warmup diverge?",
     )
     out = opts.out
     if out is None or is_stdio(out):

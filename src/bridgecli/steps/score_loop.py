@@ -6,6 +6,11 @@ of the batch before are collected; between the two the host reads and tokenises 
 window (:class:`Ahead`), and finished examples go to a writer thread (:class:`WriterThread`), which
 compresses a window's frame while its later batches still compute. The bytes are those of scoring and
 writing one batch after another (:func:`score_window`, the serial form).
+
+Every batch's scores are checked before anything of it is written (:func:`check_batch`): a NaN, an
+infinity or a value the stream format does not allow (a diverged warmup checkpoint, a broken scorer)
+stops the run with one line naming the data file, the record and the field, and the windows committed
+before it stay resumable.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from typing import Any, Callable, Iterator
 import msgspec
 
 from ..core.buckets import bucket
+from ..errors import ModelError
 from ..format.records import Example
+from ..format.validate import first_bad_scores
 from ..format.writer import StreamWriter
 from ..progress import note, progress_bar
 from ..timings import mark
@@ -36,14 +43,31 @@ def windows(examples: Iterator[Example], size: int) -> Iterator[list[Example]]:
         yield chunk
 
 
-def score_window(scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None) -> list[Example]:
+def check_batch(batch: list[Example], results: list, source: str, hint: str | None = None) -> None:
+    """Refuse a scorer's ``results`` for ``batch`` when one holds a NaN, an infinity or another number the
+    stream format does not allow (:func:`bridgecli.format.validate.first_bad_scores`, one numpy pass over
+    the batch): :class:`ModelError` naming ``source`` (the data file), the record, its id and the field."""
+    bad = first_bad_scores(results)
+    if bad is None:
+        return
+    k, field, message = bad
+    ex = batch[k]
+    raise ModelError(message, file=source, record=f"record {ex.index} (id {ex.id})", field=field, hint=hint)
+
+
+def score_window(
+    scorer, window: list[Example], max_tokens: int, max_rows: int, on_batch=None, source: str = "<data>"
+) -> list[Example]:
     """Score a window in length buckets, one batch after another; return its examples, in input
-    order, with scores (the serial form of :func:`run_windows`). ``on_batch(n)`` is called after every
-    scoring pass of ``n`` examples (progress)."""
+    order, with scores (the serial form of :func:`run_windows`), each batch checked (:func:`check_batch`;
+    ``source`` names the data). ``on_batch(n)`` is called after every scoring pass of ``n`` examples
+    (progress)."""
     scored: dict[int, Example] = {}
     for group in bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, max_rows):
         batch = [window[i] for i in group]
-        for i, sc in zip(group, scorer.score(batch)):
+        results = scorer.score(batch)
+        check_batch(batch, results, source)
+        for i, sc in zip(group, results):
             scored[i] = msgspec.structs.replace(window[i], scores=sc)
         if on_batch is not None:
             on_batch(len(group))
@@ -171,8 +195,10 @@ class Window:
 class _Loop:
     """The state of one :func:`run_windows`: the batch whose device work is queued, what was written."""
 
-    def __init__(self, out: WriterThread, bar, task):
+    def __init__(self, out: WriterThread, bar, task, source: str, hint: str | None):
         self.out = out
+        self.source = source  # the data file, for check_batch's errors
+        self.hint = hint
         self.bar = bar
         self.task = task
         self.pending: tuple[Window, list[int], Any] | None = None  # (its window, its indices there, handle)
@@ -186,6 +212,7 @@ class _Loop:
         win, group, handle = self.pending
         self.pending = None
         results = handle.result()
+        check_batch([win.examples[i] for i in group], results, self.source, self.hint)
         if not self.first_batch_done:
             self.first_batch_done = True
             mark("first batch done")
@@ -231,12 +258,16 @@ def run_windows(
     skip: int,
     commit: Callable[[StreamWriter, int], None],
     rank: int | None = None,
+    source: str = "<data>",
+    hint: str | None = None,
 ) -> int:
     """Score window after window of ``window`` examples and write each in input order through ``writer``,
     ``commit(writer, position)`` after each; the first ``skip`` inputs were committed by an interrupted run.
     The GPU work of one batch is queued before the results of the one before are collected
     (``scorer.launch``, else ``score`` at once), and between the two the host reads ahead into the next
-    window; finished windows go to a writer thread. Returns the number of examples written."""
+    window; finished windows go to a writer thread. Each batch's scores are checked before any is written
+    (:func:`check_batch`: ``source`` names the data file, ``hint`` ends the error). Returns the number of
+    examples written."""
     from ..modeling.scoring import DoneScores
 
     launch = scorer.launch or (lambda batch: DoneScores(scorer.score(batch)))
@@ -248,7 +279,7 @@ def run_windows(
     try:
         with progress_bar() as bar:
             task = bar.add_task("scoring", total=total, unit="ex")
-            loop = _Loop(out, bar, task)
+            loop = _Loop(out, bar, task, source, hint)
             while chunk := ahead.take(window):
                 position += len(chunk)
                 if position <= skip:  # already committed by the interrupted run
