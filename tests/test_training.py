@@ -365,3 +365,28 @@ def test_a_nonfinite_gradient_skips_the_update_and_a_run_of_them_stops_training(
     bad_steps.update({1, 2, 3})
     with pytest.raises(ModelError, match="NaN or infinite in 3 of 3 steps"):
         fit(model_with("sdpa"), rows, cfg, pad_id=0, live=False)
+
+
+def test_training_attention_leaves_cudnn_out(one_thread, monkeypatch):
+    """cuDNN's attention backward gave Qwen2.5-0.5B NaN gradients in bf16 on an H200 (docs/results.md, the 0.5B
+    grid): every attention call whose backward can run in fit and accumulate, the recomputation of gradient
+    checkpointing inside the backward included, runs with cuDNN's kernel left out; the setting comes back after."""
+    seen: list[tuple[bool, bool]] = []  # (cuDNN allowed, inside a backward)
+    real = F.scaled_dot_product_attention
+
+    def recording(*args, **kwargs):
+        if torch.is_grad_enabled():
+            seen.append((torch.backends.cuda.cudnn_sdp_enabled(), torch._C._current_graph_task_id() != -1))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    rows = rand_rows(8, seed=3)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for packing in (True, False):
+        cfg = SFTConfig(epochs=1, lr=1e-3, batch_size=4, grad_accum=2, max_steps=1, packing=packing,
+                        gradient_checkpointing=True)
+        fit(model_with("sdpa"), rows, cfg, pad_id=0, live=False)
+    accumulate(model_with("sdpa"), [rows[:4], rows[4:]], pad_id=0)
+    assert any(in_backward for _, in_backward in seen)  # the checkpointed layers were recomputed
+    assert not any(allowed for allowed, _ in seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()

@@ -1,4 +1,4 @@
-"""Which fused attention kernels a scoring batch may use (``BRIDGE_SDPA_CUDNN``).
+"""Which fused attention kernels a scoring batch (``BRIDGE_SDPA_CUDNN``) and training may use.
 
 On recent GPUs PyTorch prefers cuDNN's attention kernel. cuDNN builds an execution plan for every
 new (batch, heads, length) shape: tens of milliseconds of host time in the first call of each new
@@ -10,6 +10,13 @@ measurements on both kinds of data).
 
 ``BRIDGE_SDPA_CUDNN=1`` keeps cuDNN allowed at every length, ``=0`` leaves it out at every length,
 unset (``auto``) applies the rule above.
+
+Training (:func:`training_backends`) never uses cuDNN's attention: its backward on H100/H200 (sm90) returns
+NaN gradients for a key length of 64 (mod 128) with an explicit mask when some query row's logsumexp is
+below -ln(FLT_MAX) = -88.7 (pytorch/pytorch#196678; reported fixed in the cuDNN 9.26 backend). Both
+hold in our training: every packed micro-batch and nearly every padded one carries a mask, and the
+attention heads of Qwen2.5-0.5B with huge key biases give query rows a logsumexp below -300
+(docs/results.md, "The 0.5B grid").
 """
 
 from __future__ import annotations
@@ -37,6 +44,15 @@ def batch_backends(seq_len: int) -> ContextManager:
     says (a nested ``sdpa_kernel``, e.g. the math path forward-mode AD needs, still wins)."""
     if cudnn_allowed(seq_len):
         return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def training_backends() -> ContextManager:
+    """A context for training forwards and backwards (gradient checkpointing recomputes inside the
+    backward): scaled_dot_product_attention picks among FlashAttention, the memory-efficient kernel and
+    the math path, never cuDNN's (see the module docstring). On the CPU nothing changes."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])

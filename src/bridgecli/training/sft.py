@@ -9,7 +9,8 @@ DDP/FSDP the gradients are averaged over ranks, hence each rank backpropagates
 
 Efficiency: micro-batches are packed padding-free (or length-bucketed, see batching.py) and the
 output head runs only on the positions that carry loss (``logits_to_keep`` with a boolean mask),
-so executed tokens, not padding or unsupervised positions, set the cost.
+so executed tokens, not padding or unsupervised positions, set the cost. Attention never runs cuDNN's
+kernel (modeling/sdpa_backends.py: its backward gave NaN gradients for some masked shapes in bf16).
 
 Distribution goes through accelerate (``torchrun``/``accelerate launch`` start the processes;
 DDP or FSDP as accelerate is configured); the data plan is the same on every rank, each rank takes
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from ..artifacts.train_run import METRICS
 from ..errors import UsageError
 from ..io import atomic_dir
+from ..modeling.sdpa_backends import training_backends
 from ..progress import note
 from ..runtime.precision import use_tf32
 from . import checkpoint
@@ -138,12 +140,13 @@ def accumulate(
     Returns the step's token-mean loss. (Single process, no accelerate: used for g_target.)"""
     z = max(1, sum(r.supervised for mb in micro_batches for r in mb))
     total = torch.zeros((), dtype=torch.float64)
-    for rows in micro_batches:
-        mb = collate([list(rows)] if packing else [[r] for r in rows], pad_id, packing=packing).to(device)
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = token_loss_sum(model, mb) / z
-        loss.backward()
-        total += loss.detach().double().cpu()
+    with training_backends():
+        for rows in micro_batches:
+            mb = collate([list(rows)] if packing else [[r] for r in rows], pad_id, packing=packing).to(device)
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
+                loss = token_loss_sum(model, mb) / z
+            loss.backward()
+            total += loss.detach().double().cpu()
     return float(total)
 
 
@@ -283,7 +286,7 @@ def fit(
     elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
     setup = _StepSetup(cfg, pad_id, device, packing, pack_length, world, rank)
     try:
-        with view:
+        with view, training_backends():  # cuDNN's attention backward can give NaN (modeling/sdpa_backends.py)
             for s in range(start, len(steps)):
                 rec = _one_step(prepared, opt, acc, rows, steps[s], s, len(steps), setup)
                 check_finite(rec, history, cfg)
