@@ -11,8 +11,12 @@
 #                                   with the settings of bench/results/presets/PRESET.env when given
 # The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
 # grid.sh). $SEED_RESULTS (a results.json carried along) seeds /tmp/grid/results.json on a fresh machine, so
-# the rows recorded on an earlier machine are skipped. After the grid phase, results.json, the table and
-# the workers' log tails are copied to $OUT.
+# the rows recorded on an earlier machine are skipped. After the grid phase, results.json, the table, the
+# workers' log tails and grid-state.tar.gz (every small result file, rows not yet recorded included) are
+# copied to $OUT. A row whose evaluations ran but which was not recorded (the lent time ended first) is
+# recorded here from that archive: tar -xzf grid-state.tar.gz -C DIR, then
+#   python3 bench/results/grid_record.py DIR METHOD RHO SEED runs/METHOD/rhoRHO/seedSEED sel/... "SETTINGS"
+# (what is missing stays out of its entry; grid.sh's record() shows the SETTINGS words).
 #
 # The 0.5B grid of docs/results.md, on one GPU (the model travels in nine pieces):
 #   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf --mib 54
@@ -72,6 +76,10 @@ if [ -n "${OUT:-}" ]; then
   python3 bench/results/grid_table.py "$grid_out/results.json" --plot "$OUT/finding3.png" > "$OUT/table.md" 2>/dev/null
   tail -n 40 "$grid_out"/gpu*.log > "$OUT/workers.log" 2>/dev/null
   for d in "$grid_out"/done; do ls -l "$d" > "$OUT/done.txt" 2>/dev/null; done
+  # every small result file, also of rows not recorded yet (an evaluation finished before the call or the lent
+  # time ended): with it, grid_record.py records here what a lost machine had measured
+  (cd "$grid_out" && find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
+     -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null | tar -czf "$OUT/grid-state.tar.gz" -T -)
 fi
 echo "device_grid.sh: grid exit $rc (75: rerun to continue)"
 exit 0

@@ -55,6 +55,9 @@
 #                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
 #                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
 #   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
+#   REFS [1]   0: no reference passes of the base and warm-up models (about 3 minutes of the 0.5B's shared
+#              steps on an H200); the rows then select from the scored stream itself. rho1, tokencleaning
+#              and llm+tc rank by those references and are refused in METHODS with REFS=0
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
 #   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
@@ -109,6 +112,7 @@ SAVE_EVERY=${SAVE_EVERY:-20}
 KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
 DEADLINE_S=${DEADLINE_S:-}
 ATP_OPTIONS=${ATP_OPTIONS:-}
+REFS=${REFS:-1}
 GPUS=${GPUS:-1}
 PROCS_PER_GPU=${PROCS_PER_GPU:-1}
 PYTHON=${PYTHON:-python3}
@@ -128,6 +132,16 @@ GEN_DTYPE=${GEN_DTYPE:-$EVAL_DTYPE}   # generation for the accuracy tasks
 model_args=(); [ -n "$MODEL" ] && model_args=(--model "$MODEL")
 case "$SCORER" in bridge|atp) ;; *) echo "grid.sh: error: SCORER must be bridge or atp, not $SCORER" >&2; exit 2 ;; esac
 case "$MIX" in gsm8k|gsm8k+math) ;; *) echo "grid.sh: error: MIX must be gsm8k or gsm8k+math, not $MIX" >&2; exit 2 ;; esac
+case "$REFS" in
+  1) ;;
+  0) for word in $METHODS ${GRID_JOBS:-}; do  # a METHODS name, or the METHOD of a GRID_JOBS "SEED:METHOD:RHO"
+       name=$word; [[ $word == *:*:* ]] && { name=${word#*:}; name=${name%:*}; }
+       case "$name" in rho1|tokencleaning|llm+tc)
+         echo "grid.sh: error: REFS=0 leaves out the reference passes that $name ranks by" >&2; exit 2 ;;
+       esac
+     done ;;
+  *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
+esac
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
@@ -207,10 +221,15 @@ atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
 main_scorer=(); [ "$SCORER" = atp ] && main_scorer=(--scorer atp "${atp_opts[@]}")
 step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" "${main_scorer[@]}" \
   -o "$out/scores.bridge" $(resumable "$out/scores.bridge")
-step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
-  -o "$out/refs-base.bridge"
-step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
-  --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
+selectable=$out/refs.bridge  # what the rows select from: the scored stream with the reference losses
+if [ "$REFS" = 1 ]; then
+  step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
+    -o "$out/refs-base.bridge"
+  step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
+    --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
+else
+  selectable=$out/scores.bridge
+fi
 case " $METHODS " in *" bridge-atp "*)
   step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
     --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
@@ -312,7 +331,7 @@ for job in $GRID_JOBS; do
       sel="sel/$method/rho$rho"
       case "$method" in random|random-close|importance|tilt) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
-      input=$out/refs.bridge close=0 close_args=()
+      input=$selectable close=0 close_args=()
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
       imp_opts=(); for o in $IMPORTANCE_OPTIONS; do imp_opts+=(--option "$o"); done
       case "$method" in
