@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InputError, UsageError
+from ..errors import UsageError
+from .json_file import read_struct
 
 DEFAULT_TRAIN_DIR = Path("runs") / "final"
 SUMMARY = "bridge_train.json"
@@ -73,13 +74,7 @@ def write_summary(out: str | Path, summary: TrainSummary) -> Path:
 
 def read_summary(out: str | Path) -> TrainSummary | None:
     """The summary of the run in ``out``, or None when the run is not complete (or not a run)."""
-    path = Path(out) / SUMMARY
-    if not path.is_file():
-        return None
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=TrainSummary)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InputError(f"not a `bridge train` summary: {exc}", file=str(path)) from None
+    return read_struct(Path(out) / SUMMARY, TrainSummary, "a `bridge train` summary")
 
 
 def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:

@@ -21,6 +21,7 @@ import msgspec
 
 from ..errors import ModelError
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
+from .json_file import read_struct
 
 DEFAULT_WARMUP_DIR = Path("runs") / "warmup"
 META = "warmup.json"
@@ -94,12 +95,12 @@ class WarmupRun:
         return self.root / METRICS
 
     def meta(self) -> WarmupMeta:
-        try:
-            return msgspec.json.decode(self.meta_path.read_bytes(), type=WarmupMeta)
-        except msgspec.ValidationError as exc:
-            raise ModelError(f"not a warmup record: {exc}", file=str(self.meta_path)) from None
-        except msgspec.DecodeError as exc:
-            raise ModelError(f"not valid JSON: {exc}", file=str(self.meta_path)) from None
+        meta = read_struct(self.meta_path, WarmupMeta, "a warmup record", ModelError)
+        if meta is None:
+            raise ModelError(
+                f"{self.root} is not a warmup run folder (no {META})", hint="pass the folder `bridge warmup -o` wrote"
+            )
+        return meta
 
     def direction(self) -> Direction:
         return load_direction(self.root)
