@@ -17,10 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from ..errors import UsageError
-from .json_file import read_struct
+from .json_file import RunRecord, read_struct
 
 DEFAULT_TRAIN_DIR = Path("runs") / "final"
 SUMMARY = "bridge_train.json"
@@ -31,13 +30,9 @@ ADAPTER = "adapter"
 RUN_MARKERS = (SUMMARY, METRICS, CHECKPOINTS)
 
 
-class TrainSummary(msgspec.Struct, kw_only=True):
+class TrainSummary(RunRecord, kw_only=True):
     """``bridge_train.json``. Only ``base_model`` is required, so that a file that records less reads."""
 
-    producer: str | None = None
-    created: str | None = None
-    base_model: str
-    base_fingerprint: str | None = None
     data: str | None = None
     rows: int | None = None
     sft: dict[str, Any] | None = None
@@ -54,9 +49,6 @@ class TrainSummary(msgspec.Struct, kw_only=True):
     lora: dict[str, Any] | None = None
     #: the adapter's folder inside OUT (--lora), else None
     adapter: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
 
 
 def write_summary(out: str | Path, summary: TrainSummary) -> Path:

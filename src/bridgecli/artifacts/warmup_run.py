@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from ..errors import ModelError
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
-from .json_file import read_struct
+from .json_file import RunRecord, read_struct
 
 DEFAULT_WARMUP_DIR = Path("runs") / "warmup"
 META = "warmup.json"
@@ -29,14 +28,10 @@ CHECKPOINT = "checkpoint"
 METRICS = "metrics.jsonl"
 
 
-class WarmupMeta(msgspec.Struct, kw_only=True):
+class WarmupMeta(RunRecord, kw_only=True):
     """``warmup.json``. Only ``base_model`` is required: a file that records less (an older version,
     a hand-made run folder) still reads, the missing fields None."""
 
-    producer: str | None = None
-    created: str | None = None
-    base_model: str
-    base_fingerprint: str | None = None
     tokenizer_fingerprint: str | None = None
     chat_template: bool | None = None
     data: str | None = None
@@ -55,9 +50,6 @@ class WarmupMeta(msgspec.Struct, kw_only=True):
     sft: dict[str, Any] | None = None
     steps: int | None = None
     final_train_loss: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
 
     def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
         """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
