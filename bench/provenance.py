@@ -1,11 +1,19 @@
-"""Where a benchmark result came from: the commit of the checkout that made it.
+"""Where a benchmark result came from: the commit of the checkout that made it, the header a result
+file starts with (device, commit, command, date, library versions, the settings), a command line
+with the ``--out`` it is written to, and the atomic JSON write.
 
 Not part of the package: bench scripts in every folder import it from ``bench/``.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import json
+import os
+import platform
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,3 +32,54 @@ def commit() -> str | None:
     if not sha:
         return None
     return sha + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def result_parser(doc: str, out: str | None) -> argparse.ArgumentParser:
+    """A bench script's command line: its docstring ``doc`` as the help, as written, and ``--out``
+    (default ``out``; None: no file is written)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=out, help=f"write the result as JSON here (default: {out or 'none'})")
+    return ap
+
+
+def device_name(device: str) -> str:
+    """The card for a CUDA ``device``, else the CPU, its cores and torch's threads."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+
+
+def header(device: str) -> dict:
+    """What a result file records first: the device and its name, the commit, the command, the date,
+    and the torch and transformers versions."""
+    import torch
+    import transformers
+
+    return {
+        "device": device,
+        "device_name": device_name(device),
+        "commit": commit() or "unknown",
+        "command": " ".join([sys.executable, *sys.argv]),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def settings(args, *names: str) -> dict:
+    """The parsed command-line ``args`` named, as a result records its settings."""
+    return {name: getattr(args, name) for name in names}
+
+
+def write_json(path: str | Path | None, result: dict) -> None:
+    """``result`` as indented JSON at ``path`` (its folder made), in one rename: a killed run leaves the
+    earlier file or none, never half of one. Nothing when ``path`` is None."""
+    if not path:
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}")

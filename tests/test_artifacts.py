@@ -57,6 +57,8 @@ def test_open_names_what_is_missing(tmp_path):
     (tmp_path / "w").mkdir()
     with pytest.raises(ModelError, match="is not a warmup run folder"):
         WarmupRun.open(tmp_path / "w")
+    with pytest.raises(ModelError, match=f"is not a warmup run folder \\(no {META}\\)"):
+        WarmupRun(tmp_path / "w").meta()  # a folder open() did not check: one error line, no traceback
     assert not WarmupRun.is_run(tmp_path / "w")
     assert WarmupRun.is_run(make_run(tmp_path / "v", {"base_model": "m"}))
 

@@ -18,6 +18,8 @@ from bridgecli.steps.train import read_rows
 from bridgecli.training.layouts import LAYOUTS, Layout, register
 from bridgecli.training.rows import Row
 
+from tiny import interrupting
+
 datasets = pytest.importorskip("datasets")
 
 STREAM = Path(__file__).parent / "golden" / "v1.1-closure.bridge"
@@ -157,16 +159,8 @@ def test_stdout_errors_and_atomic_output(tmp_path, reference, monkeypatch):
         bad = CliRunner().invoke(app, ["compact", str(STREAM), *args])
         assert bad.exit_code == UsageError.exit_code and message in bad.output, bad.output
 
-    real = compact_mod.columns_of
     calls = []
-
-    def flaky(row, preset, fingerprint=""):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(row, preset, fingerprint)
-
-    monkeypatch.setattr(compact_mod, "columns_of", flaky)
+    monkeypatch.setattr(compact_mod, "columns_of", interrupting(compact_mod.columns_of, calls, at=3))
     for fmt, name in (("hf", "rows"), ("parquet", "rows.parquet")):
         calls.clear()
         with pytest.raises(KeyboardInterrupt):

@@ -20,7 +20,7 @@ from bridgecli.evaluation.answer_loss import answer_loss_task, answer_row, answe
 from bridgecli.evaluation.tasks import EvalOptions
 from bridgecli.format.spec import RESPONSE
 
-from test_eval_heldout import tiny  # noqa: F401  (the tiny model fixture)
+from test_eval_heldout import batched_and_one_at_a_time, tiny  # noqa: F401  (tiny: the tiny model fixture)
 from tiny import RECORDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -124,8 +124,7 @@ def direct(model, tokenizer, path, chat_template=True):
 @pytest.mark.parametrize("chat_template", [None, False])
 def test_loss_equals_a_direct_computation(tiny, data_file, chat_template):
     model, tok = tiny
-    run = answer_loss_task(model, tok, EvalOptions(data=data_file, batch_size=3, progress=False,
-                                                   chat_template=chat_template))
+    run, _ = batched_and_one_at_a_time(answer_loss_task, tiny, data_file, chat_template, batch_size=3)
     expected = direct(model, tok, data_file, chat_template=chat_template is not False)
     found = [e for e in expected if e is not None]
     s = run["summary"]
@@ -140,9 +139,6 @@ def test_loss_equals_a_direct_computation(tiny, data_file, chat_template):
     assert s["loss_token_mean"] == pytest.approx(sum(t for t, _ in found) / sum(n for _, n in found), rel=1e-5)
     assert s["nll_sum_mean"] == pytest.approx(np.mean([t for t, _ in found]), rel=1e-5)
     assert s["ci_low"] <= s["loss"] <= s["ci_high"] and s["bootstrap"]["over"] == "items"
-    one = answer_loss_task(model, tok, EvalOptions(data=data_file, batch_size=1, progress=False,
-                                                   chat_template=chat_template))["summary"]
-    assert one["loss"] == pytest.approx(s["loss"], rel=1e-5)
 
 
 def test_row_is_cut_after_the_answer(tiny, data_file):

@@ -20,6 +20,8 @@ from bridgecli.evaluation import gsm8k
 from bridgecli.evaluation.generate import cut_at_stop, generate, render_prompt
 from bridgecli.evaluation.gsm8k import extract_answer, normalize_number, reference_answer
 
+from tiny import interrupting
+
 REAL_GSM8K = Path("/work/shared/data/gsm8k/test.jsonl")
 
 
@@ -436,14 +438,7 @@ def test_interrupted_generation_resumes_per_item_from_the_journal(tiny, data_fil
 
     calls = []
     real = model.generate
-
-    def flaky(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # Ctrl-C during the third prompt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(model, "generate", flaky)
+    monkeypatch.setattr(model, "generate", interrupting(real, calls, at=3))  # Ctrl-C during the third prompt
     with pytest.raises(KeyboardInterrupt):
         run(Journal.open(path, request, resume=False))
     lines = path.read_text().splitlines()
@@ -452,7 +447,7 @@ def test_interrupted_generation_resumes_per_item_from_the_journal(tiny, data_fil
     with path.open("a") as fh:
         fh.write('{"key": "ab')  # a last line cut short by the interruption is generated again
     calls.clear()
-    monkeypatch.setattr(model, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(model, "generate", interrupting(real, calls))
     book = Journal.open(path, request, resume=True)
     assert len(book.entries) == 2
     resumed = run(book)

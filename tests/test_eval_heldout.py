@@ -24,7 +24,7 @@ from bridgecli.evaluation.journal import Journal, recording
 from bridgecli.evaluation.tasks import EvalOptions
 from bridgecli.format.spec import EOS, RESPONSE
 
-from tiny import RECORDS, tiny_llama_config, tiny_model
+from tiny import RECORDS, interrupting, tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -65,11 +65,20 @@ def direct_losses(model, tokenizer, path, chat_template=True):
     return out
 
 
+def batched_and_one_at_a_time(task, tiny, data_file, chat_template, batch_size):
+    """The ``task``'s run over ``data_file`` in batches of ``batch_size``, and the summary of its run one
+    example at a time, checked to have the same loss (batching changes it by float noise at most)."""
+    model, tok = tiny
+    run, one = (task(model, tok, EvalOptions(data=data_file, batch_size=b, progress=False,
+                                             chat_template=chat_template)) for b in (batch_size, 1))
+    assert one["summary"]["loss"] == pytest.approx(run["summary"]["loss"], rel=1e-5)
+    return run, one["summary"]
+
+
 @pytest.mark.parametrize("chat_template", [None, False])
 def test_loss_equals_a_direct_masked_computation(tiny, data_file, chat_template):
     model, tok = tiny
-    run = heldout_loss_task(model, tok, EvalOptions(data=data_file, batch_size=4, progress=False,
-                                                    chat_template=chat_template))
+    run, again = batched_and_one_at_a_time(heldout_loss_task, tiny, data_file, chat_template, batch_size=4)
     direct = direct_losses(model, tok, data_file, chat_template=chat_template is not False)
     s = run["summary"]
     assert s["n"] == len(ROWS) and s["tokens"] == sum(n for _, n in direct)
@@ -78,10 +87,7 @@ def test_loss_equals_a_direct_masked_computation(tiny, data_file, chat_template)
         assert item["tokens"] == n and item["loss_sum"] == pytest.approx(total, rel=1e-5)
     assert s["ci_low"] <= s["loss"] <= s["ci_high"] and s["ci_low"] < s["ci_high"]
     assert s["ci_level"] == 0.95 and s["bootstrap"] == {"resamples": 1000, "seed": 0, "over": "examples"}
-    # batching does not change the result beyond float noise; the interval is the same under the seed
-    again = heldout_loss_task(model, tok, EvalOptions(data=data_file, batch_size=1, progress=False,
-                                                      chat_template=chat_template))["summary"]
-    assert again["loss"] == pytest.approx(s["loss"], rel=1e-5)
+    # the interval of the run one example at a time is the same under the seed
     assert again["ci_low"] == pytest.approx(s["ci_low"], rel=1e-5)
     assert again["ci_high"] == pytest.approx(s["ci_high"], rel=1e-5)
 
@@ -113,19 +119,12 @@ def test_interrupted_run_resumes_per_example(tiny, data_file, tmp_path, monkeypa
     path = tmp_path / "eval-heldout-loss.json.partial.jsonl"
     calls = []
     real = model.forward
-
-    def flaky(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", flaky)
+    monkeypatch.setattr(model, "forward", interrupting(real, calls, at=2))
     with pytest.raises(KeyboardInterrupt), recording(Journal.open(path, {"r": 1}, resume=False)):
         heldout_loss_task(model, tok, options)
     assert len(path.read_text().splitlines()) == 1 + 2  # the request and the first batch's two examples
     calls.clear()
-    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(model, "forward", interrupting(real, calls))
     book = Journal.open(path, {"r": 1}, resume=True)
     with recording(book):
         resumed = heldout_loss_task(model, tok, options)

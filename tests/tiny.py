@@ -1,5 +1,6 @@
 """Shared test helpers: tiny random models built from configs (fast, deterministic), three
-GSM8K-shaped records, the first lines of the sample data in a folder, and the zstd frames of a stream."""
+GSM8K-shaped records, the first lines of the sample data in a folder, the zstd frames of a stream, and a
+callable that stops with Ctrl-C on its Nth call."""
 
 from __future__ import annotations
 
@@ -78,3 +79,16 @@ def frame_lengths(body: bytes) -> list[int]:
         out.append(len(body) - len(d.unused_data))
         body = d.unused_data
     return out
+
+
+def interrupting(real, calls: list, at: int | None = None):
+    """``real`` wrapped to append to ``calls`` once a call and, on call number ``at`` (counted in
+    ``calls``), to raise KeyboardInterrupt as Ctrl-C would instead of calling it; ``at=None`` only counts."""
+
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return wrapper

@@ -37,10 +37,8 @@ transformers versions and every number printed.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -53,44 +51,11 @@ REPO = Path(__file__).resolve().parents[2]
 GENERATE = "src/bridgecli/evaluation/generate.py"
 OLD_REV = "99b4326"  # the last commit with the criteria that decode every row's window at every step
 sys.path.insert(0, str(REPO / "bench"))
-from provenance import commit  # noqa: E402
+from provenance import header, settings, write_json  # noqa: E402
 
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
-
-
-def device_name(device: str) -> str:
-    import torch
-
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
-
-
-def header(device: str) -> dict:
-    import torch
-    import transformers
-
-    return {
-        "device": device,
-        "device_name": device_name(device),
-        "commit": commit() or "unknown",
-        "command": " ".join([sys.executable, *sys.argv]),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-
-
-def write(path: str | None, result: dict) -> None:
-    text = json.dumps(result, indent=2, ensure_ascii=False) + "\n"
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(path).with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-        print(f"wrote {path}")
 
 
 # ------------------------------------------------------------------------------------------------ run
@@ -148,11 +113,7 @@ def run(args) -> None:
     result = {
         **header(device),
         "mode": "run",
-        "model": args.model,
-        "data": args.data,
-        "limit": args.limit,
-        "max_new_tokens": args.max_new_tokens,
-        "dtype": args.dtype,
+        **settings(args, "model", "data", "limit", "max_new_tokens", "dtype"),
         "generation": [],
         "end_to_end": [],
     }
@@ -193,7 +154,7 @@ def run(args) -> None:
                     row["accuracy"] = gsm8k.summarize(gsm8k.grade(items, texts), {})["accuracy"]
                     result["generation"].append(row)
                     print(json.dumps(row))
-                    write(args.json, result)
+                    write_json(args.json, result)
     if args.end_to_end:
         for compile_ in args.compile:
             for batch_size in args.batch_sizes:
@@ -201,8 +162,8 @@ def run(args) -> None:
                     row = end_to_end(args, device, batch_size, budget or None, compile_, len(prompts))
                     result["end_to_end"].append(row)
                     print(json.dumps(row))
-                    write(args.json, result)
-    write(args.json, result)
+                    write_json(args.json, result)
+    write_json(args.json, result)
 
 
 def end_to_end(args, device: str, batch_size: int, budget: int | None, compile_: bool, n: int) -> dict:
@@ -311,10 +272,7 @@ def criteria(args) -> None:
     result = {
         **header("cpu"),
         "mode": "criteria",
-        "tokenizer": args.tokenizer,
-        "old_rev": args.old_rev,
-        "steps": args.steps,
-        "prompt_tokens": args.prompt_tokens,
+        **settings(args, "tokenizer", "old_rev", "steps", "prompt_tokens"),
         "rows": [],
     }
     for rows in args.batch_sizes:
@@ -333,7 +291,7 @@ def criteria(args) -> None:
             }
             result["rows"].append(row)
             print(json.dumps(row))
-    write(args.json, result)
+    write_json(args.json, result)
 
 
 def main() -> None:

@@ -22,27 +22,28 @@ time's rate is the closer one to what a core of its own would do. Say which mach
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import msgspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: provenance
+import provenance  # noqa: E402
+
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = provenance.result_parser(__doc__, out=None)
     ap.add_argument("--data", required=True, help="GSM8K-shaped JSONL (question, answer)")
     ap.add_argument("--n", type=int, default=256, help="records to score")
     ap.add_argument("--warm", type=int, default=8, help="records for the one-step warmup (and as many for validation)")
     ap.add_argument("--merge-examples", type=int, default=4096)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--window", type=int, default=256, help="bridge score's --window (the merged frames)")
-    ap.add_argument("--out", default=None, help="write the numbers as JSON here")
     args = ap.parse_args()
 
     from bridgecli.runtime.merge import _as_is, _in_order, merge_streams
@@ -125,9 +126,9 @@ def main() -> None:
         merged_size = (tmp / "merged-validated.bridge").stat().st_size
 
     result = {
+        **provenance.header("cpu"),
         "data": args.data,
         "model": header.model.source,
-        "device": "cpu",
         "scored_examples": len(examples),
         "tokens": tokens,
         "response_tokens": response,
@@ -151,17 +152,11 @@ def main() -> None:
         "merges_identical": same,
         "merged_bytes_per_example": round(merged_size / args.merge_examples, 1),
         "merge_frame": frame,
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "load_after": list(os.getloadavg()),
     }
     print(json.dumps(result, indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=2)
-            fh.write("\n")
+    provenance.write_json(args.out, result)
 
 
 if __name__ == "__main__":

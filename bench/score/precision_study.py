@@ -6,8 +6,6 @@ precision policies and compare each with a float32 reference (no TF32, math atte
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,11 +14,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from bridgecli.data.examples import DataOptions, iter_examples  # noqa: E402
 from bridgecli.artifacts.direction_file import load_direction  # noqa: E402
 from bridgecli.modeling.loading import load_model, load_tokenizer  # noqa: E402
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext  # noqa: E402
+from provenance import header, result_parser, settings, write_json  # noqa: E402
 
 
 def spearman(x, y) -> float:
@@ -44,11 +44,10 @@ POLICIES = {
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = result_parser(__doc__, out="precision.json")
     ap.add_argument("--run", required=True, help="warmup run folder")
     ap.add_argument("--data", required=True)
     ap.add_argument("--n", type=int, default=32)
-    ap.add_argument("--out", default="precision.json")
     ap.add_argument(
         "--bf16-weights",
         action="store_true",
@@ -60,6 +59,7 @@ def main(argv=None):
     v = load_direction(args.run).v
     exs = list(iter_examples(args.data, tok, DataOptions(limit=args.n)))
     results, ref = {}, None
+    result = {**header("cuda"), **settings(args, "run", "data", "bf16_weights"), "n": len(exs), "policies": results}
     for name, (dtype, tf32, fused, options, round_bf16) in POLICIES.items():
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
@@ -96,10 +96,7 @@ def main(argv=None):
             "c_maxabs": max(float(np.abs(s.c.numpy() - r.c.numpy()).max()) for s, r in zip(scores, ref)),
         }
         print(f"{name:32s} " + " ".join(f"{k}={v:.5f}" for k, v in results[name].items()), flush=True)
-        Path(args.out).write_text(json.dumps(results, indent=2))
-    Path(args.out).write_text(
-        json.dumps({"device": torch.cuda.get_device_name(), "n": len(exs), "policies": results}, indent=2)
-    )
+        write_json(args.out, result)  # each policy as it is measured
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ compared with the uninterrupted fsdp2 run, and NAME-again with NAME, the same wa
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -33,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from provenance import header, result_parser, settings, write_json  # noqa: E402
 
 FSDP_YAML = """compute_environment: LOCAL_MACHINE
 distributed_type: FSDP
@@ -117,14 +119,13 @@ def killed_then_resumed(cmd: list[str], out: Path, step: int, env: dict) -> dict
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser()
+    ap = result_parser(__doc__, out="fsdp.json")
     ap.add_argument("--data", required=True)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--rows", type=int, default=512)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--work", default="/tmp/bridge-fsdp")
-    ap.add_argument("--out", default="fsdp.json")
     ap.add_argument(
         "--runs",
         default="one,ddp,fsdp2,fsdp1,fsdp2-resumed",
@@ -169,15 +170,8 @@ def main(argv=None) -> dict:
         "fsdp2": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(work / "fsdp2.yaml")],
         "fsdp1": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(work / "fsdp1.yaml")],
     }
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    res: dict = {
-        "device": device,
-        "gpus": args.gpus,
-        "rows": n_rows,
-        "steps": args.steps,
-        "model": args.model,
-        "runs": {},
-    }
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    res: dict = {**header(device), **settings(args, "gpus", "steps", "model"), "rows": n_rows, "runs": {}}
     mid = args.steps // 2
     for name in runs:
         kind = name.removesuffix("-again")
@@ -222,8 +216,8 @@ def main(argv=None) -> dict:
             r["same_step_count"] = len(lb) == len(ln)
             r["max_rel_loss_diff"] = max(abs(a - b) / abs(b) for a, b in zip(ln, lb))
             r["weight_diff_rel_to_update"] = distance(saved(work / name), wb) / update
-    Path(args.out).write_text(json.dumps(res, indent=2))
     print(json.dumps(res, indent=2))
+    write_json(args.out, res)
     return res
 
 

@@ -46,31 +46,16 @@ SHAPES = {
     "tiny": sizes("tiny-train"),
     **{name: {**sizes(name), "rms_norm_eps": 1e-5} for name in ("smollm2-135m", "smollm2-360m", "llama-3.2-1b")},
 }
+#: per device, the defaults that --preset sets (each one's flag overrides it)
+PRESET_KEYS = "shape rows steps skip_steps device max_tokens_per_batch batch_size grad_accum vocab".split()
 PRESETS = {
-    # CPU: a small body needs a small vocabulary, or the output head (the same supervised positions
-    # in both runs) is most of the work; token ids are folded into --vocab (timing only)
-    "cpu": dict(
-        shape="tiny",
-        rows=128,
-        steps=8,
-        skip_steps=2,
-        device="cpu",
-        max_tokens_per_batch=4096,
-        batch_size=4,
-        grad_accum=4,
-        vocab=4096,
-    ),
-    "gpu": dict(
-        shape="llama-3.2-1b",
-        rows=4096,
-        steps=24,
-        skip_steps=4,
-        device="cuda",
-        max_tokens_per_batch=32768,
-        batch_size=8,
-        grad_accum=8,
-        vocab=None,
-    ),
+    name: dict(zip(PRESET_KEYS, values, strict=True))
+    for name, values in (
+        # CPU: a small body needs a small vocabulary, or the output head (the same supervised positions
+        # in both runs) is most of the work; token ids are folded into --vocab (timing only)
+        ("cpu", ("tiny", 128, 8, 2, "cpu", 4096, 4, 4, 4096)),
+        ("gpu", ("llama-3.2-1b", 4096, 24, 4, "cuda", 32768, 8, 8, None)),
+    )
 }
 
 

@@ -7,6 +7,7 @@ metadata (msgspec structs; files written by earlier versions still read), one wr
 - :mod:`.direction_file`: ``direction.safetensors``, the scoring direction v and its metadata.
 - :mod:`.rows_meta`: the side file ``bridge compact`` writes next to its rows and ``bridge train`` reads.
 - :mod:`.train_run`: the folder ``bridge train`` writes (summary, metrics, checkpoints, the model).
+- :mod:`.json_file`: the one reader of their JSON files, each into its struct.
 
 This package imports no torch at import time.
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InputError
+from .json_file import read_struct
 
 SUFFIX = ".bridge.json"
 
@@ -63,10 +63,4 @@ def write_rows_meta(rows: str | Path, meta: RowsMeta) -> Path:
 
 def read_rows_meta(rows: str | Path) -> RowsMeta | None:
     """The side file of ``rows``, or None when there is none (rows made by another tool)."""
-    path = rows_meta_path(rows)
-    if not path.exists():
-        return None
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=RowsMeta)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InputError(f"not the side file `bridge compact` writes: {exc}", file=str(path)) from None
+    return read_struct(rows_meta_path(rows), RowsMeta, "the side file `bridge compact` writes")

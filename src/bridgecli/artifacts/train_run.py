@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
-from ..errors import InputError, UsageError
+from ..errors import UsageError
+from .json_file import RunRecord, read_struct
 
 DEFAULT_TRAIN_DIR = Path("runs") / "final"
 SUMMARY = "bridge_train.json"
@@ -30,13 +30,9 @@ ADAPTER = "adapter"
 RUN_MARKERS = (SUMMARY, METRICS, CHECKPOINTS)
 
 
-class TrainSummary(msgspec.Struct, kw_only=True):
+class TrainSummary(RunRecord, kw_only=True):
     """``bridge_train.json``. Only ``base_model`` is required, so that a file that records less reads."""
 
-    producer: str | None = None
-    created: str | None = None
-    base_model: str
-    base_fingerprint: str | None = None
     data: str | None = None
     rows: int | None = None
     sft: dict[str, Any] | None = None
@@ -54,9 +50,6 @@ class TrainSummary(msgspec.Struct, kw_only=True):
     #: the adapter's folder inside OUT (--lora), else None
     adapter: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
-
 
 def write_summary(out: str | Path, summary: TrainSummary) -> Path:
     """Write the summary last, in one rename: its presence marks a complete run."""
@@ -73,13 +66,7 @@ def write_summary(out: str | Path, summary: TrainSummary) -> Path:
 
 def read_summary(out: str | Path) -> TrainSummary | None:
     """The summary of the run in ``out``, or None when the run is not complete (or not a run)."""
-    path = Path(out) / SUMMARY
-    if not path.is_file():
-        return None
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=TrainSummary)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InputError(f"not a `bridge train` summary: {exc}", file=str(path)) from None
+    return read_struct(Path(out) / SUMMARY, TrainSummary, "a `bridge train` summary")
 
 
 def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from ..errors import ModelError
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
+from .json_file import RunRecord, read_struct
 
 DEFAULT_WARMUP_DIR = Path("runs") / "warmup"
 META = "warmup.json"
@@ -28,14 +28,10 @@ CHECKPOINT = "checkpoint"
 METRICS = "metrics.jsonl"
 
 
-class WarmupMeta(msgspec.Struct, kw_only=True):
+class WarmupMeta(RunRecord, kw_only=True):
     """``warmup.json``. Only ``base_model`` is required: a file that records less (an older version,
     a hand-made run folder) still reads, the missing fields None."""
 
-    producer: str | None = None
-    created: str | None = None
-    base_model: str
-    base_fingerprint: str | None = None
     tokenizer_fingerprint: str | None = None
     chat_template: bool | None = None
     data: str | None = None
@@ -54,9 +50,6 @@ class WarmupMeta(msgspec.Struct, kw_only=True):
     sft: dict[str, Any] | None = None
     steps: int | None = None
     final_train_loss: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
 
     def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
         """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
@@ -94,12 +87,12 @@ class WarmupRun:
         return self.root / METRICS
 
     def meta(self) -> WarmupMeta:
-        try:
-            return msgspec.json.decode(self.meta_path.read_bytes(), type=WarmupMeta)
-        except msgspec.ValidationError as exc:
-            raise ModelError(f"not a warmup record: {exc}", file=str(self.meta_path)) from None
-        except msgspec.DecodeError as exc:
-            raise ModelError(f"not valid JSON: {exc}", file=str(self.meta_path)) from None
+        meta = read_struct(self.meta_path, WarmupMeta, "a warmup record", ModelError)
+        if meta is None:
+            raise ModelError(
+                f"{self.root} is not a warmup run folder (no {META})", hint="pass the folder `bridge warmup -o` wrote"
+            )
+        return meta
 
     def direction(self) -> Direction:
         return load_direction(self.root)

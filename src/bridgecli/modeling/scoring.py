@@ -47,6 +47,17 @@ class ScoringCheckpoint:
     model: PreTrainedModel
     direction: Direction
 
+    def context(self, attention_layers: int, device: str, options: dict | None = None) -> ScoringContext:
+        """What a scorer gets from this checkpoint: its model, tokenizer and v, with the settings."""
+        return ScoringContext(
+            model=self.model,
+            tokenizer=self.tokenizer,
+            direction=self.direction.v,
+            attention_layers=attention_layers,
+            device=device,
+            options=options or {},
+        )
+
 
 def load_scoring_checkpoint(run: WarmupRun, dtype: str, device: str) -> ScoringCheckpoint:
     """A warmup run's checkpoint, tokenizer and v, checked against each other: the tokenizer warmup

@@ -61,7 +61,7 @@ def load(src: Source) -> Loaded:
     """The warmup checkpoint, its tokenizer and v, as ``bridge score`` loads them."""
     from ..io import check_input
     from ..modeling.loading import claim_device, resolve_device
-    from ..modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
+    from ..modeling.scoring import BridgeScorer, load_scoring_checkpoint
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
@@ -70,13 +70,7 @@ def load(src: Source) -> Loaded:
     src.device = device
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)
-    ctx = ScoringContext(
-        model=ck.model,
-        tokenizer=ck.tokenizer,
-        direction=ck.direction.v,
-        attention_layers=src.attention_layers,
-        device=device,
-    )
+    ctx = ck.context(src.attention_layers, device)
     return Loaded(ctx=ctx, scorer=BridgeScorer(ctx), meta=ck.meta, run=run)
 
 

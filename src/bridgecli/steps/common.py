@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-from typing import Callable, Iterator, TypedDict
+from typing import TYPE_CHECKING, Callable, Iterator, TypedDict
 
 import msgspec
 
@@ -17,6 +17,9 @@ from ..format.spec import RECORDS_PER_FRAME, STAGES
 from ..format.writer import compress_frame, encode_record, open_writer
 from ..optionspec import key_values, number_list  # noqa: F401  (re-exported: the steps' text parsers)
 from ..progress import progress_bar
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11
 
 
 def plugin_spec(spec: str, flag: str) -> tuple[str, dict[str, str]]:
@@ -72,35 +75,34 @@ class _MapArgs(TypedDict):
 
 
 class MapArgs(_MapArgs, total=False):
-    """The keyword arguments :func:`map_stream` and ``map_stream_parallel`` share."""
+    """The keyword arguments :func:`map_stream` and :func:`map_stream_parallel` share: the ``step`` to
+    record, the ``stage`` it writes, the stage it ``needs`` (and the ``hint`` when the input is not there
+    yet), ``fn`` applied to every example (None drops it), the progress bar's ``label`` and ``display``, the
+    name of the input in errors (default: the reader's name; a caller that copied stdin to a temporary file
+    passes the original's)."""
 
     display: str | None
 
 
-def map_stream(
-    inp,
-    out,
-    *,
-    step: Step,
-    stage: str,
-    needs: str,
-    hint: str,
-    fn: Callable[[Example, Header], Example | None],
-    label: str,
-    display: str | None = None,
-) -> int:
+def _next_stage(reader, args: MapArgs) -> Header:
+    """The header the map writes, once ``reader``'s stream is checked to be at the stage it needs."""
+    require_stage(reader.header, args["needs"], reader.name, args["hint"])
+    return next_header(reader.header, args["stage"], args["step"])
+
+
+def map_stream(inp, out, **args: Unpack[MapArgs]) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
-    Returns the number of examples written. ``display`` names the input in errors (default: the
-    reader's name; a caller that copied stdin to a temporary file passes the original's)."""
+    Returns the number of examples written."""
+    fn = args["fn"]
     with open_reader(inp) as reader:
-        require_stage(reader.header, needs, reader.name, hint)
-        header = next_header(reader.header, stage, step)
+        header = _next_stage(reader, args)
+        where = args.get("display") or reader.name
         with open_writer(out, header) as writer, progress_bar() as bar:
             # timed from the first example: in a pipe, waiting for the step upstream is not this step's time
-            task = bar.add_task(label, total=None, unit="ex", start=False)
+            task = bar.add_task(args["label"], total=None, unit="ex", start=False)
             for ex in reader:
                 bar.start_task(task)  # no-op once started
-                with naming(display or reader.name, ex.index):
+                with naming(where, ex.index):
                     new = fn(ex, reader.header)
                 if new is not None:
                     writer.write(new)
@@ -119,18 +121,7 @@ def _pack_stream(results: list) -> tuple:
 
 
 def map_stream_parallel(
-    inp,
-    out,
-    *,
-    step: Step,
-    stage: str,
-    needs: str,
-    hint: str,
-    fn: Callable[[Example, Header], Example | None],
-    label: str,
-    workers: int,
-    display: str | None = None,
-    tally: Callable[[Example], int] | None = None,
+    inp, out, *, workers: int, tally: Callable[[Example], int] | None = None, **args: Unpack[MapArgs]
 ) -> tuple[int, int]:
     """:func:`map_stream` on ``workers`` processes (:mod:`bridgecli.runtime.workers`: the same bytes).
     Returns the number of examples written and the sum of ``tally(new example)`` over them."""
@@ -138,11 +129,11 @@ def map_stream_parallel(
     from ..runtime.workers import run_pool, start_pool, validator_of
 
     workers = cap_workers(workers)
+    fn = args["fn"]
     with open_reader(inp) as reader:
-        require_stage(reader.header, needs, reader.name, hint)
-        header = next_header(reader.header, stage, step)
+        header = _next_stage(reader, args)
         source = reader.header
-        where = display or reader.name
+        where = args.get("display") or reader.name
 
         def work(ex: Example):
             with naming(where, ex.index):
@@ -157,7 +148,7 @@ def map_stream_parallel(
             open_writer(out, header) as writer,
             progress_bar() as bar,
         ):
-            task = bar.add_task(label, total=None, unit="ex", start=False)
+            task = bar.add_task(args["label"], total=None, unit="ex", start=False)
             for n, (count, t, data, is_frame) in run_pool(
                 reader, validator_of(reader), work, _pack_stream, workers, pool
             ):

@@ -46,7 +46,7 @@ from ..io import (
 )
 from ..modeling import kernel_warmup
 from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
-from ..modeling.scoring import ScoringCheckpoint, ScoringContext, load_scoring_checkpoint
+from ..modeling.scoring import ScoringCheckpoint, load_scoring_checkpoint
 from ..progress import note
 from ..registry import Entry, get
 from ..runtime import ranks
@@ -168,14 +168,7 @@ def _score(opts: ScoreOptions, run: WarmupRun, dist: Dist, device: str, started:
 
 
 def _build(opts: ScoreOptions, entry: Entry, ck: ScoringCheckpoint, device: str) -> Scorer:
-    ctx = ScoringContext(
-        model=ck.model,
-        tokenizer=ck.tokenizer,
-        direction=ck.direction.v,
-        attention_layers=opts.attention_layers,
-        device=device,
-        options={"scorer_options": dict(opts.scorer_options)},
-    )
+    ctx = ck.context(opts.attention_layers, device, {"scorer_options": dict(opts.scorer_options)})
     return build_scorer(entry.obj, ctx, f"--scorer {opts.scorer}", entry.plugin)
 
 
