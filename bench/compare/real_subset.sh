@@ -29,11 +29,12 @@ export LIMIT=$TRAIN_N MAX_STEPS= EPOCHS=${EPOCHS:-3} BATCH_SIZE=8 GRAD_ACCUM=8 E
 start=$(date +%s)
 CUDA_VISIBLE_DEVICES=0 METHODS="" "$compare" "$out" > /dev/null  # the shared steps
 echo "shared steps: $(( $(date +%s) - start )) s" >&2
-read -r -a all <<< "$METHODS"
+# shellcheck source=../share.sh
+. "$here/../share.sh"
 pids=()
 for ((g = 0; g < GPUS; g++)); do
-  mine=""
-  for ((i = g; i < ${#all[@]}; i += GPUS)); do mine+="${all[i]} "; done
+  # shellcheck disable=SC2086  # the method words, split on purpose
+  mine=$(share "$g" "$GPUS" $METHODS)
   [ -n "$mine" ] || continue
   CUDA_VISIBLE_DEVICES=$g METHODS="$mine" "$compare" "$out" > "$out/gpu$g.out" 2> "$out/gpu$g.log" &
   pids+=($!)

@@ -293,11 +293,12 @@ fi
 # 3. more than one worker: deal the jobs (the list above, or GRID_JOBS as given: "SEED:METHOD:RHO ...")
 workers=$(( GPUS * PROCS_PER_GPU ))
 if [ "$workers" -gt 1 ]; then  # deal the jobs round-robin to the workers, one grid.sh each
-  read -r -a all <<< "$GRID_JOBS"
+  # shellcheck source=../share.sh
+  . "$here/../share.sh"
   pids=()
   for ((w = 0; w < workers; w++)); do
-    mine=""
-    for ((i = w; i < ${#all[@]}; i += workers)); do mine+="${all[i]} "; done
+    # shellcheck disable=SC2086  # the job words, split on purpose
+    mine=$(share "$w" "$workers" $GRID_JOBS)
     [ -n "$mine" ] || continue
     g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
     [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
