@@ -4,6 +4,7 @@ versions wrote, one writer and one reader each, and the rule that leaves warmup'
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,16 @@ def test_train_summary_round_trip_and_run_dir_rules(tmp_path):
     (other / "notes.txt").write_text("mine")
     with pytest.raises(UsageError, match="holds no training run"):
         check_run_dir(other, resume=False, overwrite=True)
+
+
+def test_rows_meta_of_rows_named_through_a_link(tmp_path):
+    """Beside the rows the link names; a side file beside the link itself is read only when they have none."""
+    (tmp_path / "store").mkdir()
+    real, link = tmp_path / "store" / "train.jsonl", tmp_path / "train.jsonl"
+    real.write_text("")
+    link.symlink_to(Path("store") / "train.jsonl")
+    beside_link = Path(str(link) + ".bridge.json")
+    beside_link.write_text('{"model": "by-the-link"}')
+    assert read_rows_meta(link).model == "by-the-link" and read_rows_meta(real) is None
+    assert write_rows_meta(link, RowsMeta(model="m")) == rows_meta_path(real) == Path(str(real) + ".bridge.json")
+    assert read_rows_meta(link).model == read_rows_meta(real).model == "m"
