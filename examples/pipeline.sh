@@ -9,7 +9,8 @@ out=${1:-runs/example}
 mkdir -p "$out"
 
 # 1. warmup: short SFT from theta_old on the warm split, then the scoring direction v
-bridge warmup "$data/warm.jsonl" --val "$data/val.jsonl" -o "$out/warmup" --epochs 1 --batch-size 8
+# (--overwrite here and in 6.: running the example again replaces its own earlier runs in OUT_DIR)
+bridge warmup "$data/warm.jsonl" --val "$data/val.jsonl" -o "$out/warmup" --epochs 1 --batch-size 8 --overwrite
 
 # 2-5. score -> select -> close -> compact, streamed
 bridge score "$data/train.jsonl" --from "$out/warmup" \
@@ -22,7 +23,7 @@ bridge compact "$out/closed.bridge" --format text -o "$out/train.txt"  # a human
 head -n 14 "$out/train.txt"
 
 # 6. train from theta_old on the compacted rows (tiny CPU settings; the paper uses 3 epochs, batch 64)
-bridge train "$out/train.jsonl" -o "$out/final" --epochs 1 --batch-size 8 --grad-accum 1
+bridge train "$out/train.jsonl" -o "$out/final" --epochs 1 --batch-size 8 --grad-accum 1 --overwrite
 
 # 7. evaluate on the sample's held-out GSM8K-style test split
 bridge eval "$out/final" --task gsm8k --data "$data/test.jsonl" --max-new-tokens 160 --batch-size 12

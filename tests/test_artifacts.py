@@ -4,11 +4,13 @@ versions wrote, one writer and one reader each, and the rule that leaves warmup'
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from bridgecli.artifacts.rows_meta import RowsMeta, StepParams, read_rows_meta, rows_meta_path, write_rows_meta
-from bridgecli.artifacts.train_run import SUMMARY, TrainSummary, check_run_dir, read_summary, write_summary
+from bridgecli.artifacts.train_run import (CLEAR, IN_PLACE, REPLACE, SUMMARY, TrainSummary, check_run_dir,
+                                           read_summary, write_summary)
 from bridgecli.artifacts.warmup_run import META, WarmupMeta, WarmupRun
 from bridgecli.data.examples import file_digest
 from bridgecli.errors import InputError, ModelError, UsageError
@@ -96,20 +98,39 @@ def test_train_summary_round_trip_and_run_dir_rules(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     assert read_summary(out) is None
-    assert check_run_dir(out, resume=False, overwrite=False) is False  # empty: nothing to clear
+    assert check_run_dir(out, resume=False, overwrite=False) == IN_PLACE  # empty: nothing to clear
+    (out / "metrics.jsonl").write_text("")  # what a killed run without checkpoints leaves: cleared
+    assert check_run_dir(out, resume=False, overwrite=False) == CLEAR
+    assert check_run_dir(out, resume=False, overwrite=True) == REPLACE
     summary = TrainSummary(base_model="m", rows=3, steps=2, final_loss=0.5, packing=False, adapter=None)
     write_summary(out, summary)
     assert read_summary(out) == summary and not list(out.glob(".*partial"))
     assert json.loads((out / SUMMARY).read_text())["adapter"] is None
-    assert check_run_dir(out, resume=False, overwrite=False) is True  # an earlier run's folder: cleared
-    assert check_run_dir(out, resume=True, overwrite=False) is False
+    with pytest.raises(UsageError, match=f"{out} holds a finished training run.*--overwrite"):
+        check_run_dir(out, resume=False, overwrite=False)  # a finished run: never cleared silently
+    assert check_run_dir(out, resume=False, overwrite=True) == REPLACE
+    assert check_run_dir(out, resume=True, overwrite=False) == IN_PLACE
+    (out / SUMMARY).unlink()
     (out / "checkpoints" / "step-000001").mkdir(parents=True)
     (out / "checkpoints" / "step-000001" / "trainer_state.json").write_text("{}")
     with pytest.raises(UsageError, match="--resume"):
         check_run_dir(out, resume=False, overwrite=False)
-    assert check_run_dir(out, resume=False, overwrite=True) is True
+    assert check_run_dir(out, resume=False, overwrite=True) == REPLACE
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
     with pytest.raises(UsageError, match="holds no training run"):
         check_run_dir(other, resume=False, overwrite=True)
+
+
+def test_rows_meta_of_rows_named_through_a_link(tmp_path):
+    """Beside the rows the link names; a side file beside the link itself is read only when they have none."""
+    (tmp_path / "store").mkdir()
+    real, link = tmp_path / "store" / "train.jsonl", tmp_path / "train.jsonl"
+    real.write_text("")
+    link.symlink_to(Path("store") / "train.jsonl")
+    beside_link = Path(str(link) + ".bridge.json")
+    beside_link.write_text('{"model": "by-the-link"}')
+    assert read_rows_meta(link).model == "by-the-link" and read_rows_meta(real) is None
+    assert write_rows_meta(link, RowsMeta(model="m")) == rows_meta_path(real) == Path(str(real) + ".bridge.json")
+    assert read_rows_meta(link).model == read_rows_meta(real).model == "m"

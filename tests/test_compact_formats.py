@@ -261,3 +261,37 @@ def _killed_run_is_swept(tmp_path, live):
     os.utime(killed[0], (killed[0].stat().st_atime - 3600, killed[0].stat().st_mtime - 3600))
     run_compact(CompactOptions(inp=str(STREAM), out=str(tmp_path / "k"), format="hf"))
     assert not killed[0].exists() and live.exists()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "hf"])
+@pytest.mark.parametrize("existing", [True, False])
+def test_an_output_given_as_a_symbolic_link_gets_its_side_file_beside_the_rows(tmp_path, reference, fmt, existing):
+    """`-o link`: the rows replace the file (or folder) the link names and the link stays; the side
+    file lands beside those rows, named after them, as every step's temporary files and locks do, so
+    `bridge train` finds it through either name. Nothing lands beside the link."""
+    from bridgecli.artifacts.rows_meta import read_rows_meta
+
+    from bridgecli.io import real_path
+
+    name = {"jsonl": "rows.jsonl", "parquet": "rows.parquet", "hf": "rows"}[fmt]
+    store = tmp_path / "store"
+    store.mkdir()
+    real = store / name
+    if existing:  # an earlier output there (a dangling link otherwise)
+        if fmt == "hf":
+            real.mkdir()
+            (real / "old").write_text("old")
+        else:
+            real.write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(Path("store") / name)
+    result = CliRunner().invoke(app, ["compact", str(STREAM), "--format", fmt, "-o", str(link)])
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and real_path(link) == real
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "store"]
+    assert sorted(p.name for p in store.iterdir()) == [name, f"{name}.bridge.json"]
+    assert [(r["input_ids"], r["labels"]) for r in load(link, fmt)] == [
+        (r["input_ids"], r["labels"]) for r in reference]
+    meta = json.loads((store / f"{name}.bridge.json").read_text())
+    assert meta["format"] == fmt and meta["rows"] == 3
+    assert read_rows_meta(link) == read_rows_meta(real) and read_rows_meta(link).rows == 3

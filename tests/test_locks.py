@@ -185,9 +185,9 @@ def test_sigterm_leaves_no_temporary_file(tmp_path):
 
 
 def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_dir):
-    """The issue's case, in sequence: `warmup -o w` then `warmup -o wlink`, `train -o t` then `train -o
-    tlink`. The second run replaces (warmup) or clears (train) the real folder; the link stays a link
-    and no `.old` is left."""
+    """The issue's case, in sequence: `warmup -o w` then `warmup -o wlink --overwrite`, `train -o t` then
+    `train -o tlink --overwrite` (without it the finished run is refused). The second run replaces the
+    real folder; the link stays a link and no `.old` or `.NAME.overwrite` is left."""
     import json
 
     from typer.testing import CliRunner
@@ -210,7 +210,12 @@ def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_
     }
     for name, argv in runs.items():
         for out in (name, f"{name}link"):
-            result = CliRunner().invoke(app, [*map(str, argv), "--device", "cpu", "-o", str(tmp_path / out)])
+            args = [*map(str, argv), "--device", "cpu", "-o", str(tmp_path / out)]
+            if out != name:
+                refused = CliRunner().invoke(app, args)
+                assert refused.exit_code == 2 and "holds a finished" in refused.output, refused.output
+                args.append("--overwrite")
+            result = CliRunner().invoke(app, args)
             assert result.exit_code == 0, result.output
             assert not (tmp_path / name / "first-run.txt").exists()  # the second run replaced the first
             summary = tmp_path / name / ("warmup.json" if name == "w" else "bridge_train.json")

@@ -180,5 +180,7 @@ def test_cli_flags_reach_the_run(tmp_path, data, small_dir):
     res = runner.invoke(app, train_args(data, tmp_path / "mine", small_dir, "--max-steps", 1))
     assert res.exit_code == 2 and "holds no training run" in res.output
     assert (tmp_path / "mine" / "notes.txt").exists()
-    res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1))  # a finished run: replaced
+    res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1))  # a finished run: kept
+    assert res.exit_code == 2 and "holds a finished training run" in res.output and "--overwrite" in res.output
+    res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1, "--overwrite"))  # replaced
     assert res.exit_code == 0, res.output

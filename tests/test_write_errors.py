@@ -83,8 +83,8 @@ def work(tmp_path_factory, tiny_model_dir):
 
 # (id, argv with {w} the work folder, {model} the tiny model and {out} the output, output name, its kind)
 CASES = [
-    ("warmup", "warmup {w}/warm.jsonl --val {w}/val.jsonl --model {model} --max-steps 1 --batch-size 4 -o {out}",
-     "run", "dir"),
+    ("warmup", "warmup {w}/warm.jsonl --val {w}/val.jsonl --model {model} --max-steps 1 --batch-size 4 -o {out} "
+     "--overwrite", "run", "warmup-run"),
     ("score", "score {w}/data.jsonl --from {w}/warm -o {out}", "out.bridge", "file"),
     ("merge", "merge {w}/scores.bridge -o {out}", "out.bridge", "file"),
     ("reference", "reference {w}/scores.bridge --model {model} -o {out}", "out.bridge", "file"),
@@ -95,13 +95,19 @@ CASES = [
     ("compact", "compact {w}/closed.bridge --format hf -o {out}", "rows", "dir"),
     ("compact", "compact {w}/closed.bridge --format text -o {out}", "rows.txt", "file"),
     ("train", "train {w}/rows.jsonl --model {model} --max-steps 1 --batch-size 2 -o {out}", "final", "run"),
+    ("train", "train {w}/rows.jsonl --model {model} --max-steps 1 --batch-size 2 -o {out} --overwrite", "final",
+     "train-run"),
     ("eval", "eval {model} --task gsm8k --data {w}/test.jsonl --max-new-tokens 2 --batch-size 2 -o {out}",
      "out.json", "file"),
     ("inspect", "inspect {w}/closed.bridge --stats --png {out}", "out.png", "file"),
     ("show", "show {w}/closed.bridge --html {out}", "out.html", "file"),
     ("analyze robustness", "analyze robustness {w}/scores.bridge -o {out}", "out.json", "file"),
 ]
-IDS = [c[1].split(" {")[0] + (" " + c[1].split("--format ")[1].split()[0] if "--format" in c[1] else "") for c in CASES]
+IDS = [c[1].split(" {")[0] + (" " + c[1].split("--format ")[1].split()[0] if "--format" in c[1] else "")
+       + (" --overwrite" if "--overwrite" in c[1] else "") for c in CASES]
+#: an earlier finished run of the command (kinds warmup-run and train-run): its files
+FINISHED = {"warmup-run": {"warmup.json": "{}", "checkpoint/earlier.txt": "the earlier output\n"},
+            "train-run": {"bridge_train.json": "{}", "earlier.txt": "the earlier output\n"}}
 
 
 def argv_of(template: str, w: Path, model: Path, out: Path) -> list[str]:
@@ -155,6 +161,10 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
     elif kind == "dir":
         out.mkdir()
         (out / "earlier.txt").write_text("the earlier output\n")
+    elif kind in FINISHED:  # replaced (--overwrite) only once the new run is written
+        for rel, text in FINISHED[kind].items():
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_text(text)
     # warmup and train: room for their logs, not for the model (safetensors' own error, wrapping ENOSPC)
     fill(small_disk, leave=64 << 10 if command in {"warmup", "train"} else 0)
     before = _tree(small_disk)
@@ -172,6 +182,8 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
         assert out.read_text() == "the earlier output\n"
     elif kind == "dir":
         assert _tree(out) == {"earlier.txt"} and (out / "earlier.txt").read_text() == "the earlier output\n"
+    elif kind in FINISHED:
+        assert {p: (out / p).read_text() for p in _tree(out) if (out / p).is_file()} == FINISHED[kind]
 
 
 def test_a_full_temporary_folder_names_the_temporary_file(work, small_disk, monkeypatch):

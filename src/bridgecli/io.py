@@ -421,13 +421,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-        if real.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(real, old)
-            os.replace(tmp, real)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, real)
+        replace_dir(tmp, real)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if (err := write_error(exc, target)) is not None:
@@ -435,6 +429,21 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
     finally:
         os.close(held)
+
+
+def replace_dir(new: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Put the folder ``new`` (written next to it) in the place of the folder ``path`` (symbolic links
+    followed: :func:`real_path`): an existing folder there is moved aside to ``.NAME.old`` first and
+    removed after, so that a run killed between the two renames leaves the old folder whole."""
+    real = real_path(path)
+    if not real.exists():
+        os.replace(new, real)
+        return
+    old = real.with_name(f".{real.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(real, old)
+    os.replace(new, real)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def lock_exclusively(fh, path: str | os.PathLike, what: str) -> None:

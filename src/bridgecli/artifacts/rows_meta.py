@@ -1,6 +1,10 @@
 """The side file ``bridge compact`` writes next to its training rows (``OUT.bridge.json``), which
 ``bridge train`` reads to find the base model and check the tokenizer.
 
+Rows given as a symbolic link have their side file beside the file (or folder) the link names,
+named after it, where the rows themselves are written (:func:`bridgecli.io.real_path`): the rows and
+their side file go together, whichever name a later command uses for them.
+
 :func:`write_rows_meta` is the one writer, :func:`read_rows_meta` the one reader.
 """
 
@@ -43,8 +47,11 @@ class RowsMeta(msgspec.Struct, kw_only=True):
 
 
 def rows_meta_path(rows: str | Path) -> Path:
-    """The side file of the rows at ``rows`` (a file or a folder)."""
-    return Path(str(rows) + SUFFIX)
+    """The side file of the rows at ``rows`` (a file or a folder): beside the rows the name leads to,
+    symbolic links followed."""
+    from ..io import real_path
+
+    return Path(str(real_path(rows)) + SUFFIX)
 
 
 def write_rows_meta(rows: str | Path, meta: RowsMeta) -> Path:
@@ -62,5 +69,10 @@ def write_rows_meta(rows: str | Path, meta: RowsMeta) -> Path:
 
 
 def read_rows_meta(rows: str | Path) -> RowsMeta | None:
-    """The side file of ``rows``, or None when there is none (rows made by another tool)."""
-    return read_struct(rows_meta_path(rows), RowsMeta, "the side file `bridge compact` writes")
+    """The side file of ``rows``, or None when there is none (rows made by another tool). Rows named
+    through a symbolic link whose target has no side file: the one beside the link, if any (where
+    compact wrote it before it followed links)."""
+    path = rows_meta_path(rows)
+    if not path.is_file():
+        path = Path(str(rows) + SUFFIX)
+    return read_struct(path, RowsMeta, "the side file `bridge compact` writes")

@@ -7,7 +7,8 @@
     OUT/bridge_train.json                                 the summary, written last (the run is complete)
 
 :func:`write_summary` is the summary's one writer and :func:`read_summary` its one reader;
-:func:`check_run_dir` decides what a fresh run may clear.
+:func:`check_run_dir` decides what a fresh run does with the folder: a finished run or checkpoints
+are only replaced on request (``--overwrite``), once the new run is written.
 """
 
 from __future__ import annotations
@@ -69,24 +70,37 @@ def read_summary(out: str | Path) -> TrainSummary | None:
     return read_struct(Path(out) / SUMMARY, TrainSummary, "a `bridge train` summary")
 
 
-def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
-    """Whether a fresh run must clear ``out`` first (every rank checks, so every rank raises alike).
-    A fresh run starts from an empty folder; a folder with checkpoints is only continued (--resume)
-    or cleared on request (--overwrite); a non-empty folder that is not a training run is never
-    touched."""
+#: what a run does with its folder before it trains (:func:`check_run_dir`): train in it as it is (none
+#: there, empty, or --resume), empty it first (what an unfinished run left: no checkpoint, no model),
+#: or train beside it and replace it once the new run is written (--overwrite of a finished run or
+#: of checkpoints)
+IN_PLACE, CLEAR, REPLACE = "in-place", "clear", "replace"
+
+
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
+    """What a run must do with ``out`` first: :data:`IN_PLACE`, :data:`CLEAR` or :data:`REPLACE`
+    (every rank checks, so every rank raises alike). A folder holding a finished run or checkpoints is
+    only continued (--resume) or replaced on request (--overwrite), never cleared; a non-empty folder
+    that is not a training run is never touched."""
     from ..training import checkpoint
 
     if resume or not out.exists():
-        return False
+        return IN_PLACE
     if not out.is_dir():
         raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
     if not any(out.iterdir()):
-        return False
+        return IN_PLACE
     if not any((out / m).exists() for m in RUN_MARKERS):
         raise UsageError(f"{out} is not empty and holds no training run", hint="pass another -o, or empty it")
-    if checkpoint.complete(out) and not overwrite:
+    finished = (out / SUMMARY).is_file()
+    if not overwrite and finished:
+        raise UsageError(
+            f"{out} holds a finished training run",
+            hint="pass another -o, or --overwrite to replace it once the new run is written",
+        )
+    if not overwrite and checkpoint.complete(out):
         raise UsageError(
             f"{out} holds checkpoints of an earlier run",
             hint="pass --resume to continue it, or --overwrite to start over",
         )
-    return True
+    return REPLACE if overwrite else CLEAR

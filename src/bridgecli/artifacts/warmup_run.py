@@ -6,7 +6,8 @@
     <run>/warmup.json            parameters, base model, warm/val ids, losses (:class:`WarmupMeta`)
     <run>/metrics.jsonl          one line per optimizer step
 
-:func:`write_warmup_run` is the one writer, :meth:`WarmupRun.open` the one reader, and
+:func:`write_warmup_run` is the one writer (:func:`check_warmup_dir` says, before a run starts, whether
+it may replace what is there), :meth:`WarmupRun.open` the one reader, and
 :meth:`WarmupMeta.leave_out` the one rule for the examples warmup used.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
-from ..errors import ModelError
+from ..errors import ModelError, UsageError
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
 from .json_file import RunRecord, read_struct
 
@@ -119,6 +120,24 @@ class WarmupRun:
                 hint="pass the folder `bridge warmup -o` wrote",
             )
         return cls(root)
+
+
+def check_warmup_dir(out: str | Path, *, overwrite: bool) -> None:
+    """Refuse, before anything loads, an ``out`` that :func:`write_warmup_run` must not replace: a
+    finished warmup run (unless ``overwrite``), a non-empty folder that holds none, or a file."""
+    p = Path(out)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise UsageError(f"{p} exists and is not a folder", hint="pass another -o")
+    if WarmupRun.is_run(p):
+        if not overwrite:
+            raise UsageError(
+                f"{p} holds a finished warmup run",
+                hint="pass another -o, or --overwrite to replace it once the new run is written",
+            )
+    elif any(p.iterdir()):
+        raise UsageError(f"{p} is not empty and holds no warmup run", hint="pass another -o, or empty it")
 
 
 def write_warmup_run(

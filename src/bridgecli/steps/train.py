@@ -18,11 +18,11 @@ import torch
 
 from .. import PRODUCER
 from ..artifacts.rows_meta import read_rows_meta
-from ..artifacts.train_run import ADAPTER, TrainSummary, check_run_dir, write_summary
+from ..artifacts.train_run import ADAPTER, CLEAR, REPLACE, TrainSummary, check_run_dir, write_summary
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..io import check_input
+from ..io import check_input, real_path, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
 from ..training.config import config_dict
@@ -205,6 +205,8 @@ def run_train(opts: TrainOptions) -> dict:
 
 
 def _run_train(opts: TrainOptions) -> dict:
+    out = Path(opts.out)
+    action = check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite)  # before anything is read
     side = read_rows_meta(opts.data)
     model_spec = opts.model or (side.model if side is not None else None)
     ref = resolve(model_spec)
@@ -224,8 +226,21 @@ def _run_train(opts: TrainOptions) -> dict:
             "--lora is trained with DDP here, not FSDP (adapters are small)",
             hint="launch without the FSDP accelerate config",
         )
+    run_dir = _prepare_run_dir(out, action, acc)
+    try:
+        return _train_into(run_dir, opts, ref, side, limit, acc, device)
+    except BaseException:
+        if run_dir != out and main:  # --overwrite: the earlier run stays as it was
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _train_into(run_dir: Path, opts: TrainOptions, ref, side, limit: RowLimit | None, acc, device: str) -> dict:
+    """Load, train and save into ``run_dir``: ``opts.out``, or (--overwrite) the folder beside it that
+    replaces it once the model is written there."""
+    cfg = opts.sft
+    main = acc.is_main_process
     out = Path(opts.out)
-    _prepare_run_dir(out, opts, acc)
     if main:
         note(
             f"training {ref.spec} (theta_old) on {opts.data} on {device}"
@@ -245,7 +260,7 @@ def _run_train(opts: TrainOptions) -> dict:
         pad_id=tokenizer.pad_token_id,
         device=device,
         accelerator=acc,
-        run_dir=out,
+        run_dir=run_dir,
         resume=opts.resume,
         meta=meta,
         live=opts.live,
@@ -259,7 +274,11 @@ def _run_train(opts: TrainOptions) -> dict:
             hint="check --max-steps and --epochs",
         )
     summary = _summary(opts, ref, rows, result, acc.num_processes)
-    save_final(result, tokenizer, out, summary, lora=cfg.lora is not None)
+    save_final(result, tokenizer, run_dir, summary, lora=cfg.lora is not None)
+    if run_dir != out:
+        if main:
+            replace_dir(run_dir, out)
+        acc.wait_for_everyone()
     del model, result
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -292,18 +311,27 @@ def _accelerator(opts: TrainOptions):
     return acc, device
 
 
-def _prepare_run_dir(out: Path, opts: TrainOptions, acc) -> None:
-    """Check the run folder ``out`` (--resume, --overwrite) and, to overwrite it, empty it (rank 0); every
-    rank waits until that is done."""
-    if check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite):
-        acc.wait_for_everyone()  # every rank has looked before rank 0 clears
-        if acc.is_main_process:  # its contents: a run folder given as a symbolic link stays one
-            for child in out.iterdir():
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+def _prepare_run_dir(out: Path, action: str, acc) -> Path:
+    """The folder to train into, made ready (rank 0) for ``action`` (:func:`check_run_dir`): ``out``,
+    emptied first for :data:`CLEAR`; for :data:`REPLACE` (--overwrite), the hidden ``.NAME.overwrite``
+    folder beside it (what a killed --overwrite run left there is cleared), which replaces ``out``
+    once the new run is written. Every rank waits until that is done."""
+    run_dir = out
+    if action == REPLACE:
+        real = real_path(out)
+        run_dir = real.with_name(f".{real.name}.overwrite")
+    acc.wait_for_everyone()  # every rank has looked before rank 0 clears
+    if acc.is_main_process and action == CLEAR:  # its contents: a run folder given as a symbolic link stays one
+        for child in out.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    if acc.is_main_process and action == REPLACE:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
     acc.wait_for_everyone()
+    return run_dir
 
 
 def _load_tokenizer(ref, side, opts: TrainOptions):

@@ -8,7 +8,7 @@ import torch
 
 from .. import PRODUCER
 from ..artifacts.direction_file import Direction, DirectionMeta
-from ..artifacts.warmup_run import WarmupMeta, write_warmup_run
+from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_run
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import check_input
@@ -44,7 +44,8 @@ def check_warmup_options(opts: WarmupOptions) -> None:
 
 def run_warmup(opts: WarmupOptions) -> dict:
     """Warm up and write the run folder ``opts.out`` (locked while this runs: a second warmup into the
-    same folder stops at once)."""
+    same folder stops at once). A finished run there is refused at once, or with --overwrite replaced
+    once the new one is written."""
     from ..io import folder_lock
 
     check_warmup_options(opts)
@@ -53,6 +54,7 @@ def run_warmup(opts: WarmupOptions) -> dict:
 
 
 def _run_warmup(opts: WarmupOptions) -> dict:
+    check_warmup_dir(opts.out, overwrite=opts.overwrite)
     _check_inputs(opts)
     ref = resolve(opts.model)
     device = resolve_device(opts.device)

@@ -58,6 +58,9 @@ class WarmupOptions:
     )
     val: str | None = option(None, "Validation data D_val for g_target.")
     out: str | Path = option(DEFAULT_WARMUP_DIR, "Run folder (score's default --from).", "--output", "-o")
+    overwrite: bool = option(
+        False, "Replace the finished warmup run in OUT (it is kept until the new one is written).", "--overwrite"
+    )
     model: str | None = option(None, MODEL_HELP, "--model")
     warm_fraction: float | None = option(
         None, "Warm up on this fraction of DATA; its ids are recorded so `score` leaves them out.", range=FRACTION
@@ -291,7 +294,11 @@ class TrainOptions:
         panel=CHECKPOINT_PANEL,
     )
     overwrite: bool = option(
-        False, "Start over in an OUT that holds checkpoints of another run.", "--overwrite", panel=CHECKPOINT_PANEL
+        False,
+        "Start over in an OUT that holds a finished run or checkpoints of another: the new run trains beside "
+        "it and replaces it once written.",
+        "--overwrite",
+        panel=CHECKPOINT_PANEL,
     )
     live: bool | None = None  # None: when stderr is a terminal
     #: no row to train on: exit 0 without writing a model, instead of an error

@@ -1,0 +1,114 @@
+"""A finished run is not lost to a mistyped command: `train -o RUN` and `warmup -o RUN` refuse a folder
+holding a finished run (before anything loads) unless --overwrite, and --overwrite replaces it only
+once the new run is written, so a new run that fails leaves the old one as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bridgecli.cli.app import app
+from bridgecli.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = "".join(
+    json.dumps({"input_ids": list(range(10, 18)), "labels": [-100] * 4 + list(range(14, 18))}) + "\n" for _ in range(2)
+)
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"BRIDGE_NO_PROGRESS": "1"})
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def finished_train_run(out: Path) -> None:
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"the finished model")
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    (out / "bridge_train.json").write_text(json.dumps({"base_model": "m", "steps": 1}))
+
+
+def finished_warmup_run(out: Path) -> None:
+    (out / "checkpoint").mkdir(parents=True)
+    (out / "checkpoint" / "model.safetensors").write_bytes(b"the finished model")
+    (out / "warmup.json").write_text(json.dumps({"base_model": "m"}))
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    (tmp_path / "rows.jsonl").write_text(ROWS)
+    (tmp_path / "data.jsonl").write_text(json.dumps({"id": "a", "prompt": "p", "response": "r"}) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("step", ["train", "warmup"])
+def test_a_finished_run_is_refused_without_overwrite_before_anything_loads(inputs, step):
+    out = inputs / "run"
+    (finished_train_run if step == "train" else finished_warmup_run)(out)
+    before = snapshot(out)
+    args = (["train", inputs / "rows.jsonl"] if step == "train"
+            else ["warmup", inputs / "data.jsonl", "--val", inputs / "data.jsonl"])
+    result = invoke(*args, "-o", out, "--model", inputs / "no-such-model", "--device", "cpu")
+    assert result.exit_code == UsageError.exit_code
+    line = error_line(result)
+    assert str(out) in line and "finished" in line and "--overwrite" in line and "-o" in line, line
+    assert snapshot(out) == before
+    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+
+
+def test_warmup_never_replaces_a_folder_that_holds_no_warmup_run(inputs):
+    """Not even with --overwrite (train's rule too): a folder of the user's files, or a file."""
+    mine = inputs / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (inputs / "file").write_text("mine")
+    for out, message in ((mine, "holds no warmup run"), (inputs / "file", "is not a folder")):
+        result = invoke("warmup", inputs / "data.jsonl", "--val", inputs / "data.jsonl", "-o", out, "--overwrite",
+                        "--model", inputs / "no-such-model", "--device", "cpu")
+        assert result.exit_code == UsageError.exit_code and message in error_line(result), result.output
+    assert (mine / "notes.txt").read_text() == (inputs / "file").read_text() == "mine"
+
+
+@pytest.mark.integration  # trains a tiny model (seconds)
+def test_train_overwrite_replaces_the_finished_run_only_once_the_new_one_is_written(inputs, tiny_model_dir,
+                                                                                     monkeypatch):
+    from bridgecli.steps import train as train_step
+
+    out = inputs / "run"
+    finished_train_run(out)
+    before = snapshot(out)
+    real_fit = train_step.fit
+    seen = []
+
+    def failing_fit(*args, **kwargs):
+        seen.append(snapshot(out))  # while the new run trains, the old one is still there, whole
+        real_fit(*args, **kwargs)
+        raise RuntimeError("the new run failed")
+
+    argv = ["train", inputs / "rows.jsonl", "-o", out, "--model", tiny_model_dir, "--max-steps", "2", "--grad-accum", "1",
+            "--save-every", "1", "--batch-size", "2", "--device", "cpu", "--overwrite"]
+    monkeypatch.setattr(train_step, "fit", failing_fit)
+    assert invoke(*argv).exit_code != 0
+    assert seen == [before] and snapshot(out) == before  # the old run is as it was
+    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+
+    monkeypatch.setattr(train_step, "fit", real_fit)
+    result = invoke(*argv)
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "bridge_train.json").read_text())["steps"] == 2
+    assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (out / "checkpoints").is_dir()  # the new run's own checkpoints came with it
+    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
