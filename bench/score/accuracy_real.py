@@ -66,6 +66,7 @@ def main(argv=None):
             model=args.model,
             device="cuda",
             sft=SFTConfig(epochs=1, lr=2e-5, batch_size=8, grad_accum=1, bf16=True),
+            overwrite=True,  # --work is reused from run to run: each run makes its warm-up afresh
         )
     )
     t_warm = time.time() - t0
