@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bridgecli.format import Array
 from bridgecli.format.spec import MAX_QUANTITY, MAX_RESULT
+from bridgecli.format import validate_fast
 from bridgecli.format.validate import _Bad, _check_each, _fast_ok
 
 
@@ -173,11 +174,11 @@ def test_first_bad_scores_finds_what_brute_force_finds(batch, join_below):
     bytes the size up to which an array is joined) find what reading every value finds."""
     from bridgecli.format import validate
 
-    saved, validate._JOIN_BELOW = validate._JOIN_BELOW, join_below
+    saved, validate_fast._JOIN_BELOW = validate_fast._JOIN_BELOW, join_below
     try:
         got = validate.first_bad_scores(batch)
     finally:
-        validate._JOIN_BELOW = saved
+        validate_fast._JOIN_BELOW = saved
     assert (got[:2] if got else None) == _first_bad_brute(batch)
 
 

@@ -49,14 +49,13 @@ from ..errors import FormatError
 from .records import ALLOWED_DTYPES, Array, Example, Header, Scores, Selection
 from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
 from .validate_fast import (
-    _LIMIT,
     _REFERENCE_FIELDS,
-    _UINT,
     MAX_TOKEN_ID,
     _ascending,
     _closure_ok,
     _fast_ok,
     _protected_units,
+    _scores_within,
 )
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -412,36 +411,3 @@ def first_bad_scores(batch: Sequence[Scores]) -> tuple[int, str, str] | None:
             except _Bad as bad:
                 return k, bad.field, bad.message
     return None
-
-
-#: arrays of more bytes than this are scanned on their own, smaller ones joined per dtype first
-_JOIN_BELOW = 1 << 16
-
-
-def _scores_within(arrays: list[Any]) -> bool:
-    """Every array a float one whose bytes fill its shape, every value within +-2^48. On the bit patterns
-    (:data:`_UINT`), a scorer's batch at a time: the plain maximum first, which needs no temporary array and
-    settles arrays without a negative value (attention rows); the maximum without the sign bit only when
-    that one is beyond the bound's pattern. Small arrays are joined per dtype, large ones read where they
-    lie (no copy)."""
-    small: dict[str, list[bytes]] = {}
-    scans: list[tuple[str, bytes]] = []
-    for arr in arrays:
-        if type(arr) is not Array or arr.dtype not in _UINT:
-            return False
-        if any(type(d) is not int or d < 0 for d in arr.shape):
-            return False
-        if len(arr.data) != math.prod(arr.shape) * _UINT[arr.dtype][0].itemsize:
-            return False
-        if len(arr.data) > _JOIN_BELOW:
-            scans.append((arr.dtype, arr.data))
-        else:
-            small.setdefault(arr.dtype, []).append(arr.data)
-    scans += [(dtype, b"".join(chunks)) for dtype, chunks in small.items()]
-    for dtype, data in scans:
-        uint, mask = _UINT[dtype]
-        limit = _LIMIT[dtype, MAX_QUANTITY]
-        patterns = np.frombuffer(data, dtype=uint)
-        if len(patterns) and int(patterns.max()) > limit and int((patterns & mask).max()) > limit:
-            return False
-    return True

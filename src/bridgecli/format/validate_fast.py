@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import operator
 from bisect import bisect_right
+from typing import Any
 
 import numpy as np
 
@@ -123,6 +124,12 @@ _LIMIT = {(dtype, bound): _pattern(dtype, bound) for dtype in _UINT for bound in
 _KIND_BYTES = bytes(range(EOS + 1))
 
 
+def _fills(arr: Array, shape) -> bool:
+    """``arr`` is of a float dtype and its bytes fill ``shape`` (sizes already known to be counts)."""
+    width = _UINT.get(arr.dtype)
+    return width is not None and len(arr.data) == math.prod(shape) * width[0].itemsize
+
+
 def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
     """Every ``(array, shape, bound)`` of ``arrays`` a float Array of ``shape`` whose bytes fill it, with every
     value within ``[-bound, bound]`` (no NaN, no infinity), and every value of ``floats`` within
@@ -131,10 +138,7 @@ def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
     on their own."""
     data: dict[str, tuple[list[bytes], list[float]]] = {}
     for arr, shape, bound in arrays:
-        if type(arr) is not Array or arr.shape != shape:
-            return False
-        width = _UINT.get(arr.dtype)
-        if width is None or len(arr.data) != math.prod(shape) * width[0].itemsize:
+        if type(arr) is not Array or arr.shape != shape or not _fills(arr, shape):
             return False
         entry = data.get(arr.dtype)
         if entry is None:
@@ -159,6 +163,37 @@ def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
             if size and int(patterns[at : at + size].max()) > _LIMIT[dtype, bound]:
                 return False
             at += size
+    return True
+
+
+#: arrays of more bytes than this are scanned on their own, smaller ones joined per dtype first
+_JOIN_BELOW = 1 << 16
+
+
+def _scores_within(arrays: list[Any]) -> bool:
+    """Every array a float one whose bytes fill its shape, every value within +-2^48. On the bit patterns
+    (:data:`_UINT`), a scorer's batch at a time: the plain maximum first, which needs no temporary array and
+    settles arrays without a negative value (attention rows); the maximum without the sign bit only when
+    that one is beyond the bound's pattern. Small arrays are joined per dtype, large ones read where they
+    lie (no copy). (:func:`_all_bounded` does the reader's check, with a bound and a shape per array.)"""
+    small: dict[str, list[bytes]] = {}
+    scans: list[tuple[str, bytes]] = []
+    for arr in arrays:
+        if type(arr) is not Array or any(type(d) is not int or d < 0 for d in arr.shape):
+            return False
+        if not _fills(arr, arr.shape):
+            return False
+        if len(arr.data) > _JOIN_BELOW:
+            scans.append((arr.dtype, arr.data))
+        else:
+            small.setdefault(arr.dtype, []).append(arr.data)
+    scans += [(dtype, b"".join(chunks)) for dtype, chunks in small.items()]
+    for dtype, data in scans:
+        uint, mask = _UINT[dtype]
+        limit = _LIMIT[dtype, MAX_QUANTITY]
+        patterns = np.frombuffer(data, dtype=uint)
+        if len(patterns) and int(patterns.max()) > limit and int((patterns & mask).max()) > limit:
+            return False
     return True
 
 
