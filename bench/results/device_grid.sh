@@ -10,7 +10,8 @@
 #   device_grid.sh grid [PRESET]    (re)run bench/results/grid.sh until DEADLINE_S (rerun while it says exit 75),
 #                                   with the settings of bench/results/presets/PRESET.env when given
 # The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
-# grid.sh). $SEED_RESULTS (a results.json carried along) seeds /tmp/grid/results.json on a fresh machine, so
+# grid.sh); a variable set in the environment wins over the preset's. $SEED_RESULTS (a results.json carried
+# along) seeds /tmp/grid/results.json on a fresh machine, so
 # the rows recorded on an earlier machine are skipped. After the grid phase, results.json, the table, the
 # workers' log tails and grid-state.tar.gz (every small result file, rows not yet recorded included) are
 # copied to $OUT. A row whose evaluations ran but which was not recorded (the lent time ended first) is
@@ -59,11 +60,13 @@ case "$phase" in
   grid) ;;
   *) echo "usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]" >&2; exit 2 ;;
 esac
-if [ -n "${1:-}" ]; then
+if [ -n "${1:-}" ]; then  # the preset's settings; a variable given in the environment wins over the preset's
+  given=$(export -p)
   set -a
   # shellcheck disable=SC1090
   source "bench/results/presets/$1.env"
   set +a
+  eval "$given" 2> /dev/null
 fi
 grid_out=${GRID_OUT:-/tmp/grid}
 mkdir -p "$grid_out"
