@@ -6,8 +6,10 @@ Grade-school maths word problems in GSM8K's exact record format::
      "answer": "She sold 48/2 = <<48/2=24>>24 clips in May.\\n...\\n#### 72"}
 
 Every reasoning line that does arithmetic carries a calculator annotation ``<<expr=result>>result``;
-the answer ends with ``#### N`` (an integer), and in every template ``N`` is the result of the last
-annotation. Numbers are drawn so that every intermediate result is a whole number.
+the answer ends with ``#### N`` (an integer), ``N`` being the result of the last annotation. The
+templates are data (a draw of words and numbers, and texts over them); one function,
+:func:`make_problem`, computes every annotation's result from its expression. Numbers are drawn so
+that every intermediate result is a whole number.
 
 Output is a pure function of the seed (one :class:`random.Random` per call, no global state), so
 ``python examples/make_sample.py examples/data`` reproduces the committed copy byte for byte. It is
@@ -19,14 +21,17 @@ Public API: :func:`generate`, :func:`write_sample`, :func:`main`.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import operator
 import os
 import random
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["SPLITS", "TEMPLATES", "Problem", "make_problem", "problems", "generate", "write_sample", "main"]
 
@@ -87,8 +92,6 @@ def _spaced(expr: str) -> str:
 
 def _calc(expr: str, value: int, *, money: bool = False) -> str:
     """``48/2 = <<48/2=24>>24`` (``$`` before the annotation when ``money``)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"non-integer result {value!r} for {expr}")
     return f"{_spaced(expr)} = {'$' if money else ''}<<{expr}={value}>>{value}"
 
 
@@ -98,160 +101,111 @@ def _div(a: int, b: int) -> int:
     return a // b
 
 
+_OPERATIONS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: _div,
+}
+
+
+def _evaluate(expr: str) -> int:
+    """``(12+8)*2`` -> ``40``: whole numbers, ``+ - * /`` and parentheses; every division comes out whole."""
+
+    def value(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
+            return _OPERATIONS[type(node.op)](value(node.left), value(node.right))
+        raise ValueError(f"{expr} is not a calculation with whole numbers")
+
+    return value(ast.parse(expr, mode="eval").body)
+
+
 # -- templates ------------------------------------------------------------------------------------
-# Each takes the random stream and returns (question, steps, final).
+# A template is data: ``draw`` picks the problem's people, words and numbers from the random stream
+# and returns them by name (its local variables); ``question`` and ``steps`` are :meth:`str.format`
+# texts over those names. A step's ``<<expr=name>>`` is a calculation written with names, computed
+# from ``expr`` and shown as GSM8K writes it (``<<q1*p1=c1>>`` -> ``3 * 4 = <<3*4=12>>12``; ``$<<...>>``
+# for money); ``=name`` gives the result a name for the later steps, and where ``draw`` already chose
+# that name (it needed the number for the question), the two must agree. The final answer is the
+# result of the last calculation.
 
-_Result = tuple[str, list[str], int]
+
+@dataclass(frozen=True)
+class _Template:
+    draw: Callable[[random.Random], dict[str, Any]]
+    question: str
+    steps: tuple[str, ...]
 
 
-def _shopping_change(rng: random.Random) -> _Result:
+_CALCULATION = re.compile(r"(\$?)<<([^<>=]+)(?:=(\w+))?>>")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_FRACTION = {2: "half", 3: "a third", 4: "a quarter", 5: "a fifth"}
+_TIMES = ((2, "twice"), (3, "three times"))  # a multiplier and its word, drawn together
+
+
+def _shopping_change(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     item1, item2 = rng.sample(["notebooks", "pens", "apples", "sandwiches", "bottles of juice",
                                "packs of stickers", "muffins", "candles", "socks", "comic books"], 2)
     q1, p1 = rng.randint(2, 6), rng.randint(2, 9)
     q2, p2 = rng.randint(2, 5), rng.randint(3, 12)
-    c1, c2 = q1 * p1, q2 * p2
-    total = c1 + c2
+    total = q1 * p1 + q2 * p2
     bill = next(b for b in (20, 50, 100, 200) if b > total)
-    change = bill - total
-    question = (f"{p.name} goes to the store and buys {q1} {item1} that cost ${p1} each and {q2} {item2} "
-                f"that cost ${p2} each. {p.He} pays with a ${bill} bill. How much change, in dollars, "
-                f"should {p.he} get back?")
-    steps = [
-        f"The {item1} cost {_calc(f'{q1}*{p1}', c1, money=True)} in total.",
-        f"The {item2} cost {_calc(f'{q2}*{p2}', c2, money=True)} in total.",
-        f"Altogether {p.name} spends {_calc(f'{c1}+{c2}', total, money=True)}.",
-        f"So {p.he} gets back {_calc(f'{bill}-{total}', change, money=True)} in change.",
-    ]
-    return question, steps, change
+    return locals()
 
 
-def _train_distance(rng: random.Random) -> _Result:
+def _train_distance(rng: random.Random) -> dict[str, Any]:
     vehicle = rng.choice(["train", "bus", "truck", "ferry", "delivery van"])
     s1, h1 = rng.choice([40, 45, 50, 60, 64, 70, 80]), rng.randint(2, 5)
     s2, h2 = rng.choice([30, 35, 48, 55, 65, 75, 90]), rng.randint(2, 4)
-    d1, d2 = s1 * h1, s2 * h2
-    total = d1 + d2
-    question = (f"A {vehicle} travels at {s1} kilometers per hour for {h1} hours. Then it slows down "
-                f"because of bad weather and travels at {s2} kilometers per hour for another {h2} hours. "
-                f"How many kilometers does the {vehicle} travel in total?")
-    steps = [
-        f"In the first part of the trip the {vehicle} covers {_calc(f'{s1}*{h1}', d1)} kilometers.",
-        f"In the second part it covers {_calc(f'{s2}*{h2}', d2)} kilometers.",
-        f"So the whole trip is {_calc(f'{d1}+{d2}', total)} kilometers long.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _fraction_left(rng: random.Random) -> _Result:
+def _fraction_left(rng: random.Random) -> dict[str, Any]:
     p, friend = _people(rng, 2)
     thing = rng.choice(["marbles", "stickers", "baseball cards", "seashells", "beads", "stamps"])
     k, m = rng.choice([2, 3, 4, 5]), rng.choice([2, 3, 4])
     n = k * m * rng.randint(2, 8)
-    given = _div(n, k)
-    rest = n - given
-    sister = _div(rest, m)
-    left = rest - sister
-    frac = {2: "half", 3: "a third", 4: "a quarter", 5: "a fifth"}
-    question = (f"{p.name} has {n} {thing}. {p.He} gives {frac[k]} of them to {friend.name}. Then {p.he} "
-                f"gives {frac[m]} of the {thing} {p.he} has left to {p.his} little cousin. How many {thing} "
-                f"does {p.name} keep?")
-    steps = [
-        f"{p.name} gives {friend.name} {_calc(f'{n}/{k}', given)} {thing}.",
-        f"That leaves {p.his} collection with {_calc(f'{n}-{given}', rest)} {thing}.",
-        f"{p.His} cousin gets {_calc(f'{rest}/{m}', sister)} {thing}.",
-        f"So {p.name} keeps {_calc(f'{rest}-{sister}', left)} {thing}.",
-    ]
-    return question, steps, left
+    first, second = _FRACTION[k], _FRACTION[m]
+    return locals()
 
 
-def _percent_discount(rng: random.Random) -> _Result:
+def _percent_discount(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     item = rng.choice(["jacket", "pair of boots", "backpack", "lamp", "board game", "winter coat",
                        "pair of headphones"])
     price = 20 * rng.randint(2, 9)
     d = rng.choice([10, 15, 20, 25, 30, 40, 50])
     q = rng.randint(2, 4)
-    off = _div(price * d, 100)
-    sale = price - off
-    total = sale * q
-    question = (f"A {item} usually costs ${price}. This weekend the shop is offering {d}% off everything. "
-                f"{p.name} buys {q} of them as gifts for {p.his} family. How much does {p.he} pay in total, "
-                f"in dollars?")
-    steps = [
-        f"The discount on one {item} is {_calc(f'{price}*{d}/100', off, money=True)}.",
-        f"So one {item} costs {_calc(f'{price}-{off}', sale, money=True)} on sale.",
-        f"For {q} of them {p.name} pays {_calc(f'{sale}*{q}', total, money=True)}.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _bakery_week(rng: random.Random) -> _Result:
+def _bakery_week(rng: random.Random) -> dict[str, Any]:
     shop = rng.choice(["bakery", "cafe", "school kitchen", "food truck"])
     food = rng.choice(["cookies", "bagels", "croissants", "muffins", "pies", "loaves of bread"])
-    mon, more, mult = rng.randint(12, 60), rng.randint(4, 20), rng.choice([2, 3])
-    tue = mon + more
-    wed = tue * mult
-    total = mon + tue + wed
-    times = {2: "twice", 3: "three times"}[mult]
-    question = (f"A {shop} made {mon} {food} on Monday. On Tuesday it made {more} more {food} than on "
-                f"Monday, and on Wednesday it made {times} as many as on Tuesday. How many {food} did "
-                f"the {shop} make over the three days?")
-    steps = [
-        f"On Tuesday the {shop} made {_calc(f'{mon}+{more}', tue)} {food}.",
-        f"On Wednesday it made {_calc(f'{tue}*{mult}', wed)} {food}.",
-        f"Over the three days it made {_calc(f'{mon}+{tue}+{wed}', total)} {food}.",
-    ]
-    return question, steps, total
+    mon, more, (mult, times) = rng.randint(12, 60), rng.randint(4, 20), rng.choice(_TIMES)
+    return locals()
 
 
-def _share_equally(rng: random.Random) -> _Result:
+def _share_equally(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     food = rng.choice(["cupcakes", "cookies", "brownies", "dumplings", "tarts"])
     while True:
         trays, per = rng.randint(2, 6), rng.choice([6, 8, 10, 12, 16, 20])
         friends, keep = rng.randint(3, 9), rng.randint(2, 12)
-        total = trays * per
-        if total > keep and (total - keep) % friends == 0:
-            break
-    rest = total - keep
-    each = _div(rest, friends)
-    question = (f"{p.name} bakes {trays} trays of {food} with {per} {food} on each tray. {p.He} keeps "
-                f"{keep} {food} for {p.his} family and shares the rest equally among {friends} friends. "
-                f"How many {food} does each friend get?")
-    steps = [
-        f"{p.name} bakes {_calc(f'{trays}*{per}', total)} {food} in all.",
-        f"After keeping some, {p.he} has {_calc(f'{total}-{keep}', rest)} {food} to share.",
-        f"Each friend gets {_calc(f'{rest}/{friends}', each)} {food}.",
-    ]
-    return question, steps, each
+        if trays * per > keep and (trays * per - keep) % friends == 0:
+            return locals()
 
 
-def _ages(rng: random.Random) -> _Result:
+def _ages(rng: random.Random) -> dict[str, Any]:
     a, b, c = _people(rng, 3)
     age_a = rng.randint(4, 15)
-    mult = rng.choice([2, 3])
+    mult, times = rng.choice(_TIMES)
     younger = rng.randint(2, 6)
     years = rng.randint(2, 10)
-    age_b = age_a * mult
-    age_c = age_b - younger
-    now = age_a + age_b + age_c
-    later = now + 3 * years
-    times = {2: "twice", 3: "three times"}[mult]
-    question = (f"{a.name} is {age_a} years old. {b.name} is {times} as old as {a.name}, and {c.name} is "
-                f"{younger} years younger than {b.name}. What will be the sum of their three ages in "
-                f"{years} years?")
-    steps = [
-        f"{b.name} is {_calc(f'{age_a}*{mult}', age_b)} years old.",
-        f"{c.name} is {_calc(f'{age_b}-{younger}', age_c)} years old.",
-        f"Right now their ages add up to {_calc(f'{age_a}+{age_b}+{age_c}', now)} years.",
-        f"In {years} years each of them is {years} years older, so the sum will be "
-        f"{_calc(f'{now}+3*{years}', later)} years.",
-    ]
-    return question, steps, later
+    return locals()
 
 
-def _rope_pieces(rng: random.Random) -> _Result:
+def _rope_pieces(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     thing = rng.choice(["rope", "ribbon", "garden hose", "string of lights", "strip of fabric"])
     while True:
@@ -259,247 +213,309 @@ def _rope_pieces(rng: random.Random) -> _Result:
         if (feet * 12) % piece == 0:
             break
     price = rng.randint(2, 7)
-    inches = feet * 12
-    pieces = _div(inches, piece)
-    money = pieces * price
-    question = (f"{p.name} has a {thing} that is {feet} feet long. {p.He} cuts it into pieces that are "
-                f"each {piece} inches long and sells every piece at the craft fair for ${price}. How much "
-                f"money does {p.he} make? (There are 12 inches in a foot.)")
-    steps = [
-        f"The {thing} is {_calc(f'{feet}*12', inches)} inches long.",
-        f"{p.name} cuts it into {_calc(f'{inches}/{piece}', pieces)} pieces.",
-        f"Selling them all brings in {_calc(f'{pieces}*{price}', money, money=True)}.",
-    ]
-    return question, steps, money
+    return locals()
 
 
-def _practice_hours(rng: random.Random) -> _Result:
+def _practice_hours(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     hobby = rng.choice(["the piano", "the violin", "chess", "basketball", "drawing", "the guitar"])
     while True:
         minutes, days, weeks = rng.choice([20, 25, 30, 40, 45, 50, 75, 90]), rng.randint(3, 6), rng.randint(2, 8)
         if (minutes * days * weeks) % 60 == 0:
-            break
-    per_week = minutes * days
-    total_min = per_week * weeks
-    hours = _div(total_min, 60)
-    question = (f"{p.name} practices {hobby} for {minutes} minutes a day, {days} days every week. How "
-                f"many hours does {p.he} spend practicing over {weeks} weeks?")
-    steps = [
-        f"Each week {p.name} practices for {_calc(f'{minutes}*{days}', per_week)} minutes.",
-        f"Over {weeks} weeks that is {_calc(f'{per_week}*{weeks}', total_min)} minutes.",
-        f"Since an hour has 60 minutes, {p.he} practices {_calc(f'{total_min}/60', hours)} hours.",
-    ]
-    return question, steps, hours
+            return locals()
 
 
-def _fence_cost(rng: random.Random) -> _Result:
+def _fence_cost(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     place = rng.choice(["vegetable garden", "dog run", "flower bed", "chicken pen", "backyard"])
     length, width, cost = rng.randint(8, 30), rng.randint(4, 20), rng.randint(3, 15)
-    side_sum = length + width
-    perim = 2 * side_sum
-    total = perim * cost
-    question = (f"{p.name} wants to put a fence around a rectangular {place} that is {length} meters long "
-                f"and {width} meters wide. The fencing costs ${cost} per meter. How much will the fence "
-                f"cost?")
-    steps = [
-        f"A rectangle has two long sides and two short sides, so the perimeter of the {place} is "
-        f"{_calc(f'2*({length}+{width})', perim)} meters.",
-        f"Each meter of fencing costs ${cost}, so the whole fence costs "
-        f"{_calc(f'{perim}*{cost}', total, money=True)}.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _floor_tiles(rng: random.Random) -> _Result:
+def _floor_tiles(rng: random.Random) -> dict[str, Any]:
     room = rng.choice(["kitchen", "bathroom", "hallway", "classroom", "patio"])
     while True:
         length, width, per_box = rng.randint(3, 12), rng.randint(2, 10), rng.choice([4, 5, 6, 8, 10])
         if (length * width * 4) % per_box == 0:
             break
     price = rng.randint(12, 40)
-    area = length * width
-    tiles = area * 4
-    boxes = _div(tiles, per_box)
-    total = boxes * price
-    question = (f"A {room} floor is {length} meters long and {width} meters wide. Each square meter needs "
-                f"4 tiles. Tiles come in boxes of {per_box} that cost ${price} a box. How much do the tiles "
-                f"for the whole floor cost?")
-    steps = [
-        f"The floor has an area of {_calc(f'{length}*{width}', area)} square meters.",
-        f"It needs {_calc(f'{area}*4', tiles)} tiles.",
-        f"That is {_calc(f'{tiles}/{per_box}', boxes)} boxes of tiles.",
-        f"The boxes cost {_calc(f'{boxes}*{price}', total, money=True)} altogether.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _savings_weeks(rng: random.Random) -> _Result:
+def _savings_weeks(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     goal = rng.choice(["a new bike", "a video game console", "a telescope", "a skateboard", "a tablet"])
     earn = rng.randint(10, 30)
     spend = rng.randint(2, earn - 4)
-    net = earn - spend
     weeks = rng.randint(4, 15)
-    need = net * weeks
     saved = rng.randint(10, 80)
-    price = saved + need
-    question = (f"{p.name} wants to buy {goal} that costs ${price}. {p.He} has already saved ${saved}. "
-                f"Every week {p.he} earns ${earn} walking dogs and spends ${spend} on snacks. How many weeks "
-                f"will it take {p.name} to save enough?")
-    steps = [
-        f"{p.name} still needs {_calc(f'{price}-{saved}', need, money=True)} to buy {goal}.",
-        f"After buying snacks, each week {p.he} saves {_calc(f'{earn}-{spend}', net, money=True)}.",
-        f"So it will take {p.him} {_calc(f'{need}/{net}', weeks)} weeks to save the rest of the money.",
-    ]
-    return question, steps, weeks
+    price = saved + (earn - spend) * weeks
+    return locals()
 
 
-def _recipe_scaling(rng: random.Random) -> _Result:
+def _recipe_scaling(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     food = rng.choice(["pancakes", "cookies", "muffins", "waffles", "scones"])
     base, batches = rng.choice([6, 8, 10, 12, 15, 20]), rng.randint(2, 6)
     flour, sugar = rng.randint(2, 5), rng.randint(2, 4)
     target = base * batches
-    flour_total = batches * flour
-    sugar_total = batches * sugar
-    cups = flour_total + sugar_total
-    question = (f"A recipe for {base} {food} uses {flour} cups of flour and {sugar} cups of sugar. "
-                f"{p.name} needs to make {target} {food} for a school event. How many cups of flour and "
-                f"sugar together will {p.he} need?")
-    steps = [
-        f"{p.name} has to make the recipe {_calc(f'{target}/{base}', batches)} times.",
-        f"That takes {_calc(f'{batches}*{flour}', flour_total)} cups of flour.",
-        f"It also takes {_calc(f'{batches}*{sugar}', sugar_total)} cups of sugar.",
-        f"Together that is {_calc(f'{flour_total}+{sugar_total}', cups)} cups.",
-    ]
-    return question, steps, cups
+    return locals()
 
 
-def _weekly_wages(rng: random.Random) -> _Result:
+def _weekly_wages(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     job = rng.choice(["a bookstore", "a pet shop", "the library", "a bike repair shop", "a farm stand"])
     rate, hours, days, bonus = rng.randint(9, 25), rng.randint(3, 8), rng.randint(2, 6), 5 * rng.randint(2, 12)
-    worked = hours * days
-    pay = worked * rate
-    total = pay + bonus
-    question = (f"{p.name} works at {job} and earns ${rate} an hour. This week {p.he} worked {hours} hours "
-                f"a day for {days} days, and {p.he} also got a ${bonus} bonus for good work. How much did "
-                f"{p.name} earn this week?")
-    steps = [
-        f"{p.name} worked {_calc(f'{hours}*{days}', worked)} hours this week.",
-        f"For those hours {p.he} earned {_calc(f'{worked}*{rate}', pay, money=True)}.",
-        f"With the bonus {p.his} pay is {_calc(f'{pay}+{bonus}', total, money=True)}.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _ride_minutes(rng: random.Random) -> _Result:
+def _ride_minutes(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     verb, speeds = rng.choice([("cycles", (12, 15, 16, 18, 20)), ("runs", (8, 9, 10, 12)),
                                ("rows", (4, 5, 6, 8)), ("skates", (10, 12, 14, 15)), ("walks", (4, 5, 6))])
     speed, hours = rng.choice(speeds), rng.randint(2, 5)
     dist = speed * hours
     rest = rng.choice([10, 15, 20, 25, 30])
-    minutes = hours * 60
-    total = minutes + rest
-    question = (f"{p.name} {verb} {dist} kilometers to the lake at a steady speed of {speed} kilometers per "
-                f"hour. On the way {p.he} also stops for {rest} minutes to rest. How many minutes does the "
-                f"whole trip take?")
-    steps = [
-        f"Moving takes {p.name} {_calc(f'{dist}/{speed}', hours)} hours.",
-        f"That is {_calc(f'{hours}*60', minutes)} minutes.",
-        f"Adding the rest stop, the trip takes {_calc(f'{minutes}+{rest}', total)} minutes.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-def _collection_growth(rng: random.Random) -> _Result:
+def _collection_growth(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
     thing = rng.choice(["stamps", "coins", "postcards", "rocks", "trading cards", "books"])
     start, per_month, months = rng.randint(15, 90), rng.randint(3, 12), rng.randint(3, 12)
-    bought = per_month * months
-    after = start + bought
-    away = rng.randint(5, min(40, after - 1))
-    left = after - away
-    question = (f"{p.name} has {start} {thing} in {p.his} collection. Every month {p.he} adds {per_month} "
-                f"more {thing}. After {months} months {p.he} gives {away} {thing} to a friend who is just "
-                f"starting a collection. How many {thing} does {p.name} have now?")
-    steps = [
-        f"In {months} months {p.name} adds {_calc(f'{per_month}*{months}', bought)} {thing}.",
-        f"Then {p.he} has {_calc(f'{start}+{bought}', after)} {thing}.",
-        f"After the gift {p.he} has {_calc(f'{after}-{away}', left)} {thing} left.",
-    ]
-    return question, steps, left
+    away = rng.randint(5, min(40, start + per_month * months - 1))
+    return locals()
 
 
-def _harvest_boxes(rng: random.Random) -> _Result:
+def _harvest_boxes(rng: random.Random) -> dict[str, Any]:
     (p,) = _people(rng, 1)
-    crop = rng.choice([("tomato plants", "tomatoes"), ("pepper plants", "peppers"),
-                       ("strawberry plants", "strawberries"), ("apple trees", "apples")])
+    plant, crop = rng.choice([("tomato plants", "tomatoes"), ("pepper plants", "peppers"),
+                              ("strawberry plants", "strawberries"), ("apple trees", "apples")])
     while True:
         rows, per_row, each, box = rng.randint(3, 10), rng.randint(4, 12), rng.randint(5, 20), rng.choice([6, 8, 10, 12, 20])
         if (rows * per_row * each) % box == 0:
-            break
-    plants = rows * per_row
-    fruit = plants * each
-    boxes = _div(fruit, box)
-    question = (f"Farmer {p.name} has {rows} rows of {crop[0]} with {per_row} in each row. Each one gives "
-                f"{each} {crop[1]} this season. {p.He} packs the {crop[1]} into boxes of {box}. How many "
-                f"boxes does {p.he} fill?")
-    steps = [
-        f"There are {_calc(f'{rows}*{per_row}', plants)} {crop[0]} on the farm.",
-        f"Together they give {_calc(f'{plants}*{each}', fruit)} {crop[1]}.",
-        f"{p.name} fills {_calc(f'{fruit}/{box}', boxes)} boxes.",
-    ]
-    return question, steps, boxes
+            return locals()
 
 
-def _field_trip(rng: random.Random) -> _Result:
+def _field_trip(rng: random.Random) -> dict[str, Any]:
     place = rng.choice(["zoo", "science museum", "aquarium", "planetarium", "history museum"])
     students, adults = rng.randint(18, 40), rng.randint(2, 6)
     child, adult, bus = rng.randint(4, 12), rng.randint(10, 20), 10 * rng.randint(8, 30)
-    c_cost, a_cost = students * child, adults * adult
-    total = c_cost + a_cost + bus
-    question = (f"A class of {students} students goes to the {place} with {adults} teachers. Student tickets "
-                f"cost ${child} each and adult tickets cost ${adult} each. The school also pays ${bus} to rent "
-                f"a bus. What is the total cost of the trip?")
-    steps = [
-        f"The student tickets cost {_calc(f'{students}*{child}', c_cost, money=True)}.",
-        f"The teacher tickets cost {_calc(f'{adults}*{adult}', a_cost, money=True)}.",
-        f"With the bus, the trip costs {_calc(f'{c_cost}+{a_cost}+{bus}', total, money=True)}.",
-    ]
-    return question, steps, total
+    return locals()
 
 
-#: name -> template; every template's final answer is the result of its last annotation.
-TEMPLATES: dict[str, Callable[[random.Random], _Result]] = {
-    "shopping_change": _shopping_change,
-    "train_distance": _train_distance,
-    "fraction_left": _fraction_left,
-    "percent_discount": _percent_discount,
-    "bakery_week": _bakery_week,
-    "share_equally": _share_equally,
-    "ages": _ages,
-    "rope_pieces": _rope_pieces,
-    "practice_hours": _practice_hours,
-    "fence_cost": _fence_cost,
-    "floor_tiles": _floor_tiles,
-    "savings_weeks": _savings_weeks,
-    "recipe_scaling": _recipe_scaling,
-    "weekly_wages": _weekly_wages,
-    "ride_minutes": _ride_minutes,
-    "collection_growth": _collection_growth,
-    "harvest_boxes": _harvest_boxes,
-    "field_trip": _field_trip,
+#: name -> template
+TEMPLATES: dict[str, _Template] = {
+    "shopping_change": _Template(
+        _shopping_change,
+        "{p.name} goes to the store and buys {q1} {item1} that cost ${p1} each and {q2} {item2} that cost ${p2} "
+        "each. {p.He} pays with a ${bill} bill. How much change, in dollars, should {p.he} get back?",
+        (
+            "The {item1} cost $<<q1*p1=c1>> in total.",
+            "The {item2} cost $<<q2*p2=c2>> in total.",
+            "Altogether {p.name} spends $<<c1+c2=total>>.",
+            "So {p.he} gets back $<<bill-total>> in change.",
+        ),
+    ),
+    "train_distance": _Template(
+        _train_distance,
+        "A {vehicle} travels at {s1} kilometers per hour for {h1} hours. Then it slows down because of bad "
+        "weather and travels at {s2} kilometers per hour for another {h2} hours. How many kilometers does the "
+        "{vehicle} travel in total?",
+        (
+            "In the first part of the trip the {vehicle} covers <<s1*h1=d1>> kilometers.",
+            "In the second part it covers <<s2*h2=d2>> kilometers.",
+            "So the whole trip is <<d1+d2>> kilometers long.",
+        ),
+    ),
+    "fraction_left": _Template(
+        _fraction_left,
+        "{p.name} has {n} {thing}. {p.He} gives {first} of them to {friend.name}. Then {p.he} gives {second} of "
+        "the {thing} {p.he} has left to {p.his} little cousin. How many {thing} does {p.name} keep?",
+        (
+            "{p.name} gives {friend.name} <<n/k=given>> {thing}.",
+            "That leaves {p.his} collection with <<n-given=rest>> {thing}.",
+            "{p.His} cousin gets <<rest/m=cousin>> {thing}.",
+            "So {p.name} keeps <<rest-cousin>> {thing}.",
+        ),
+    ),
+    "percent_discount": _Template(
+        _percent_discount,
+        "A {item} usually costs ${price}. This weekend the shop is offering {d}% off everything. {p.name} buys "
+        "{q} of them as gifts for {p.his} family. How much does {p.he} pay in total, in dollars?",
+        (
+            "The discount on one {item} is $<<price*d/100=off>>.",
+            "So one {item} costs $<<price-off=sale>> on sale.",
+            "For {q} of them {p.name} pays $<<sale*q>>.",
+        ),
+    ),
+    "bakery_week": _Template(
+        _bakery_week,
+        "A {shop} made {mon} {food} on Monday. On Tuesday it made {more} more {food} than on Monday, and on "
+        "Wednesday it made {times} as many as on Tuesday. How many {food} did the {shop} make over the three days?",
+        (
+            "On Tuesday the {shop} made <<mon+more=tue>> {food}.",
+            "On Wednesday it made <<tue*mult=wed>> {food}.",
+            "Over the three days it made <<mon+tue+wed>> {food}.",
+        ),
+    ),
+    "share_equally": _Template(
+        _share_equally,
+        "{p.name} bakes {trays} trays of {food} with {per} {food} on each tray. {p.He} keeps {keep} {food} for "
+        "{p.his} family and shares the rest equally among {friends} friends. How many {food} does each friend get?",
+        (
+            "{p.name} bakes <<trays*per=total>> {food} in all.",
+            "After keeping some, {p.he} has <<total-keep=rest>> {food} to share.",
+            "Each friend gets <<rest/friends>> {food}.",
+        ),
+    ),
+    "ages": _Template(
+        _ages,
+        "{a.name} is {age_a} years old. {b.name} is {times} as old as {a.name}, and {c.name} is {younger} years "
+        "younger than {b.name}. What will be the sum of their three ages in {years} years?",
+        (
+            "{b.name} is <<age_a*mult=age_b>> years old.",
+            "{c.name} is <<age_b-younger=age_c>> years old.",
+            "Right now their ages add up to <<age_a+age_b+age_c=now>> years.",
+            "In {years} years each of them is {years} years older, so the sum will be <<now+3*years>> years.",
+        ),
+    ),
+    "rope_pieces": _Template(
+        _rope_pieces,
+        "{p.name} has a {thing} that is {feet} feet long. {p.He} cuts it into pieces that are each {piece} inches "
+        "long and sells every piece at the craft fair for ${price}. How much money does {p.he} make? (There are "
+        "12 inches in a foot.)",
+        (
+            "The {thing} is <<feet*12=inches>> inches long.",
+            "{p.name} cuts it into <<inches/piece=pieces>> pieces.",
+            "Selling them all brings in $<<pieces*price>>.",
+        ),
+    ),
+    "practice_hours": _Template(
+        _practice_hours,
+        "{p.name} practices {hobby} for {minutes} minutes a day, {days} days every week. How many hours does "
+        "{p.he} spend practicing over {weeks} weeks?",
+        (
+            "Each week {p.name} practices for <<minutes*days=per_week>> minutes.",
+            "Over {weeks} weeks that is <<per_week*weeks=total>> minutes.",
+            "Since an hour has 60 minutes, {p.he} practices <<total/60>> hours.",
+        ),
+    ),
+    "fence_cost": _Template(
+        _fence_cost,
+        "{p.name} wants to put a fence around a rectangular {place} that is {length} meters long and {width} "
+        "meters wide. The fencing costs ${cost} per meter. How much will the fence cost?",
+        (
+            "A rectangle has two long sides and two short sides, so the perimeter of the {place} is "
+            "<<2*(length+width)=perim>> meters.",
+            "Each meter of fencing costs ${cost}, so the whole fence costs $<<perim*cost>>.",
+        ),
+    ),
+    "floor_tiles": _Template(
+        _floor_tiles,
+        "A {room} floor is {length} meters long and {width} meters wide. Each square meter needs 4 tiles. Tiles "
+        "come in boxes of {per_box} that cost ${price} a box. How much do the tiles for the whole floor cost?",
+        (
+            "The floor has an area of <<length*width=area>> square meters.",
+            "It needs <<area*4=tiles>> tiles.",
+            "That is <<tiles/per_box=boxes>> boxes of tiles.",
+            "The boxes cost $<<boxes*price>> altogether.",
+        ),
+    ),
+    "savings_weeks": _Template(
+        _savings_weeks,
+        "{p.name} wants to buy {goal} that costs ${price}. {p.He} has already saved ${saved}. Every week {p.he} "
+        "earns ${earn} walking dogs and spends ${spend} on snacks. How many weeks will it take {p.name} to save "
+        "enough?",
+        (
+            "{p.name} still needs $<<price-saved=need>> to buy {goal}.",
+            "After buying snacks, each week {p.he} saves $<<earn-spend=net>>.",
+            "So it will take {p.him} <<need/net=weeks>> weeks to save the rest of the money.",
+        ),
+    ),
+    "recipe_scaling": _Template(
+        _recipe_scaling,
+        "A recipe for {base} {food} uses {flour} cups of flour and {sugar} cups of sugar. {p.name} needs to make "
+        "{target} {food} for a school event. How many cups of flour and sugar together will {p.he} need?",
+        (
+            "{p.name} has to make the recipe <<target/base=batches>> times.",
+            "That takes <<batches*flour=flour_total>> cups of flour.",
+            "It also takes <<batches*sugar=sugar_total>> cups of sugar.",
+            "Together that is <<flour_total+sugar_total>> cups.",
+        ),
+    ),
+    "weekly_wages": _Template(
+        _weekly_wages,
+        "{p.name} works at {job} and earns ${rate} an hour. This week {p.he} worked {hours} hours a day for "
+        "{days} days, and {p.he} also got a ${bonus} bonus for good work. How much did {p.name} earn this week?",
+        (
+            "{p.name} worked <<hours*days=worked>> hours this week.",
+            "For those hours {p.he} earned $<<worked*rate=pay>>.",
+            "With the bonus {p.his} pay is $<<pay+bonus>>.",
+        ),
+    ),
+    "ride_minutes": _Template(
+        _ride_minutes,
+        "{p.name} {verb} {dist} kilometers to the lake at a steady speed of {speed} kilometers per hour. On the "
+        "way {p.he} also stops for {rest} minutes to rest. How many minutes does the whole trip take?",
+        (
+            "Moving takes {p.name} <<dist/speed=hours>> hours.",
+            "That is <<hours*60=minutes>> minutes.",
+            "Adding the rest stop, the trip takes <<minutes+rest>> minutes.",
+        ),
+    ),
+    "collection_growth": _Template(
+        _collection_growth,
+        "{p.name} has {start} {thing} in {p.his} collection. Every month {p.he} adds {per_month} more {thing}. "
+        "After {months} months {p.he} gives {away} {thing} to a friend who is just starting a collection. How "
+        "many {thing} does {p.name} have now?",
+        (
+            "In {months} months {p.name} adds <<per_month*months=bought>> {thing}.",
+            "Then {p.he} has <<start+bought=after>> {thing}.",
+            "After the gift {p.he} has <<after-away>> {thing} left.",
+        ),
+    ),
+    "harvest_boxes": _Template(
+        _harvest_boxes,
+        "Farmer {p.name} has {rows} rows of {plant} with {per_row} in each row. Each one gives {each} {crop} this "
+        "season. {p.He} packs the {crop} into boxes of {box}. How many boxes does {p.he} fill?",
+        (
+            "There are <<rows*per_row=plants>> {plant} on the farm.",
+            "Together they give <<plants*each=fruit>> {crop}.",
+            "{p.name} fills <<fruit/box>> boxes.",
+        ),
+    ),
+    "field_trip": _Template(
+        _field_trip,
+        "A class of {students} students goes to the {place} with {adults} teachers. Student tickets cost ${child} "
+        "each and adult tickets cost ${adult} each. The school also pays ${bus} to rent a bus. What is the total "
+        "cost of the trip?",
+        (
+            "The student tickets cost $<<students*child=c_cost>>.",
+            "The teacher tickets cost $<<adults*adult=a_cost>>.",
+            "With the bus, the trip costs $<<c_cost+a_cost+bus>>.",
+        ),
+    ),
 }
 
 
 def make_problem(name: str, rng: random.Random) -> Problem:
     """One problem from the named template."""
-    question, steps, final = TEMPLATES[name](rng)
-    return Problem(name, question, tuple(steps), final)
+    template = TEMPLATES[name]
+    names = template.draw(rng)
+    results: list[int] = []
+
+    def calculation(m: re.Match) -> str:
+        money, expr, bound = m.groups()
+        shown = _NAME.sub(lambda n: str(names[n.group()]), expr)
+        value = _evaluate(shown)
+        if bound and names.setdefault(bound, value) != value:
+            raise ValueError(f"{name}: {bound} is {names[bound]}, but {shown} = {value}")
+        results.append(value)
+        return _calc(shown, value, money=bool(money))
+
+    steps = tuple(_CALCULATION.sub(calculation, step).format(**names) for step in template.steps)
+    return Problem(name, template.question.format(**names), steps, results[-1])
 
 
 def problems(n: int, seed: int = 0) -> list[Problem]:

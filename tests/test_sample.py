@@ -140,6 +140,23 @@ def test_enough_templates_and_all_used():
     assert used == set(sample.TEMPLATES)
 
 
+def test_calculations_are_computed_and_checked(monkeypatch):
+    def draw(rng):
+        return {"a": 6, "b": 4, "total": 10}
+
+    monkeypatch.setitem(sample.TEMPLATES, "t", sample._Template(draw, "{a} and {b}?", (
+        "Both: $<<a+b=total>>.", "Half: <<total/2=half>>, then <<2*(half+a)>>.")))
+    prob = sample.make_problem("t", random.Random(0))
+    assert prob.question == "6 and 4?"
+    assert prob.steps == ("Both: 6 + 4 = $<<6+4=10>>10.",
+                          "Half: 10 / 2 = <<10/2=5>>5, then 2 * (5 + 6) = <<2*(5+6)=22>>22.")
+    assert prob.final == 22
+    for steps in (("<<a-b=total>>",), ("<<a/b>>",), ("<<a**b>>",)):  # disagrees with the draw; not whole; not + - * /
+        monkeypatch.setitem(sample.TEMPLATES, "t", sample._Template(draw, "?", steps))
+        with pytest.raises(ValueError):
+            sample.make_problem("t", random.Random(0))
+
+
 # -- generate ----------------------------------------------------------------------------------------
 
 def test_generate_is_deterministic():
