@@ -96,3 +96,35 @@ def test_item_intervals_and_paired_differences_against_direct_computation():
     d2 = gt.item_paired(c, b, 200)
     assert d2[0] == pytest.approx(a[:, 1:].mean() - b[:, 1:].mean())
     assert gt.item_paired(a, b[:, :10], 200) is None
+
+
+@pytest.mark.integration  # runs the script as a process
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GRID_JOBS": "42:full"}, "GRID_JOBS: 42:full is not SEED:METHOD:RHO"),
+        ({"GRID_JOBS": "42:bridge:0.5 x:bridge:0.5"}, "GRID_JOBS: x:bridge:0.5 is not"),
+        ({"GRID_JOBS": "42:brdige:0.5"}, "GRID_JOBS: 42:brdige:0.5 is not"),
+        ({"GRID_JOBS": "42:full:0.5"}, "GRID_JOBS: 42:full:0.5 is not"),
+        ({"GRID_JOBS": "42:random:1.5"}, "GRID_JOBS: 42:random:1.5 is not"),
+        ({"GRID_JOBS": "42:random:.5"}, "GRID_JOBS: 42:random:.5 is not"),
+        ({"GRID_JOBS": "42:random:0.5:7"}, "GRID_JOBS: 42:random:0.5:7 is not"),
+        ({"METHODS": "full randon"}, "METHODS: unknown row randon"),
+        # well-formed: refused only later, for the missing data folder
+        ({"GRID_JOBS": "42:full:1 3407:random-resp:0.5 7:bridge-resp:0.75"}, "no such file"),
+    ],
+)
+def test_grid_refuses_malformed_jobs_before_any_work(tmp_path, env, message):
+    """A job word of the wrong shape once started three GPU workers that failed at once; grid.sh now refuses
+    it (and an unknown METHODS row) before making any folder."""
+    out = tmp_path / "grid"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "bench/results/grid.sh"), str(tmp_path / "no-data"), str(out)],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists()

@@ -27,7 +27,10 @@
 # probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
 # follows the seed), tilt (the same draw without the weights: biased toward the tilt), bridge-answer
 # (bridge with --protect-response answer, then close), stratified (select --method stratified: a
-# response budget per token class, the best Delta_r within each; token level, not closed).
+# response budget per token class, the best Delta_r within each; token level, not closed), random-resp and
+# bridge-resp (random's draw and bridge with closure at rho_r = RHO but every prompt token kept, rho_p 1: does
+# dropping prompt tokens cost the accuracy? At 0.5B every rho-0.5 row, random's too, fell below the untrained
+# model while full SFT rose above it).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -62,7 +65,8 @@
 #
 #   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
 #              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json
-#   GRID_JOBS [empty]  an explicit job list "SEED:METHOD:RHO ..." in place of SEEDS x METHODS x RHOS
+#   GRID_JOBS [empty]  an explicit job list "SEED:METHOD:RHO ..." in place of SEEDS x METHODS x RHOS (base and
+#              full take RHO 1; a word of another shape is refused before any work)
 #              (METHODS still decides the shared steps: name bridge-atp there for score-atp)
 #   PROCS_PER_GPU [1]  runs side by side on each GPU (the 135M model leaves an H100 mostly idle:
 #              3 processes finish about twice the runs per hour of one); logs OUT_DIR/gpuG-P.log
@@ -142,6 +146,19 @@ case "$REFS" in
      done ;;
   *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
 esac
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp importance tilt stratified rho1 tokencleaning llm+tc "
+for name in $METHODS; do
+  case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
+done
+for word in ${GRID_JOBS:-}; do  # SEED:METHOD:RHO, checked before any work (a malformed word once cost a GPU call)
+  IFS=: read -r seed method rho extra <<< "$word"
+  case "$methods_known" in *" $method "*) ;; *) method= ;; esac
+  if [ -n "$extra" ] || ! [[ $seed =~ ^[0-9]+$ ]] || [ -z "$method" ] || ! [[ $rho =~ ^(0\.[0-9]*[1-9]|1)$ ]] \
+     || { [[ $method == base || $method == full ]] && [ "$rho" != 1 ]; }; then
+    echo "grid.sh: error: GRID_JOBS: $word is not SEED:METHOD:RHO (a whole seed, a known row, RHO in (0, 1]; base and full: 1)" >&2
+    exit 2
+  fi
+done
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
@@ -330,7 +347,7 @@ for job in $GRID_JOBS; do
         continue
       fi
       sel="sel/$method/rho$rho"
-      case "$method" in random|random-close|importance|tilt) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
+      case "$method" in random|random-close|random-resp|importance|tilt) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
       input=$selectable close=0 close_args=()
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
@@ -339,6 +356,8 @@ for job in $GRID_JOBS; do
         full) args=(--method random --rho-p 1 --rho-r 1) ;;
         random) args+=(--option "seed=$seed") ;;
         random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
+        random-resp) args=(--method random --rho-p 1 --rho-r "$rho" --option "seed=$seed") ;;
+        bridge-resp) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
         bridge|one-pass|independent) close=1 ;;
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
         bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
