@@ -128,3 +128,36 @@ def test_grid_refuses_malformed_jobs_before_any_work(tmp_path, env, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.integration  # runs the script as a process
+def test_rows_against_full_sft_and_rank_agreement(tmp_path):
+    """Every row minus full SFT (rho 1, compared at each row's own retention), and how many pairs of trained
+    rows each loss orders as accuracy does, counted by hand on four rows."""
+    rng = np.random.default_rng(5)
+    n = 40
+    # accuracy (fraction correct) and answer loss per row
+    rows = {"full": (1.0, 0.9, 0.10), "random": (0.5, 0.6, 0.30), "bridge": (0.5, 0.2, 0.20),
+            "tilt": (0.5, 0.4, 0.40), "base": (1.0, 0.3, 2.00)}
+    runs = {}
+    for method, (rho, acc, loss) in rows.items():
+        correct = np.zeros(n, dtype=int)
+        correct[: round(acc * n)] = 1
+        runs[f"{method}/{rho:g}/42"] = {
+            "method": method, "rho": rho, "seed": 42,
+            "gsm8k_accuracy": {"accuracy": float(correct.mean()), "n": n, "items": correct.tolist()},
+            "answer_loss": {"gsm8k": {"loss": loss, "n": n, "items": (loss + rng.normal(0, 0.01, n)).tolist()}},
+            "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    versus_full = proc.stdout.split("| minus full |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in versus_full.splitlines()[2:]}
+    assert sorted(lines) == ["bridge", "random", "tilt"]  # base and full itself are not rows of it
+    assert lines["random"].startswith("| random | 0.5 | -30.0 [")  # 60% against 90%, at random's retention
+    assert lines["bridge"].startswith("| bridge | 0.5 | -70.0 [")
+    # (accuracy, loss): full .9/.1, random .6/.3, tilt .4/.4, bridge .2/.2: bridge's low loss puts it above
+    # random and tilt, where accuracy puts it below both; the other 4 pairs agree
+    assert "| GSM8K answer loss | 4 | 4 of 6 |" in proc.stdout

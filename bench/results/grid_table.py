@@ -18,7 +18,8 @@ retention falls (negative = BRIDGE's held-out loss is lower), one line per held-
 When the runs hold accuracy (GSM8K test, MATH-500: 0/1 per item) or the answer-span loss (per item),
 the same is done for them: seed-mean over items with a percentile bootstrap over items, and every row
 minus ``random`` at the same retention, paired over items (an interval above 0 for accuracy, below 0
-for a loss, is a win beyond resampling noise). The cost table gives each row's GPU seconds per run
+for a loss, is a win beyond resampling noise); every row minus full SFT (what half the tokens cost); and
+for each loss, how many pairs of trained rows it orders as accuracy does. The cost table gives each row's GPU seconds per run
 (select..compact, train, eval) next to the shared steps (warm-up, scoring, reference passes).
 """
 
@@ -54,6 +55,9 @@ ORDER = [
     "bridge-answer",
     "importance",
     "tilt",
+    "stratified",
+    "random-resp",
+    "bridge-resp",
 ]
 #: per-item measures: (results key, sub-key, label, higher is better)
 ITEMS = (
@@ -210,10 +214,16 @@ def versus(groups: dict, resamples: int, ref: str = "random") -> str:
         "|---|---|" + "---|" * (len(cols) + 1),
     ]
     for (method, rho), g in sorted(groups.items(), key=lambda kv: (_order(kv[0][0]), -kv[0][1])):
-        base_key = (ref, rho) if (ref, rho) in groups else None
-        if method == ref or method == "base" or base_key is None and method != "full":
+        if method in (ref, "base"):
             continue
-        refs = [k for k in groups if k[0] == ref] if method == "full" else [base_key]
+        if (ref, rho) in groups:
+            refs = [(ref, rho)]
+        elif ref == "full" and (ref, 1.0) in groups:  # full SFT has no retention: every row against it
+            refs = [(ref, 1.0)]
+        elif method == "full":  # full against the reference at each retention
+            refs = [k for k in groups if k[0] == ref]
+        else:
+            continue
         for rk in refs:
             other = groups[rk]
             cells, wins = [], []
@@ -229,8 +239,38 @@ def versus(groups: dict, resamples: int, ref: str = "random") -> str:
                     cells.append(fmt(d))
                 if d is not None and ((higher and d[1] > 0) or (not higher and d[2] < 0)):
                     wins.append(label)
-            lines.append(f"| {method} | {rk[1]:g} | " + " | ".join(cells) + f" | {', '.join(wins) or '-'} |")
+            shown = rho if rk == ("full", 1.0) else rk[1]  # against full: the row's own retention
+            lines.append(f"| {method} | {shown:g} | " + " | ".join(cells) + f" | {', '.join(wins) or '-'} |")
     return "\n".join(lines)
+
+
+def rank_agreement(groups: dict) -> str:
+    """Does a loss order the trained rows as accuracy does? Per file, over the rows (method, rho; base left
+    out) that have both: how many pairs of rows the loss orders as accuracy does (a lower loss with a higher
+    accuracy), of the pairs whose accuracies differ."""
+    pairs = [
+        ("gsm8k_accuracy", ("answer_loss", "gsm8k"), "GSM8K answer loss"),
+        ("gsm8k_accuracy", ("heldout", "gsm8k"), "GSM8K test loss"),
+        ("math500_accuracy", ("answer_loss", "math500"), "MATH-500 answer loss"),
+        ("math500_accuracy", ("heldout", "math500"), "MATH-500 loss"),
+    ]
+    lines = []
+    for acc_key, (key, sub), label in pairs:
+        points = []
+        for (method, rho), g in sorted(groups.items()):
+            acc = g.mean_of(acc_key, "accuracy")
+            loss = g.mean_of(key, sub, "loss")
+            if method != "base" and acc is not None and loss is not None:
+                points.append((f"{method}@{rho:g}", acc, loss))
+        judged = [(a, b) for i, a in enumerate(points) for b in points[i + 1 :] if a[1] != b[1]]
+        if len(points) < 3 or not judged:
+            continue
+        same = sum((a[1] - b[1]) * (a[2] - b[2]) < 0 for a, b in judged)
+        lines.append(f"| {label} | {len(points)} | {same} of {len(judged)} |")
+    if not lines:
+        return ""
+    head = "| loss against accuracy | trained rows | pairs of rows it orders as accuracy does |\n|---|---|---|\n"
+    return head + "\n".join(lines)
 
 
 def costs(results: dict, groups: dict) -> str:
@@ -329,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     for part in (
         item_table(groups, args.resamples),
         versus(groups, args.resamples),
+        versus(groups, args.resamples, ref="full") if ("full", 1.0) in groups else "",
+        rank_agreement(groups),
         differences(groups, args.resamples),
         costs(results, groups),
     ):
