@@ -155,7 +155,8 @@ def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     assert proc.returncode == 0, proc.stderr
     versus_full = proc.stdout.split("| minus full |")[1].split("\n\n")[0]
     lines = {line.split(" | ")[0].strip("| "): line for line in versus_full.splitlines()[2:]}
-    assert sorted(lines) == ["bridge", "random", "tilt"]  # base and full itself are not rows of it
+    assert sorted(lines) == ["base", "bridge", "random", "tilt"]  # base: what training adds; full is the reference
+    assert lines["base"].startswith("| base | - | -60.0 [")
     assert lines["random"].startswith("| random | 0.5 | -30.0 [")  # 60% against 90%, at random's retention
     assert lines["bridge"].startswith("| bridge | 0.5 | -70.0 [")
     # (accuracy, loss): full .9/.1, random .6/.3, tilt .4/.4, bridge .2/.2: bridge's low loss puts it above

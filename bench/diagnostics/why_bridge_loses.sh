@@ -17,6 +17,8 @@
 #   AJ_ARGS="--examples 30 --tokens 200 --actual-tokens 32 --etas 1e-1,1e-2,1e-3,1e-4,1e-5 --eval-dtype float32
 #            --dtype-check 32"   (float32 steps with the smallest eta again in float64: CPU time)
 #   RESULTS=bench/diagnostics/results   TAG=cpu-smollm2
+#   SCORE_ARGS=""      more `bridge score` flags, e.g. "--scorer atp" (the 0.5B grid's scorer)
+#   PARTS="supervision marginal aj"   which diagnostics run after the shared steps
 #   (result files: RESULTS/{supervision,marginal,aj_check}-TAG.{json,md})
 #   BRIDGE="bridge"    PYTHON="python3"  (on a machine without the package installed:
 #                      PYTHONPATH=$PWD/src BRIDGE="python3 -m bridgecli")
@@ -35,6 +37,10 @@ AJ_ARGS=${AJ_ARGS:-"--examples 30 --tokens 200 --actual-tokens 32 --etas 1e-1,1e
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-$HERE/results}; TAG=${TAG:-cpu-smollm2}
 BRIDGE=${BRIDGE:-bridge}; PYTHON=${PYTHON:-python3}
+SCORE_ARGS=${SCORE_ARGS:-}; PARTS=" ${PARTS:-supervision marginal aj} "
+for part in $PARTS; do
+  case "$part" in supervision|marginal|aj) ;; *) echo "why_bridge_loses.sh: error: PARTS: unknown part $part" >&2; exit 2 ;; esac
+done
 mkdir -p "$OUT/data" "$RESULTS"
 T0=$SECONDS
 stamp() { echo "[why_bridge_loses $((SECONDS - T0)) s] $*" >&2; }
@@ -55,7 +61,8 @@ if [ ! -f "$OUT/warm/warmup.json" ]; then
 fi
 if [ ! -s "$OUT/scored.bridge" ]; then
   stamp "score"
-  $BRIDGE score "$OUT/data/scored.jsonl" --from "$OUT/warm" --device "$DEVICE" -o "$OUT/scored.tmp.bridge"
+  # shellcheck disable=SC2086  # SCORE_ARGS: words on purpose
+  $BRIDGE score "$OUT/data/scored.jsonl" --from "$OUT/warm" --device "$DEVICE" $SCORE_ARGS -o "$OUT/scored.tmp.bridge"
   mv "$OUT/scored.tmp.bridge" "$OUT/scored.bridge"
 fi
 if [ ! -s "$OUT/ref.bridge" ]; then
@@ -74,17 +81,19 @@ for rho in $RHOS; do
       -o "$OUT/random-$rho.bridge"
   STREAMS+=(--stream "bridge:$rho=$OUT/closed-$rho.bridge" --stream "random:$rho=$OUT/random-$rho.bridge")
 done
-stamp "supervision_compare"
-$PYTHON "$HERE/supervision_compare.py" "${STREAMS[@]}" \
-  --json "$RESULTS/supervision-$TAG.json" --md "$RESULTS/supervision-$TAG.md" > /dev/null
-if [ ! -s "$RESULTS/marginal-$TAG.json" ]; then
+if [[ $PARTS == *" supervision "* ]]; then
+  stamp "supervision_compare"
+  $PYTHON "$HERE/supervision_compare.py" "${STREAMS[@]}" \
+    --json "$RESULTS/supervision-$TAG.json" --md "$RESULTS/supervision-$TAG.md" > /dev/null
+fi
+if [[ $PARTS == *" marginal "* ]] && [ ! -s "$RESULTS/marginal-$TAG.json" ]; then
   stamp "marginal_check"
   POOL=(); [ "$POOL_N" -gt 0 ] && POOL=(--pool "$OUT/data/pool.jsonl")
   # shellcheck disable=SC2086
   $PYTHON "$HERE/marginal_check.py" "$OUT/scored.bridge" --from "$OUT/warm" --device "$DEVICE" "${POOL[@]}" $MARGINAL_ARGS \
     --json "$RESULTS/marginal-$TAG.json" --md "$RESULTS/marginal-$TAG.md" > /dev/null
 fi
-if [ ! -s "$RESULTS/aj_check-$TAG.json" ]; then
+if [[ $PARTS == *" aj "* ]] && [ ! -s "$RESULTS/aj_check-$TAG.json" ]; then
   stamp "aj_check"
   # shellcheck disable=SC2086
   $PYTHON "$HERE/aj_check.py" "$OUT/scored.bridge" --from "$OUT/warm" --device "$DEVICE" $AJ_ARGS \

@@ -214,7 +214,7 @@ def versus(groups: dict, resamples: int, ref: str = "random") -> str:
         "|---|---|" + "---|" * (len(cols) + 1),
     ]
     for (method, rho), g in sorted(groups.items(), key=lambda kv: (_order(kv[0][0]), -kv[0][1])):
-        if method in (ref, "base"):
+        if method == ref or (method == "base" and ref != "full"):  # against full, base says what training adds
             continue
         if (ref, rho) in groups:
             refs = [(ref, rho)]
@@ -240,7 +240,8 @@ def versus(groups: dict, resamples: int, ref: str = "random") -> str:
                 if d is not None and ((higher and d[1] > 0) or (not higher and d[2] < 0)):
                     wins.append(label)
             shown = rho if rk == ("full", 1.0) else rk[1]  # against full: the row's own retention
-            lines.append(f"| {method} | {shown:g} | " + " | ".join(cells) + f" | {', '.join(wins) or '-'} |")
+            shown_rho = "-" if method == "base" else f"{shown:g}"
+            lines.append(f"| {method} | {shown_rho} | " + " | ".join(cells) + f" | {', '.join(wins) or '-'} |")
     return "\n".join(lines)
 
 
