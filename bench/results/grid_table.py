@@ -18,9 +18,10 @@ retention falls (negative = BRIDGE's held-out loss is lower), one line per held-
 When the runs hold accuracy (GSM8K test, MATH-500: 0/1 per item) or the answer-span loss (per item),
 the same is done for them: seed-mean over items with a percentile bootstrap over items, and every row
 minus ``random`` at the same retention, paired over items (an interval above 0 for accuracy, below 0
-for a loss, is a win beyond resampling noise); every row minus full SFT (what half the tokens cost); and
-for each loss, how many pairs of trained rows it orders as accuracy does. The cost table gives each row's GPU seconds per run
-(select..compact, train, eval) next to the shared steps (warm-up, scoring, reference passes).
+for a loss, is a win beyond resampling noise); every row minus full SFT (what the selection costs); and
+for each loss, how many pairs of trained rows it orders as accuracy does. The cost table gives each row's
+GPU seconds per run (select..compact, train, eval) next to the shared steps (warm-up, scoring, reference
+passes).
 """
 
 from __future__ import annotations
@@ -258,15 +259,15 @@ def rank_agreement(groups: dict) -> str:
     lines = []
     for acc_key, (key, sub), label in pairs:
         points = []
-        for (method, rho), g in sorted(groups.items()):
+        for (method, _rho), g in sorted(groups.items()):
             acc = g.mean_of(acc_key, "accuracy")
             loss = g.mean_of(key, sub, "loss")
             if method != "base" and acc is not None and loss is not None:
-                points.append((f"{method}@{rho:g}", acc, loss))
-        judged = [(a, b) for i, a in enumerate(points) for b in points[i + 1 :] if a[1] != b[1]]
+                points.append((acc, loss))
+        judged = [(a, b) for i, a in enumerate(points) for b in points[i + 1 :] if a[0] != b[0]]
         if len(points) < 3 or not judged:
             continue
-        same = sum((a[1] - b[1]) * (a[2] - b[2]) < 0 for a, b in judged)
+        same = sum((a[0] - b[0]) * (a[1] - b[1]) < 0 for a, b in judged)
         lines.append(f"| {label} | {len(points)} | {same} of {len(judged)} |")
     if not lines:
         return ""
