@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 28, item 2: why BRIDGE's selection loses to random. From a data file to the diagnostics
-# (supervision_compare.py: what BRIDGE supervises against random at the same budget;
+# (supervision_compare.py: what BRIDGE supervises against random at the same budget; prompt_numbers.py:
+# which of the question's numbers the prompt side keeps;
 # marginal_check.py: how much of a_j a bag-of-tokens term explains; aj_check.py: a_j's sign and
 # scale end to end), every step resumable (a finished step or result is skipped).
 #
@@ -18,7 +19,7 @@
 #            --dtype-check 32"   (float32 steps with the smallest eta again in float64: CPU time)
 #   RESULTS=bench/diagnostics/results   TAG=cpu-smollm2
 #   SCORE_ARGS=""      more `bridge score` flags, e.g. "--scorer atp" (the 0.5B grid's scorer)
-#   PARTS="supervision marginal aj"   which diagnostics run after the shared steps
+#   PARTS="supervision numbers marginal aj"   which diagnostics run after the shared steps
 #   (result files: RESULTS/{supervision,marginal,aj_check}-TAG.{json,md})
 #   BRIDGE="bridge"    PYTHON="python3"  (on a machine without the package installed:
 #                      PYTHONPATH=$PWD/src BRIDGE="python3 -m bridgecli")
@@ -37,9 +38,9 @@ AJ_ARGS=${AJ_ARGS:-"--examples 30 --tokens 200 --actual-tokens 32 --etas 1e-1,1e
 HERE=$(cd "$(dirname "$0")" && pwd)
 RESULTS=${RESULTS:-$HERE/results}; TAG=${TAG:-cpu-smollm2}
 BRIDGE=${BRIDGE:-bridge}; PYTHON=${PYTHON:-python3}
-SCORE_ARGS=${SCORE_ARGS:-}; PARTS=" ${PARTS:-supervision marginal aj} "
+SCORE_ARGS=${SCORE_ARGS:-}; PARTS=" ${PARTS:-supervision numbers marginal aj} "
 for part in $PARTS; do
-  case "$part" in supervision|marginal|aj) ;; *) echo "why_bridge_loses.sh: error: PARTS: unknown part $part" >&2; exit 2 ;; esac
+  case "$part" in supervision|numbers|marginal|aj) ;; *) echo "why_bridge_loses.sh: error: PARTS: unknown part $part" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT/data" "$RESULTS"
 T0=$SECONDS
@@ -85,6 +86,12 @@ if [[ $PARTS == *" supervision "* ]]; then
   stamp "supervision_compare"
   $PYTHON "$HERE/supervision_compare.py" "${STREAMS[@]}" \
     --json "$RESULTS/supervision-$TAG.json" --md "$RESULTS/supervision-$TAG.md" > /dev/null
+fi
+if [[ $PARTS == *" numbers "* ]]; then
+  stamp "prompt_numbers"
+  NUMS=(); for rho in $RHOS; do NUMS+=("bridge:$rho=$OUT/closed-$rho.bridge" "random:$rho=$OUT/random-$rho.bridge"); done
+  $PYTHON "$HERE/prompt_numbers.py" "${NUMS[@]}" --json "$RESULTS/prompt-numbers-$TAG.json" \
+    --md "$RESULTS/prompt-numbers-$TAG.md" > /dev/null
 fi
 if [[ $PARTS == *" marginal "* ]] && [ ! -s "$RESULTS/marginal-$TAG.json" ]; then
   stamp "marginal_check"
