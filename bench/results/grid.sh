@@ -30,7 +30,8 @@
 # response budget per token class, the best Delta_r within each; token level, not closed), random-resp and
 # bridge-resp (random's draw and bridge with closure at rho_r = RHO but every prompt token kept, rho_p 1: does
 # dropping prompt tokens cost the accuracy? At 0.5B every rho-0.5 row, random's too, fell below the untrained
-# model while full SFT rose above it).
+# model while full SFT rose above it), bridge-digits (bridge with --protect-prompt digits: the question's numbers
+# always kept, within b_p; at rho_p 0.5 the prompt side cut about half of the numbers an answer uses).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -146,7 +147,7 @@ case "$REFS" in
      done ;;
   *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
 esac
-methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp importance tilt stratified rho1 tokencleaning llm+tc "
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-digits importance tilt stratified rho1 tokencleaning llm+tc "
 for name in $METHODS; do
   case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
 done
@@ -358,6 +359,7 @@ for job in $GRID_JOBS; do
         random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
         random-resp) args=(--method random --rho-p 1 --rho-r "$rho" --option "seed=$seed") ;;
         bridge-resp) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
+        bridge-digits) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-prompt digits); close=1 ;;
         bridge|one-pass|independent) close=1 ;;
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
         bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;

@@ -59,6 +59,7 @@ ORDER = [
     "stratified",
     "random-resp",
     "bridge-resp",
+    "bridge-digits",
 ]
 #: per-item measures: (results key, sub-key, label, higher is better)
 ITEMS = (
