@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import provenance  # noqa: E402
 
+from bridgecli.errors import FormatError  # noqa: E402
 from bridgecli.format.reader import open_reader  # noqa: E402
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -113,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         name, sep, file = word.partition("=")
         if not sep or not name or not Path(file).is_file():
             ap.error(f"{word!r} is not NAME=FILE with an existing FILE")
-        rows[name] = measure(Path(file))
+        try:
+            rows[name] = measure(Path(file))
+        except FormatError as e:
+            ap.exit(1, f"prompt_numbers.py: error: {e}\n")
     result = {"header": provenance.header("cpu"), "rows": rows}
     h = result["header"]
     lines = [
