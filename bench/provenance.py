@@ -83,3 +83,26 @@ def write_json(path: str | Path | None, result: dict) -> None:
     tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(path)
     print(f"wrote {path}")
+
+
+def named_files(ap: argparse.ArgumentParser, words: list[str]) -> dict[str, Path]:
+    """``NAME=FILE`` words as {name: path}, in order; ``ap.error`` names a word of another shape or a FILE
+    that is not there."""
+    out = {}
+    for word in words:
+        name, sep, file = word.partition("=")
+        if not sep or not name or not Path(file).is_file():
+            ap.error(f"{word!r} is not NAME=FILE with an existing FILE")
+        out[name] = Path(file)
+    return out
+
+
+def report(text: str, result: dict, json_path: str | Path | None, md_path: str | Path | None) -> None:
+    """A diagnostic's markdown ``text`` to stdout and to ``md_path``, its ``result`` to ``json_path``, each
+    file written in one rename (None: not written)."""
+    print(text, end="")
+    write_json(json_path, result)
+    if md_path:
+        tmp = Path(md_path).with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(md_path)

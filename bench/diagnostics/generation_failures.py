@@ -141,26 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="out", help="write the result as JSON here")
     ap.add_argument("--md", type=Path, help="write the table as markdown here")
     args = ap.parse_args(argv)
-    rows = {}
-    for word in args.rows:
-        name, sep, file = word.partition("=")
-        if not sep or not name or not file:
-            ap.error(f"{word!r} is not NAME=FILE")
-        path = Path(file)
-        if not path.is_file():
-            ap.error(f"{file}: no such file")
-        rows[name] = row(read_items(path))
+    rows = {name: row(read_items(path)) for name, path in provenance.named_files(ap, args.rows).items()}
     result: dict = {"header": provenance.header("cpu"), "rows": rows}
     if args.reference:
         recs = [json.loads(line) for line in args.reference.read_text(encoding="utf-8").splitlines() if line.strip()]
         result["reference"] = {"n": len(recs), **operand_shares((r["question"], r["answer"]) for r in recs)}
-    text = markdown(result)
-    print(text, end="")
-    provenance.write_json(args.out, result)
-    if args.md:
-        tmp = args.md.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.md)
+    provenance.report(markdown(result), result, args.out, args.md)
     return 0
 
 

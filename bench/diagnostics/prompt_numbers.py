@@ -110,12 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", type=Path, help="write the table as markdown here")
     args = ap.parse_args(argv)
     rows = {}
-    for word in args.streams:
-        name, sep, file = word.partition("=")
-        if not sep or not name or not Path(file).is_file():
-            ap.error(f"{word!r} is not NAME=FILE with an existing FILE")
+    for name, path in provenance.named_files(ap, args.streams).items():
         try:
-            rows[name] = measure(Path(file))
+            rows[name] = measure(path)
         except FormatError as e:
             ap.exit(1, f"prompt_numbers.py: error: {e}\n")
     result = {"header": provenance.header("cpu"), "rows": rows}
@@ -134,13 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {r['numbers']:,} | {_pct(r['numbers_kept_whole'])} | {_pct(r['numbers_none_kept'])} "
             f"| {_pct(r['digits_kept'])} | {r['calc_operands_from_question']:,} | {_pct(r['calc_operands_visible'])} |"
         )
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    provenance.write_json(args.out, result)
-    if args.md:
-        tmp = args.md.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(args.md)
+    provenance.report("\n".join(lines) + "\n", result, args.out, args.md)
     return 0
 
 
