@@ -68,9 +68,11 @@ class _Totals:
     budget_r: int = 0
     protected_p: int = 0
     protected_r: int = 0
-    gains: list[float] = field(default_factory=list)
+    gain_sum: float = 0.0  # u_sur's last minus first, over the examples with two rounds or more
+    gains: int = 0
     closure_sup: int = 0
-    unit_sizes: list[int] = field(default_factory=list)
+    units: int = 0
+    unit_tokens: int = 0
     chosen_units: int = 0
 
     def add(self, ex: Example) -> None:
@@ -95,11 +97,13 @@ class _Totals:
             self.protected_p += len(sel.protected_prompt)
             self.protected_r += len(sel.protected_response)
             if len(sel.u_sur) > 1:
-                self.gains.append(sel.u_sur[-1] - sel.u_sur[0])
+                self.gain_sum += sel.u_sur[-1] - sel.u_sur[0]
+                self.gains += 1
         if ex.closure is not None:
             self.closure_sup += len(ex.closure.supervise)
             u = np.asarray(ex.closure.units, dtype=np.int64).reshape(-1, 2)
-            self.unit_sizes += (u[:, 1] - u[:, 0]).tolist()
+            self.units += len(u)
+            self.unit_tokens += int((u[:, 1] - u[:, 0]).sum())
             self.chosen_units += len(ex.closure.chosen)
 
     def counts(self) -> dict[str, int]:
@@ -129,7 +133,7 @@ class _Totals:
             "budget_r": self.budget_r,
             "retained": kept_p + kept_r,
             "retained_fraction": (kept_p + kept_r) / (prompt + resp) if prompt + resp else None,
-            "mean_u_sur_gain": float(np.mean(self.gains)) if self.gains else None,
+            "mean_u_sur_gain": self.gain_sum / self.gains if self.gains else None,
         }
         if self.protected_p or self.protected_r:  # select --protect-prompt / --protect-response (format 1.2)
             out["protected_prompt"] = self.protected_p
@@ -137,12 +141,12 @@ class _Totals:
         return out
 
     def closure(self) -> dict | None:
-        if not self.unit_sizes:
+        if not self.units:
             return None
         return {
             "supervised": self.closure_sup,
             "supervised_fraction": self.closure_sup / self.resp if self.resp else None,
-            "units": len(self.unit_sizes),
+            "units": self.units,
             "chosen_units": self.chosen_units,
-            "mean_unit_tokens": float(np.mean(self.unit_sizes)),
+            "mean_unit_tokens": self.unit_tokens / self.units,
         }
