@@ -162,3 +162,31 @@ def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     # (accuracy, loss): full .9/.1, random .6/.3, tilt .4/.4, bridge .2/.2: bridge's low loss puts it above
     # random and tilt, where accuracy puts it below both; the other 4 pairs agree
     assert "| GSM8K answer loss | 4 | 4 of 6 |" in proc.stdout
+
+
+def test_rows_against_a_named_reference_row(tmp_path):
+    """``--versus METHOD`` adds every row minus METHOD at the same retention (here random-resp, the response-only
+    random draw), and refuses a METHOD the file has no row for."""
+    n = 20
+    rows = {"random-resp": 0.7, "bridge-resp": 0.4, "random": 0.5}
+    runs = {}
+    for method, acc in rows.items():
+        correct = np.zeros(n, dtype=int)
+        correct[: round(acc * n)] = 1
+        runs[f"{method}/0.5/42"] = {
+            "method": method, "rho": 0.5, "seed": 42,
+            "gsm8k_accuracy": {"accuracy": float(correct.mean()), "n": n, "items": correct.tolist()},
+            "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    script = [sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+              "--plot", str(tmp_path / "f3.png"), "--resamples", "100"]
+    proc = subprocess.run([*script, "--versus", "random-resp"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("| minus random-resp |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+    assert sorted(lines) == ["bridge-resp", "random"]
+    assert lines["bridge-resp"].startswith("| bridge-resp | 0.5 | -30.0 [")
+    assert lines["random"].startswith("| random | 0.5 | -20.0 [")
+    bad = subprocess.run([*script, "--versus", "tilt-resp"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no tilt-resp row to compare with" in bad.stderr

@@ -1,10 +1,14 @@
 """Carry a large file to a lent GPU machine in pieces, and rebuild it there (the tree a device call
-carries is capped at 64 MiB, so a 491 MB GGUF goes in about nine calls to one warm machine).
+carries is capped at 64 MiB, the project's own files included, so a 491 MB GGUF goes in about ten calls
+to one warm machine).
 
 Here (split):
-    python3 bench/results/carry_file.py split FILE --name qwen --target /tmp/models/qwen.gguf [--mib 52]
+    python3 bench/results/carry_file.py split FILE --name qwen --target /tmp/models/qwen.gguf [--mib N]
         -> .carry/qwen-01/ .. .carry/qwen-NN/, each one zstd piece plus the manifest (name, sha256 of
-           FILE, pieces, target); carry one folder per device call
+           FILE, pieces, target); carry one folder per device call. Without --mib a piece is as large
+           as the 64 MiB cap allows beside the files every call carries (the git tree: tracked files and
+           untracked ones git does not ignore), less 2 MiB of headroom; the tree grows as results are
+           committed, so split again when a call refuses a piece as too large
 There (after each call, keep the piece; once all are there, rebuild):
     python3 bench/results/carry_file.py stash .carry/qwen-03          # copies it to /tmp/stash
     python3 bench/results/carry_file.py assemble [/tmp/stash]         # every complete file: target
@@ -19,10 +23,33 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 STASH = Path("/tmp/stash")
+CAP_MIB = 64
+HEADROOM_MIB = 2
+
+
+def tree_bytes() -> int:
+    """Bytes of what every device call carries: tracked files and untracked ones git does not ignore."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    return sum(os.path.getsize(f) for f in out.decode().split("\0") if f and os.path.isfile(f))
+
+
+def piece_mib() -> int:
+    """The largest whole-MiB piece that fits one call beside the tree, with HEADROOM_MIB to spare."""
+    mib = (((CAP_MIB - HEADROOM_MIB) << 20) - tree_bytes()) >> 20
+    if mib < 8:
+        raise SystemExit(
+            f"carry_file.py: the tree takes {tree_bytes() / 2**20:.1f} MiB of the {CAP_MIB} MiB a call carries"
+        )
+    return mib
 
 
 def sha256(path: Path) -> str:
@@ -33,9 +60,10 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def split(src: Path, name: str, target: str, mib: int, out: Path) -> int:
+def split(src: Path, name: str, target: str, mib: int | None, out: Path) -> int:
     import zstandard
 
+    mib = mib or piece_mib()
     packed = out / f".{name}.zst"
     out.mkdir(parents=True, exist_ok=True)
     with open(src, "rb") as fin, open(packed, "wb") as fout:
@@ -106,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("file", type=Path)
     s.add_argument("--name", required=True)
     s.add_argument("--target", required=True, help="where the device writes the rebuilt file")
-    s.add_argument("--mib", type=int, default=52)
+    s.add_argument("--mib", type=int, default=None, help="piece size (default: what fits beside the git tree)")
     s.add_argument("--out", type=Path, default=Path(".carry"))
     st = sub.add_parser("stash")
     st.add_argument("folders", type=Path, nargs="+")

@@ -19,10 +19,10 @@
 #   python3 bench/results/grid_record.py DIR METHOD RHO SEED runs/METHOD/rhoRHO/seedSEED sel/... "SETTINGS"
 # (what is missing stays out of its entry; grid.sh's record() shows the SETTINGS words).
 #
-# The 0.5B grid of docs/results.md, on one GPU (the model travels in nine pieces):
-#   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf --mib 54
-#   call 1:   carry .whl .carry/data .carry/qwen-09   bash bench/results/device_grid.sh setup && bash ... stash .carry/qwen-09
-#   calls 2-9: carry .carry/qwen-0K                  bash bench/results/device_grid.sh stash .carry/qwen-0K
+# The 0.5B grid of docs/results.md (the model travels in ten pieces; split sizes them to fit beside the tree):
+#   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf
+#   call 1:    carry .whl .carry/data .carry/qwen-10  bash bench/results/device_grid.sh setup && bash ... stash .carry/qwen-10
+#   calls 2-10: carry .carry/qwen-0K                 bash bench/results/device_grid.sh stash .carry/qwen-0K
 #   then:                                            bash bench/results/device_grid.sh assemble && bash ... grid qwen05
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -31,7 +31,10 @@
 # bridge-resp (random's draw and bridge with closure at rho_r = RHO but every prompt token kept, rho_p 1: does
 # dropping prompt tokens cost the accuracy? At 0.5B every rho-0.5 row, random's too, fell below the untrained
 # model while full SFT rose above it), bridge-digits (bridge with --protect-prompt digits: the question's numbers
-# always kept, within b_p; at rho_p 0.5 the prompt side cut about half of the numbers an answer uses).
+# always kept, within b_p; at rho_p 0.5 the prompt side cut about half of the numbers an answer uses),
+# importance-resp, tilt-resp and bridge-resp-answer (importance, tilt and bridge-answer with every prompt token
+# kept, rho_p 1: at 0.5B random-resp kept the untrained model's accuracy where random fell 12 points below it,
+# and bridge-resp's answers ran into the token limit 341 times in 1,319, most in loops that never reach `####`).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -147,7 +150,7 @@ case "$REFS" in
      done ;;
   *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
 esac
-methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-digits importance tilt stratified rho1 tokencleaning llm+tc "
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
 for name in $METHODS; do
   case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
 done
@@ -348,7 +351,7 @@ for job in $GRID_JOBS; do
         continue
       fi
       sel="sel/$method/rho$rho"
-      case "$method" in random|random-close|random-resp|importance|tilt) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
+      case "$method" in random|random-close|random-resp|importance|importance-resp|tilt|tilt-resp) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
       input=$selectable close=0 close_args=()
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
@@ -359,6 +362,7 @@ for job in $GRID_JOBS; do
         random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
         random-resp) args=(--method random --rho-p 1 --rho-r "$rho" --option "seed=$seed") ;;
         bridge-resp) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
+        bridge-resp-answer) args=(--method bridge --rho-p 1 --rho-r "$rho" --protect-response answer); close=1 ;;
         bridge-digits) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-prompt digits); close=1 ;;
         bridge|one-pass|independent) close=1 ;;
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
@@ -368,6 +372,9 @@ for job in $GRID_JOBS; do
         importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
         tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                     --option "seed=$seed") ;;
+        importance-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
+        tilt-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option weights=none
+                         --option "seed=$seed") ;;
         stratified) args=(--method stratified --rho-p "$rho" --rho-r "$rho") ;;
       esac
       step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"

@@ -60,6 +60,9 @@ ORDER = [
     "random-resp",
     "bridge-resp",
     "bridge-digits",
+    "importance-resp",
+    "tilt-resp",
+    "bridge-resp-answer",
 ]
 #: per-item measures: (results key, sub-key, label, higher is better)
 ITEMS = (
@@ -359,6 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path)
     ap.add_argument("--plot", type=Path, help="Finding-3 PNG (default: finding3.png next to RESULTS)")
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument(
+        "--versus",
+        action="append",
+        default=[],
+        metavar="METHOD",
+        help="also every row minus METHOD at the same retention, paired (repeatable; random and full always)",
+    )
     args = ap.parse_args(argv)
     if not args.results.is_file():
         print(f"grid_table.py: error: {args.results}: no such file", file=sys.stderr)
@@ -368,11 +378,16 @@ def main(argv: list[str] | None = None) -> int:
     if not groups:
         print(f"grid_table.py: error: {args.results}: no runs recorded", file=sys.stderr)
         return 2
+    absent = [m for m in args.versus if not any(k[0] == m for k in groups)]
+    if absent:
+        print(f"grid_table.py: error: {args.results}: no {', '.join(absent)} row to compare with", file=sys.stderr)
+        return 2
     print(table(groups, args.resamples))
     for part in (
         item_table(groups, args.resamples),
         versus(groups, args.resamples),
         versus(groups, args.resamples, ref="full") if ("full", 1.0) in groups else "",
+        *(versus(groups, args.resamples, ref=m) for m in args.versus),
         rank_agreement(groups),
         differences(groups, args.resamples),
         costs(results, groups),
