@@ -125,7 +125,7 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         for name in ("select", "close", "inspect", "compact"):
             seconds[name] = _secs(out, f"{sel}/{name}")
         seconds["train"] = _secs(out, f"{run}/train")
-    seconds["total"] = sum(seconds.values())
+    seconds["total"] = sum(v for k, v in seconds.items() if k != "eval")  # "eval" sums the eval-* steps
     e["seconds"] = seconds
     return e
 
