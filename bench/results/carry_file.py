@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 STASH = Path("/tmp/stash")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout whose tree every device call carries
 CAP_MIB = 64
 HEADROOM_MIB = 2
 
@@ -38,8 +39,10 @@ def tree_bytes() -> int:
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         check=True,
         capture_output=True,
+        cwd=ROOT,
     ).stdout
-    return sum(os.path.getsize(f) for f in out.decode().split("\0") if f and os.path.isfile(f))
+    files = (ROOT / f for f in out.decode().split("\0") if f)
+    return sum(f.stat().st_size for f in files if f.is_file())
 
 
 def piece_mib() -> int:
