@@ -112,3 +112,43 @@ def test_train_overwrite_replaces_the_finished_run_only_once_the_new_one_is_writ
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (out / "checkpoints").is_dir()  # the new run's own checkpoints came with it
     assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+
+
+@pytest.mark.integration  # trains a tiny model (seconds)
+def test_train_resume_of_a_finished_run_trains_nothing_and_refuses_other_settings(inputs, tiny_model_dir,
+                                                                                  monkeypatch):
+    """A finished run kept no checkpoint (the default): rerunning its command with --resume says it is done, in
+    one line naming the folder, exit 0, and leaves the folder as it was; the same with other settings or other
+    data is refused as a resume from a checkpoint made with them is."""
+    from bridgecli.steps import train as train_step
+
+    out = inputs / "run"
+    argv = ["train", inputs / "rows.jsonl", "-o", out, "--model", tiny_model_dir, "--max-steps", "2", "--grad-accum",
+            "1", "--batch-size", "1", "--device", "cpu"]
+    assert invoke(*argv).exit_code == 0
+    assert not (out / "checkpoints").exists()
+    before = snapshot(out)
+    fits = []
+    monkeypatch.setattr(train_step, "fit", lambda *a, **k: fits.append(1))  # nothing may train
+
+    result = invoke(*argv, "--resume")
+    assert result.exit_code == 0, result.output
+    line = error_line(result)
+    assert str(out) in line and "already finished" in line and "2 steps" in line, line
+    assert snapshot(out) == before and not fits
+    # a model whose files do not tell its row limit: the rows are known once it is loaded, and checked then
+    monkeypatch.setattr(train_step, "model_limit", lambda ref: None)
+    result = invoke(*argv, "--resume")
+    assert result.exit_code == 0 and "already finished" in error_line(result), result.output
+    assert snapshot(out) == before and not fits
+    monkeypatch.undo()
+    monkeypatch.setattr(train_step, "fit", lambda *a, **k: fits.append(1))
+
+    (inputs / "other.jsonl").write_text(ROWS.replace("[10, 11,", "[10, 12,"))
+    for extra, message in ((["--lr", "1e-3"], "lr=2e-05 (now 0.001)"), (["--seed", "7"], "seed=42 (now 7)")):
+        result = invoke(*argv, "--resume", *extra)
+        assert result.exit_code == UsageError.exit_code and message in error_line(result), result.output
+    other = [a if a != inputs / "rows.jsonl" else inputs / "other.jsonl" for a in argv]
+    result = invoke(*other, "--resume")
+    assert result.exit_code == UsageError.exit_code and "other data" in error_line(result), result.output
+    assert snapshot(out) == before and not fits

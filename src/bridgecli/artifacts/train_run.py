@@ -72,19 +72,21 @@ def read_summary(out: str | Path) -> TrainSummary | None:
 
 #: what a run does with its folder before it trains (:func:`check_run_dir`): train in it as it is (none
 #: there, empty, or --resume), empty it first (what an unfinished run left: no checkpoint, no model),
-#: or train beside it and replace it once the new run is written (--overwrite of a finished run or
-#: of checkpoints)
-IN_PLACE, CLEAR, REPLACE = "in-place", "clear", "replace"
+#: train beside it and replace it once the new run is written (--overwrite of a finished run or of
+#: checkpoints), or nothing (--resume of a finished run: the same run is done, another is refused)
+IN_PLACE, CLEAR, REPLACE, FINISHED = "in-place", "clear", "replace", "finished"
 
 
 def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
-    """What a run must do with ``out`` first: :data:`IN_PLACE`, :data:`CLEAR` or :data:`REPLACE`
-    (every rank checks, so every rank raises alike). A folder holding a finished run or checkpoints is
-    only continued (--resume) or replaced on request (--overwrite), never cleared; a non-empty folder
-    that is not a training run is never touched."""
+    """What a run must do with ``out`` first: :data:`IN_PLACE`, :data:`CLEAR`, :data:`REPLACE` or
+    :data:`FINISHED` (every rank checks, so every rank raises alike). A folder holding a finished run or
+    checkpoints is only continued (--resume; a finished run has nothing left to continue) or replaced on
+    request (--overwrite), never cleared; a non-empty folder that is not a training run is never touched."""
     from ..training import checkpoint
 
-    if resume or not out.exists():
+    if resume:
+        return FINISHED if (out / SUMMARY).is_file() else IN_PLACE
+    if not out.exists():
         return IN_PLACE
     if not out.is_dir():
         raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
