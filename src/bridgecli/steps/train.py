@@ -26,13 +26,15 @@ from ..artifacts.train_run import (
     SUMMARY,
     TrainSummary,
     check_run_dir,
+    overwrite_dir,
     read_summary,
+    settle_killed_overwrite,
     write_summary,
 )
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..io import check_input, real_path, replace_dir
+from ..io import check_input, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
 from ..training.config import config_dict
@@ -212,6 +214,8 @@ def run_train(opts: TrainOptions) -> dict:
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
     with folder_lock(opts.out, "training run folder"):
+        for line in settle_killed_overwrite(opts.out):  # before any process looks at the folder
+            note(line)
         return _run_train(opts)
 
 
@@ -361,12 +365,9 @@ def _accelerator(opts: TrainOptions):
 def _prepare_run_dir(out: Path, action: str, acc) -> Path:
     """The folder to train into, made ready (rank 0) for ``action`` (:func:`check_run_dir`): ``out``,
     emptied first for :data:`CLEAR`; for :data:`REPLACE` (--overwrite), the hidden ``.NAME.overwrite``
-    folder beside it (what a killed --overwrite run left there is cleared), which replaces ``out``
-    once the new run is written. Every rank waits until that is done."""
-    run_dir = out
-    if action == REPLACE:
-        real = real_path(out)
-        run_dir = real.with_name(f".{real.name}.overwrite")
+    folder beside it (:func:`overwrite_dir`, made empty), which replaces ``out`` once the new run is
+    written. Every rank waits until that is done."""
+    run_dir = overwrite_dir(out) if action == REPLACE else out
     acc.wait_for_everyone()  # every rank has looked before rank 0 clears
     if acc.is_main_process and action == CLEAR:  # its contents: a run folder given as a symbolic link stays one
         for child in out.iterdir():
