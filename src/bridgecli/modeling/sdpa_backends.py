@@ -1,4 +1,5 @@
-"""Which fused attention kernels a scoring batch (``BRIDGE_SDPA_CUDNN``) and training may use.
+"""Which fused attention kernels a scoring batch (``BRIDGE_SDPA_CUDNN``), training and the other backward
+passes through attention may use.
 
 On recent GPUs PyTorch prefers cuDNN's attention kernel. cuDNN builds an execution plan for every
 new (batch, heads, length) shape: tens of milliseconds of host time in the first call of each new
@@ -15,7 +16,7 @@ The scorers never run a backward through scaled_dot_product_attention, so the ru
 only: ``bridge`` scores under no_grad; ``exact`` and ``atp`` differentiate only through the attention of
 layers they run by hand (explicit math, or FlashAttention and the memory-efficient kernel called directly,
 never cuDNN's), and nothing upstream of their scaled_dot_product_attention calls requires grad. A backward through
-scaled_dot_product_attention (``bridge train`` and ``warmup``) runs under
+scaled_dot_product_attention (``bridge train`` and ``warmup``, ``bridge reference --grad-norms``) runs under
 :func:`training_backends`, which never uses cuDNN's attention: its backward on H100/H200 (sm90) returns
 NaN gradients for a key length of 64 (mod 128) with an explicit mask when some query row's logsumexp is
 below -ln(FLT_MAX) = -88.7 (pytorch/pytorch#196678; reported fixed in the cuDNN 9.26 backend). Both
@@ -56,9 +57,9 @@ def batch_backends(seq_len: int) -> ContextManager:
 
 def training_backends() -> ContextManager:
     """A context for forwards whose backward runs, and for those backwards (training, where gradient
-    checkpointing recomputes inside the backward): scaled_dot_product_attention picks among FlashAttention, the
-    memory-efficient kernel and the math path, never cuDNN's (see the module docstring). On the CPU nothing
-    changes."""
+    checkpointing recomputes inside the backward; ``bridge reference --grad-norms``): scaled_dot_product_attention
+    picks among FlashAttention, the memory-efficient kernel and the math path, never cuDNN's (see the module
+    docstring). On the CPU nothing changes."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
