@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bridgecli.artifacts.rows_meta import RowsMeta, StepParams, read_rows_meta, rows_meta_path, write_rows_meta
-from bridgecli.artifacts.train_run import (CLEAR, IN_PLACE, REPLACE, SUMMARY, TrainSummary, check_run_dir,
+from bridgecli.artifacts.train_run import (CLEAR, FINISHED, IN_PLACE, REPLACE, SUMMARY, TrainSummary, check_run_dir,
                                            read_summary, write_summary)
 from bridgecli.artifacts.warmup_run import META, WarmupMeta, WarmupRun
 from bridgecli.data.examples import file_digest
@@ -109,7 +109,7 @@ def test_train_summary_round_trip_and_run_dir_rules(tmp_path):
     with pytest.raises(UsageError, match=f"{out} holds a finished training run.*--overwrite"):
         check_run_dir(out, resume=False, overwrite=False)  # a finished run: never cleared silently
     assert check_run_dir(out, resume=False, overwrite=True) == REPLACE
-    assert check_run_dir(out, resume=True, overwrite=False) == IN_PLACE
+    assert check_run_dir(out, resume=True, overwrite=False) == FINISHED  # nothing to train when it is this run
     (out / SUMMARY).unlink()
     (out / "checkpoints" / "step-000001").mkdir(parents=True)
     (out / "checkpoints" / "step-000001" / "trainer_state.json").write_text("{}")

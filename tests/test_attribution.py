@@ -389,3 +389,36 @@ def test_layers_option_is_checked_and_all_layers_is_the_default(setup, tokenizer
     for p, q, r in zip(plain, every, fewer):
         assert np.array_equal(p.B.numpy(), q.B.numpy())
         assert not np.allclose(p.B.numpy(), r.B.numpy())
+
+
+@pytest.mark.integration  # every scorer on a tiny model (seconds)
+@pytest.mark.parametrize("name, options", [
+    ("exact", {}), ("atp", {}), ("atp", {"layers": "2"}), ("atp", {"ig": "2"}), ("atp", {"fast": "1", "layers": "2"}),
+])
+def test_no_scorer_backpropagates_through_fused_attention(tokenizer, monkeypatch, name, options):
+    """`bridge score` leaves cuDNN's attention allowed from 1,024 tokens (speed). That is safe only because no scorer
+    runs a backward through scaled_dot_product_attention, where cuDNN's kernel gave NaN gradients for masked bf16
+    shapes (modeling/sdpa_backends.py): exact and atp differentiate only through the attention they run by hand, and
+    no input of their scaled_dot_product_attention calls requires grad."""
+    import torch.nn.functional as F
+
+    from bridgecli.modeling.scoring import ExactScorer
+
+    calls: list[bool] = []  # whether the call is on a backward path
+    real = F.scaled_dot_product_attention
+
+    def recording(q, k, v, *args, **kwargs):
+        calls.append(torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    model = tiny_model(tiny_llama_config(len(tokenizer), layers=4, hidden=16, heads=2, kv_heads=1))
+    torch.manual_seed(1)
+    v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
+    ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3,
+                         options={"scorer_options": options})
+    scores = (ExactScorer if name == "exact" else AttributionScorer)(ctx).score(examples(tokenizer))
+    assert len(scores) == 3 and all(np.isfinite(s.a.numpy()).all() for s in scores)
+    assert not any(calls), calls
+    if name == "exact" or options.get("layers"):  # the layers before the differentiated ones do run it
+        assert calls

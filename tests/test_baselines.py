@@ -311,6 +311,37 @@ def test_reference_matches_a_direct_forward_and_backward(stream, tiny_model_dir,
                 assert ref.prompt_grad is None
 
 
+def test_reference_grad_norms_backward_leaves_cudnn_attention_out(tokenizer, monkeypatch):
+    """`bridge reference --grad-norms` backpropagates through every layer's attention, padded batches with a mask:
+    those calls run with cuDNN's kernel left out, as training's do (its backward gave NaN gradients for masked bf16
+    shapes on an H200; modeling/sdpa_backends.py); the setting comes back after, and a pass without grad norms
+    (forward only) keeps it."""
+    import torch
+    import torch.nn.functional as F
+
+    from bridgecli.baselines.reference import reference_batch
+    from bridgecli.data.examples import DataOptions, iter_examples
+
+    seen: list[tuple[bool, bool]] = []  # (on a backward path, cuDNN allowed)
+    real = F.scaled_dot_product_attention
+
+    def recording(q, k, v, *args, **kwargs):
+        seen.append((torch.is_grad_enabled() and q.requires_grad, torch.backends.cuda.cudnn_sdp_enabled()))
+        return real(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    exs = list(iter_examples(SAMPLE / "train.jsonl", tokenizer, DataOptions(limit=3)))
+    model = tiny_model(tiny_llama_config(len(tokenizer), layers=3, hidden=16, heads=2, kv_heads=1))
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for attention in (True, False):
+        reference_batch(model, exs, pad_id=0, attention=attention, grad_norms=True)
+    assert seen and all(backward for backward, _ in seen) and not any(allowed for _, allowed in seen)
+    seen.clear()
+    reference_batch(model, exs, pad_id=0, attention=False, grad_norms=False)
+    assert seen and not any(backward for backward, _ in seen) and all(allowed for _, allowed in seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
 @pytest.mark.integration  # the stream fixture runs reference models (seconds)
 def test_every_method_honours_its_budget_and_is_deterministic(stream):
     header, exs = read_all(stream / "ref.bridge")

@@ -45,3 +45,16 @@ def test_attention_output_unchanged_on_cpu(monkeypatch):
     with batch_backends(17):
         chosen = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(chosen, plain)
+
+
+def test_training_backends_leave_cudnn_out_then_restore():
+    """The one context every backward through attention runs in (bridge train, warmup, reference --grad-norms):
+    cuDNN's kernel left out (its backward gave NaN gradients for masked bf16 shapes), the others kept."""
+    from bridgecli.modeling.sdpa_backends import training_backends
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with training_backends():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

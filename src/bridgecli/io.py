@@ -415,7 +415,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     held = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
     _hold(held)  # locked while it exists, like atomic_path's files
     sweep_stale(real.parent, _temp_pattern(real.name, ""))
-    old = real.with_name(f".{real.name}.old")
+    old = moved_aside(real)
     if old.is_dir() and real.exists():  # a run killed between its two renames below
         shutil.rmtree(old, ignore_errors=True)
     os.chmod(tmp, 0o777 & ~_umask())
@@ -431,6 +431,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         os.close(held)
 
 
+def moved_aside(real: Path) -> Path:
+    """Where :func:`replace_dir` moves the folder ``real`` (a real path) aside: ``.NAME.old`` beside it."""
+    return real.with_name(f".{real.name}.old")
+
+
 def replace_dir(new: str | os.PathLike, path: str | os.PathLike) -> None:
     """Put the folder ``new`` (written next to it) in the place of the folder ``path`` (symbolic links
     followed: :func:`real_path`): an existing folder there is moved aside to ``.NAME.old`` first and
@@ -439,7 +444,7 @@ def replace_dir(new: str | os.PathLike, path: str | os.PathLike) -> None:
     if not real.exists():
         os.replace(new, real)
         return
-    old = real.with_name(f".{real.name}.old")
+    old = moved_aside(real)
     shutil.rmtree(old, ignore_errors=True)
     os.replace(real, old)
     os.replace(new, real)

@@ -5,21 +5,25 @@
     OUT/metrics.jsonl                                     one line per optimizer step, as it runs
     OUT/checkpoints/step-NNNNNN/                          every --save-every steps (training/checkpoint.py)
     OUT/bridge_train.json                                 the summary, written last (the run is complete)
+    .OUT.overwrite/                                       beside OUT: an --overwrite run, until it replaces OUT
 
 :func:`write_summary` is the summary's one writer and :func:`read_summary` its one reader;
 :func:`check_run_dir` decides what a fresh run does with the folder: a finished run or checkpoints
-are only replaced on request (``--overwrite``), once the new run is written.
+are only replaced on request (``--overwrite``), once the new run is written. What a killed
+``--overwrite`` left beside OUT is put right by the next run into OUT (:func:`settle_killed_overwrite`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 
 from ..errors import UsageError
+from ..io import moved_aside, real_path
 from .json_file import RunRecord, read_struct
 
 DEFAULT_TRAIN_DIR = Path("runs") / "final"
@@ -72,19 +76,21 @@ def read_summary(out: str | Path) -> TrainSummary | None:
 
 #: what a run does with its folder before it trains (:func:`check_run_dir`): train in it as it is (none
 #: there, empty, or --resume), empty it first (what an unfinished run left: no checkpoint, no model),
-#: or train beside it and replace it once the new run is written (--overwrite of a finished run or
-#: of checkpoints)
-IN_PLACE, CLEAR, REPLACE = "in-place", "clear", "replace"
+#: train beside it and replace it once the new run is written (--overwrite of a finished run or of
+#: checkpoints), or nothing (--resume of a finished run: the same run is done, another is refused)
+IN_PLACE, CLEAR, REPLACE, FINISHED = "in-place", "clear", "replace", "finished"
 
 
 def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
-    """What a run must do with ``out`` first: :data:`IN_PLACE`, :data:`CLEAR` or :data:`REPLACE`
-    (every rank checks, so every rank raises alike). A folder holding a finished run or checkpoints is
-    only continued (--resume) or replaced on request (--overwrite), never cleared; a non-empty folder
-    that is not a training run is never touched."""
+    """What a run must do with ``out`` first: :data:`IN_PLACE`, :data:`CLEAR`, :data:`REPLACE` or
+    :data:`FINISHED` (every rank checks, so every rank raises alike). A folder holding a finished run or
+    checkpoints is only continued (--resume; a finished run has nothing left to continue) or replaced on
+    request (--overwrite), never cleared; a non-empty folder that is not a training run is never touched."""
     from ..training import checkpoint
 
-    if resume or not out.exists():
+    if resume:
+        return FINISHED if (out / SUMMARY).is_file() else IN_PLACE
+    if not out.exists():
         return IN_PLACE
     if not out.is_dir():
         raise UsageError(f"{out} exists and is not a folder", hint="pass another -o")
@@ -104,3 +110,39 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
             hint="pass --resume to continue it, or --overwrite to start over",
         )
     return REPLACE if overwrite else CLEAR
+
+
+def overwrite_dir(out: str | Path) -> Path:
+    """The hidden folder beside ``out`` that an ``--overwrite`` run trains in, ``.NAME.overwrite``, named
+    after the real folder (a run folder given as a symbolic link stays one); it replaces ``out`` once the
+    new run is written (:func:`bridgecli.io.replace_dir`)."""
+    real = real_path(out)
+    return real.with_name(f".{real.name}.overwrite")
+
+
+def settle_killed_overwrite(out: str | Path) -> list[str]:
+    """Put right what a killed ``--overwrite`` run left beside ``out``; the lines saying what was done.
+    Called by the process that holds the run folder's lock before the run looks at the folder:
+
+    - killed between :func:`bridgecli.io.replace_dir`'s two renames (OUT gone, the old run moved aside to
+      ``.NAME.old``): the new run goes in place when it is complete (its summary is written only once its
+      model is), else the old run goes back: the old run is never lost before the new one is whole;
+    - killed while it trained: its unfinished ``.NAME.overwrite`` is removed (its checkpoints are not what
+      ``--resume`` continues, which is OUT's run);
+    - killed while removing the old run after the renames: what is left of ``.NAME.old`` is removed."""
+    real = real_path(out)
+    new, old = overwrite_dir(out), moved_aside(real)
+    done = []
+    if not real.exists() and old.is_dir():
+        if (new / SUMMARY).is_file():
+            os.replace(new, real)
+            done.append(f"{out}: the --overwrite run that was killed while replacing it is finished and now in place")
+        else:
+            os.replace(old, real)
+            done.append(f"{out}: put back as it was before an --overwrite run that was killed")
+    if new.exists():
+        shutil.rmtree(new)
+        done.append(f"removed {new}, what a killed --overwrite run into {out} left unfinished")
+    if old.is_dir() and real.exists():
+        shutil.rmtree(old)
+    return done

@@ -19,6 +19,7 @@ from ..format.records import Example
 from ..modeling.attention import Routing, routing, use_bridge_attention
 from ..modeling.score_batch import make_batch
 from ..modeling.params import decoder_of, num_blocks
+from ..modeling.sdpa_backends import training_backends
 
 
 def _targets(ex: Example) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -59,7 +60,10 @@ def reference_batch(
     has_pred = pos_t > 0
     query = torch.clamp(pos_t - 1, min=0)
 
-    with torch.set_grad_enabled(grad_norms):
+    # with grad_norms a backward runs through every layer's attention: cuDNN's kernel is left out of it, as in
+    # training (its backward gave NaN gradients for some masked bf16 shapes: modeling/sdpa_backends.py)
+    kernels = training_backends() if grad_norms else contextlib.nullcontext()
+    with torch.set_grad_enabled(grad_norms), kernels:
         emb = model.get_input_embeddings()(ids)
         if grad_norms:
             emb = emb.detach().requires_grad_(True)

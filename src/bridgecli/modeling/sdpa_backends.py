@@ -1,4 +1,5 @@
-"""Which fused attention kernels a scoring batch (``BRIDGE_SDPA_CUDNN``) and training may use.
+"""Which fused attention kernels a scoring batch (``BRIDGE_SDPA_CUDNN``), training and the other backward
+passes through attention may use.
 
 On recent GPUs PyTorch prefers cuDNN's attention kernel. cuDNN builds an execution plan for every
 new (batch, heads, length) shape: tens of milliseconds of host time in the first call of each new
@@ -11,7 +12,12 @@ measurements on both kinds of data).
 ``BRIDGE_SDPA_CUDNN=1`` keeps cuDNN allowed at every length, ``=0`` leaves it out at every length,
 unset (``auto``) applies the rule above.
 
-Training (:func:`training_backends`) never uses cuDNN's attention: its backward on H100/H200 (sm90) returns
+The scorers never run a backward through scaled_dot_product_attention, so the rule above weighs speed
+only: ``bridge`` scores under no_grad; ``exact`` and ``atp`` differentiate only through the attention of
+layers they run by hand (explicit math, or FlashAttention and the memory-efficient kernel called directly,
+never cuDNN's), and nothing upstream of their scaled_dot_product_attention calls requires grad. A backward through
+scaled_dot_product_attention (``bridge train`` and ``warmup``, ``bridge reference --grad-norms``) runs under
+:func:`training_backends`, which never uses cuDNN's attention: its backward on H100/H200 (sm90) returns
 NaN gradients for a key length of 64 (mod 128) with an explicit mask when some query row's logsumexp is
 below -ln(FLT_MAX) = -88.7 (pytorch/pytorch#196678; reported fixed in the cuDNN 9.26 backend). Both
 hold in our training: every packed micro-batch and nearly every padded one carries a mask, and the
@@ -50,9 +56,10 @@ def batch_backends(seq_len: int) -> ContextManager:
 
 
 def training_backends() -> ContextManager:
-    """A context for training forwards and backwards (gradient checkpointing recomputes inside the
-    backward): scaled_dot_product_attention picks among FlashAttention, the memory-efficient kernel and
-    the math path, never cuDNN's (see the module docstring). On the CPU nothing changes."""
+    """A context for forwards whose backward runs, and for those backwards (training, where gradient
+    checkpointing recomputes inside the backward; ``bridge reference --grad-norms``): scaled_dot_product_attention
+    picks among FlashAttention, the memory-efficient kernel and the math path, never cuDNN's (see the module
+    docstring). On the CPU nothing changes."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])

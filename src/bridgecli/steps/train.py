@@ -18,17 +18,30 @@ import torch
 
 from .. import PRODUCER
 from ..artifacts.rows_meta import read_rows_meta
-from ..artifacts.train_run import ADAPTER, CLEAR, REPLACE, TrainSummary, check_run_dir, write_summary
+from ..artifacts.train_run import (
+    ADAPTER,
+    CLEAR,
+    FINISHED,
+    REPLACE,
+    SUMMARY,
+    TrainSummary,
+    check_run_dir,
+    overwrite_dir,
+    read_summary,
+    settle_killed_overwrite,
+    write_summary,
+)
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..io import check_input, real_path, replace_dir
+from ..io import check_input, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
 from ..training.config import config_dict
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
-from ..training.sft import FitResult, fit, make_accelerator
+from ..training.batching import plan_digest, step_rows
+from ..training.sft import FitResult, check_resume, fit, make_accelerator
 from .common import now
 from .options import TrainOptions
 
@@ -201,6 +214,8 @@ def run_train(opts: TrainOptions) -> dict:
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
     with folder_lock(opts.out, "training run folder"):
+        for line in settle_killed_overwrite(opts.out):  # before any process looks at the folder
+            note(line)
         return _run_train(opts)
 
 
@@ -219,6 +234,8 @@ def _run_train(opts: TrainOptions) -> dict:
     cfg = opts.sft
     acc, device = _accelerator(opts)
     main = acc.is_main_process
+    if action == FINISHED and limit is not None:  # the rows as they trained: before any model loads
+        return _finished_run(out, opts, ref, rows, acc)
     if clip_note and main:
         note(clip_note)
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
@@ -228,20 +245,23 @@ def _run_train(opts: TrainOptions) -> dict:
         )
     run_dir = _prepare_run_dir(out, action, acc)
     try:
-        return _train_into(run_dir, opts, ref, side, limit, acc, device)
+        return _train_into(run_dir, opts, ref, side, limit, acc, device, finished=action == FINISHED)
     except BaseException:
         if run_dir != out and main:  # --overwrite: the earlier run stays as it was
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
 
-def _train_into(run_dir: Path, opts: TrainOptions, ref, side, limit: RowLimit | None, acc, device: str) -> dict:
+def _train_into(
+    run_dir: Path, opts: TrainOptions, ref, side, limit: RowLimit | None, acc, device: str, *, finished: bool = False
+) -> dict:
     """Load, train and save into ``run_dir``: ``opts.out``, or (--overwrite) the folder beside it that
-    replaces it once the model is written there."""
+    replaces it once the model is written there. ``finished``: --resume of a finished run whose rows
+    are known only once the model is loaded (its limit came from the loaded config)."""
     cfg = opts.sft
     main = acc.is_main_process
     out = Path(opts.out)
-    if main:
+    if main and not finished:
         note(
             f"training {ref.spec} (theta_old) on {opts.data} on {device}"
             + (f" x {acc.num_processes} processes" if acc.num_processes > 1 else "")
@@ -249,6 +269,8 @@ def _train_into(run_dir: Path, opts: TrainOptions, ref, side, limit: RowLimit | 
     tokenizer = _load_tokenizer(ref, side, opts)
     model = load_model(ref, device=device)
     rows = _rows_for_model(opts, model, tokenizer, ref, limit, main)
+    if finished:
+        return _finished_run(out, opts, ref, rows, acc)
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
     if cfg.lora is not None:
         model = _with_lora(model, cfg.lora, main)
@@ -285,6 +307,35 @@ def _train_into(run_dir: Path, opts: TrainOptions, ref, side, limit: RowLimit | 
     return summary.to_dict()
 
 
+def _finished_run(out: Path, opts: TrainOptions, ref, rows: list[Row], acc) -> dict:
+    """--resume of a run folder whose run has finished (its summary is written): when it is this
+    command's run, nothing is left to train (one line says so; the folder stays as it is); when its
+    summary records other settings, data or data order, processes or base model, refused as a resume
+    from such a checkpoint is (:func:`check_resume`)."""
+    summary = read_summary(out)
+    assert summary is not None  # check_run_dir found it
+    where = out / SUMMARY
+    if summary.sft is None or summary.plan_digest is None or summary.processes is None:
+        raise UsageError(
+            f"{where} does not record the settings and data order of its run: cannot tell it is this command's",
+            hint="pass --overwrite to train again, or another -o",
+        )
+    used = [r for r in rows if r.supervised > 0]  # the rows fit trains on, in its order
+    recorded = {"base_model": summary.base_model, "base_fingerprint": summary.base_fingerprint}
+    state = {
+        "config": summary.sft,
+        "plan_digest": summary.plan_digest,
+        "world_size": summary.processes,
+        "meta": {k: v for k, v in recorded.items() if v is not None},
+    }
+    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
+    check_resume(state, opts.sft, plan_digest(step_rows(len(used), opts.sft), used), acc.num_processes, meta, where)
+    if acc.is_main_process:
+        loss = f", final loss {summary.final_loss:.4f}" if summary.final_loss is not None else ""
+        note(f"{out} holds this run, already finished ({summary.steps} steps{loss}): nothing to train")
+    return {**summary.to_dict(), "written": False, "finished": True}
+
+
 def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | None) -> dict:
     """The result of a run whose rows hold no supervised token (with --allow-empty; refused without)."""
     what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
@@ -314,12 +365,9 @@ def _accelerator(opts: TrainOptions):
 def _prepare_run_dir(out: Path, action: str, acc) -> Path:
     """The folder to train into, made ready (rank 0) for ``action`` (:func:`check_run_dir`): ``out``,
     emptied first for :data:`CLEAR`; for :data:`REPLACE` (--overwrite), the hidden ``.NAME.overwrite``
-    folder beside it (what a killed --overwrite run left there is cleared), which replaces ``out``
-    once the new run is written. Every rank waits until that is done."""
-    run_dir = out
-    if action == REPLACE:
-        real = real_path(out)
-        run_dir = real.with_name(f".{real.name}.overwrite")
+    folder beside it (:func:`overwrite_dir`, made empty), which replaces ``out`` once the new run is
+    written. Every rank waits until that is done."""
+    run_dir = overwrite_dir(out) if action == REPLACE else out
     acc.wait_for_everyone()  # every rank has looked before rank 0 clears
     if acc.is_main_process and action == CLEAR:  # its contents: a run folder given as a symbolic link stays one
         for child in out.iterdir():

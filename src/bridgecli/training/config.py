@@ -98,8 +98,9 @@ class SFTConfig:
     #: bf16 mixed precision (None: on with CUDA, off on CPU)
     bf16: bool | None = option(
         None,
-        "bf16 mixed precision (default: on a GPU, off on the CPU). --no-bf16 trains in float32: slower, for "
-        "a model whose bf16 gradients overflow (train stops when they do and says so).",
+        "bf16 mixed precision (default: on a GPU, off on the CPU). --no-bf16 trains in float32 (on a GPU with TF32 "
+        "matmuls unless --no-tf32): slower, with more activation memory. Use it when a bf16 run stops on NaN or infinite "
+        "gradients (train says so and names this flag), or to train as an earlier float32 run did.",
         "--bf16/--no-bf16",
         panel=EFFICIENCY_PANEL,
     )

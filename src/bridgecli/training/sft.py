@@ -51,6 +51,7 @@ __all__ = [
     "FitResult",
     "SFTConfig",
     "accumulate",
+    "check_resume",
     "cosine_lr",
     "fit",
     "make_accelerator",
@@ -206,7 +207,11 @@ class FitResult:
     prepared: Any = None  # the model as accelerate wrapped it (DDP/FSDP), for gathering its state
 
 
-def _check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
+def check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
+    """Refuse (:class:`UsageError` naming ``where``) to continue a run whose recorded ``state`` (a checkpoint's
+    ``trainer_state.json``, or what a finished run's summary records) was made with other settings than
+    ``cfg`` (those of :data:`RESUMABLE_CHANGES` and bf16 may change), on other data or another data order
+    (``digest``), by another number of processes or from another base model (``meta``)."""
     saved = state.get("config", {})
     now = config_dict(cfg)
     diffs = [
@@ -347,7 +352,7 @@ def _resumed_step(acc: Accelerator, run_dir: Path, cfg: SFTConfig, digest: str, 
         return 0
     step_no, path = found
     with open(path / checkpoint.STATE) as fh:
-        _check_resume(json.load(fh), cfg, digest, acc.num_processes, meta, path)
+        check_resume(json.load(fh), cfg, digest, acc.num_processes, meta, path)
     checkpoint.load(acc, path)
     if acc.is_main_process:
         note(f"resuming from {path} (step {step_no} of {total})")
@@ -374,7 +379,7 @@ def _open_metrics(run_dir: Path, start: int):
 def _save_checkpoint(
     acc: Accelerator, run_dir: Path, step: int, total: int, digest: str, setup: _StepSetup, meta: dict | None, elapsed
 ) -> None:
-    """A checkpoint after ``step``, with what a resume checks (:func:`_check_resume`)."""
+    """A checkpoint after ``step``, with what a resume checks (:func:`check_resume`)."""
     state = {
         "step": step,
         "total_steps": total,

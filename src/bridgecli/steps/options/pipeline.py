@@ -289,7 +289,8 @@ class TrainOptions:
     device: str = option("auto", DEVICE_HELP)
     resume: bool = option(
         False,
-        "Continue from the latest complete checkpoint in OUT (start fresh when there is none).",
+        "Continue from the latest complete checkpoint in OUT (start fresh when there is none; when OUT holds "
+        "this run finished, nothing is trained).",
         "--resume",
         panel=CHECKPOINT_PANEL,
     )
