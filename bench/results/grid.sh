@@ -50,6 +50,9 @@
 #   MATH_ACC_LIMIT [0: skip]   MATH-500 items for accuracy (greedy, MATH_GEN_TOKENS [512] new tokens)
 #   ANSWER_LOSS [0]   1: the answer-span loss (`eval --task answer-loss`) on GSM8K test and MATH-500
 #   GEN_BATCH [EVAL_BATCH]   generation batch size for the accuracy tasks
+#   EVAL_LANES [1]   2: a row's GSM8K and MATH-500 evaluations run as two processes side by side on its device
+#                    (generation is host-bound: a 0.5B model's decoding step leaves an H200 mostly idle); the
+#                    eval-* seconds recorded then overlap, and the results are the same as with 1
 #   IMPORTANCE_OPTIONS ["floor=0.5 by=abs"]   --option words of the importance and tilt rows
 #   TRAIN_OPTIONS [empty]   more `bridge train` flags, e.g. --no-packing
 #   PREPARE_ONLY [0]   1: every job stops after its compacted rows (no training, no evaluation, nothing
@@ -101,6 +104,8 @@ MIX=${MIX:-gsm8k+math}
 SCORER=${SCORER:-bridge}
 MATH_ACC_LIMIT=${MATH_ACC_LIMIT:-0}
 ANSWER_LOSS=${ANSWER_LOSS:-0}
+EVAL_LANES=${EVAL_LANES:-1}
+case "$EVAL_LANES" in 1|2) ;; *) echo "grid.sh: error: EVAL_LANES=$EVAL_LANES: expected 1 or 2" >&2; exit 2 ;; esac
 GEN_TOKENS=${GEN_TOKENS:-256}
 MATH_GEN_TOKENS=${MATH_GEN_TOKENS:-512}
 IMPORTANCE_OPTIONS=${IMPORTANCE_OPTIONS:-"floor=0.5 by=abs"}
@@ -272,19 +277,44 @@ losses() {
   fi
 }
 
-evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
+eval_gsm8k() {  # eval_gsm8k MODEL DIR: GSM8K test's losses (and accuracy)
   local model=$1 d=$2
   step "$d/eval-gsm8k" losses gsm8k "$gsm_test" "$GSM8K_LIMIT" "$model" "$d"
-  step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
   if [ "$ACC_LIMIT" -gt 0 ]; then
     step "$d/eval-acc" bridge eval "$model" --task gsm8k --data "$gsm_test" --limit "$ACC_LIMIT" \
       --max-new-tokens "$GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume -o "$out/$d/acc-gsm8k.json"
   fi
+}
+
+eval_math() {  # eval_math MODEL DIR: MATH-500's losses (and accuracy)
+  local model=$1 d=$2
+  step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
   if [ "$MATH_ACC_LIMIT" -gt 0 ]; then
     step "$d/eval-acc-math" bridge eval "$model" --task math --data "$math_test" --limit "$MATH_ACC_LIMIT" \
       --max-new-tokens "$MATH_GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume \
       -o "$out/$d/acc-math500.json"
   fi
+}
+
+evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
+  local model=$1 d=$2
+  if [ "$EVAL_LANES" = 1 ]; then
+    eval_gsm8k "$model" "$d"
+    eval_math "$model" "$d"
+    return
+  fi
+  # two processes on the row's device at once, GSM8K's steps in one lane and MATH-500's in the other; both
+  # lanes are waited for (neither outlives the row, at DEADLINE_S too), then the first failure is passed on
+  local a b sa=0 sb=0 t0=$SECONDS fresh=1
+  compgen -G "$out/done/${d//\//_}_eval-*" > /dev/null && fresh=0  # resumed: no wall time of the whole
+  ( eval_gsm8k "$model" "$d" ) & a=$!
+  ( eval_math "$model" "$d" ) & b=$!
+  wait "$a" || sa=$?
+  wait "$b" || sb=$?
+  if [ "$sa" != 0 ]; then exit "$sa"; fi
+  if [ "$sb" != 0 ]; then exit "$sb"; fi
+  local wall="$out/done/${d//\//_}_eval-wall"  # the lanes' wall time (grid_record.py's seconds.eval)
+  [ "$fresh" = 0 ] || { echo $(( SECONDS - t0 )) > "$wall.tmp" && mv "$wall.tmp" "$wall"; }
 }
 
 recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?

@@ -94,7 +94,8 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         e["answer_loss"] = answer
     evals = ("gsm8k", "math500", "acc", "acc-math")  # eval-gsm8k / -math500: held-out (and answer-span) losses
     seconds = {f"eval-{t}": _secs(out, f"{run}/eval-{t}") for t in evals}
-    seconds["eval"] = sum(seconds.values())
+    # the evaluation's wall time: grid.sh's eval-wall mark when its steps ran in two lanes (they overlap)
+    seconds["eval"] = _secs(out, f"{run}/eval-wall") or sum(seconds.values())
     if sel:
         meta = _load(out / sel / "train.jsonl.bridge.json") or {}
         e["tokens"] = {
@@ -125,7 +126,7 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         for name in ("select", "close", "inspect", "compact"):
             seconds[name] = _secs(out, f"{sel}/{name}")
         seconds["train"] = _secs(out, f"{run}/train")
-    seconds["total"] = sum(v for k, v in seconds.items() if k != "eval")  # "eval" sums the eval-* steps
+    seconds["total"] = sum(v for k, v in seconds.items() if not k.startswith("eval-"))  # eval: their wall time
     e["seconds"] = seconds
     return e
 
