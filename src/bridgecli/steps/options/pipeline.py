@@ -176,7 +176,15 @@ class SelectOptions:
             "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's."
         ),
     )
-    rho_p: float = option(0.75, "Prompt retention ratio: b_p = ceil(rho_p * eligible).", "--rho-p", range=RETENTION)
+    rho_p: float = option(
+        0.75,
+        (
+            "Prompt retention ratio: b_p = ceil(rho_p * eligible). Dropped prompt tokens leave the training "
+            "input; 1 keeps every one (docs/results.md measures what cutting prompts costs)."
+        ),
+        "--rho-p",
+        range=RETENTION,
+    )
     rho_r: float = option(
         0.75,
         (
