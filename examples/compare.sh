@@ -17,7 +17,7 @@
 #   METHODS                    space-separated list (default: all of them)
 #   CLOSE_ALL (0)              1: run `bridge close --segmenter math` for every method, not only BRIDGE's
 #   WARM, VAL, TRAIN, TEST     data files (default: the bundled sample in examples/data; any GSM8K-shaped
-#                              JSONL works, e.g. slices of ../shared/data/gsm8k: bench/compare/real_subset.sh)
+#                              JSONL works, e.g. slices of your GSM8K files: bench/compare/real_subset.sh)
 # Every step skips work whose output exists, so an interrupted run continues where it stopped, and
 # runs with disjoint METHODS may share OUT_DIR (in parallel, once the shared steps are done).
 # The closure projection is part of BRIDGE, so by default the compared methods are trained on their

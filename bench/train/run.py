@@ -72,7 +72,7 @@ def parse(argv=None):
     p.add_argument(
         "--data",
         default=None,
-        help="examples (default: ../shared/data/gsm8k/train.jsonl if present, else the bundled sample)",
+        help="examples, a prompt/response JSONL such as your GSM8K train file (default: the bundled sample)",
     )
     p.add_argument("--stream", default=None, help="a bridge stream at selection/closure stage: use its selection")
     p.add_argument("--rows", type=int, default=None, help="examples to train on (the data is cycled if shorter)")
@@ -126,8 +126,8 @@ def parse(argv=None):
 
 
 def default_data() -> Path:
-    gsm8k = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-    return gsm8k if gsm8k.exists() else ROOT / "examples" / "data" / "train.jsonl"
+    """The bundled sample: the same examples on every machine unless --data names others."""
+    return ROOT / "examples" / "data" / "train.jsonl"
 
 
 def build_rows(args, tokenizer):
