@@ -110,6 +110,7 @@ def test_item_intervals_and_paired_differences_against_direct_computation():
         ({"GRID_JOBS": "42:random:.5"}, "GRID_JOBS: 42:random:.5 is not"),
         ({"GRID_JOBS": "42:random:0.5:7"}, "GRID_JOBS: 42:random:0.5:7 is not"),
         ({"METHODS": "full randon"}, "METHODS: unknown row randon"),
+        ({"EVAL_LANES": "3"}, "EVAL_LANES=3: expected 1 or 2"),
         # well-formed: refused only later, for the missing data folder
         ({"GRID_JOBS": "42:full:1 3407:random-resp:0.5 7:bridge-resp:0.75"}, "no such file"),
     ],
