@@ -47,11 +47,10 @@ def tree_bytes() -> int:
 
 def piece_mib() -> int:
     """The largest whole-MiB piece that fits one call beside the tree, with HEADROOM_MIB to spare."""
-    mib = (((CAP_MIB - HEADROOM_MIB) << 20) - tree_bytes()) >> 20
+    tree = tree_bytes()
+    mib = (((CAP_MIB - HEADROOM_MIB) << 20) - tree) >> 20
     if mib < 8:
-        raise SystemExit(
-            f"carry_file.py: the tree takes {tree_bytes() / 2**20:.1f} MiB of the {CAP_MIB} MiB a call carries"
-        )
+        raise SystemExit(f"carry_file.py: the tree takes {tree / 2**20:.1f} MiB of the {CAP_MIB} MiB a call carries")
     return mib
 
 

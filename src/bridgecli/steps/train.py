@@ -40,8 +40,7 @@ from ..training import lora as lora_mod
 from ..training.config import config_dict
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
-from ..training.batching import plan_digest, step_rows
-from ..training.sft import FitResult, check_resume, fit, make_accelerator
+from ..training.sft import FitResult, check_resume, fit, make_accelerator, training_plan
 from .common import now
 from .options import TrainOptions
 
@@ -274,7 +273,7 @@ def _train_into(
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices
     if cfg.lora is not None:
         model = _with_lora(model, cfg.lora, main)
-    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
+    meta = _base_meta(ref)
     result = fit(
         model,
         rows,
@@ -320,7 +319,6 @@ def _finished_run(out: Path, opts: TrainOptions, ref, rows: list[Row], acc) -> d
             f"{where} does not record the settings and data order of its run: cannot tell it is this command's",
             hint="pass --overwrite to train again, or another -o",
         )
-    used = [r for r in rows if r.supervised > 0]  # the rows fit trains on, in its order
     recorded = {"base_model": summary.base_model, "base_fingerprint": summary.base_fingerprint}
     state = {
         "config": summary.sft,
@@ -328,12 +326,17 @@ def _finished_run(out: Path, opts: TrainOptions, ref, rows: list[Row], acc) -> d
         "world_size": summary.processes,
         "meta": {k: v for k, v in recorded.items() if v is not None},
     }
-    meta = {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
-    check_resume(state, opts.sft, plan_digest(step_rows(len(used), opts.sft), used), acc.num_processes, meta, where)
+    digest = training_plan(rows, opts.sft)[2]
+    check_resume(state, opts.sft, digest, acc.num_processes, _base_meta(ref), where)
     if acc.is_main_process:
         loss = f", final loss {summary.final_loss:.4f}" if summary.final_loss is not None else ""
         note(f"{out} holds this run, already finished ({summary.steps} steps{loss}): nothing to train")
     return {**summary.to_dict(), "written": False, "finished": True}
+
+
+def _base_meta(ref) -> dict:
+    """The base model as a run records it, and a resume compares (:func:`check_resume`'s ``meta``)."""
+    return {"base_model": ref.spec, "base_fingerprint": fingerprint(ref)}
 
 
 def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | None) -> dict:

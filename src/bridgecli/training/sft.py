@@ -55,6 +55,7 @@ __all__ = [
     "cosine_lr",
     "fit",
     "make_accelerator",
+    "training_plan",
     "resolve_packing",
     "save_model",
     "step_plan",
@@ -207,6 +208,14 @@ class FitResult:
     prepared: Any = None  # the model as accelerate wrapped it (DDP/FSDP), for gathering its state
 
 
+def training_plan(rows: Sequence[Row], cfg: SFTConfig) -> tuple[list[Row], list[list[int]], str]:
+    """What :func:`fit` trains on: the rows with a supervised token (in order), the rows of each optimizer
+    step, and their :func:`plan_digest` (what a resume compares with the run it continues)."""
+    rows = [r for r in rows if r.supervised > 0]
+    steps = step_rows(len(rows), cfg)
+    return rows, steps, plan_digest(steps, rows)
+
+
 def check_resume(state: dict, cfg: SFTConfig, digest: str, world: int, meta: dict | None, where: Path) -> None:
     """Refuse (:class:`UsageError` naming ``where``) to continue a run whose recorded ``state`` (a checkpoint's
     ``trainer_state.json``, or what a finished run's summary records) was made with other settings than
@@ -259,15 +268,13 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place. With ``run_dir``: metrics.jsonl and (``cfg.save_every``)
     checkpoints there, ``resume`` continues from the latest complete checkpoint."""
-    rows = [r for r in rows if r.supervised > 0]
+    rows, steps, digest = training_plan(rows, cfg)
     acc = accelerator or make_accelerator(device, bool(cfg.bf16) and str(device).startswith("cuda"))
     use_tf32(str(device), cfg.tf32)
     world, rank, main = acc.num_processes, acc.process_index, acc.is_main_process
     if world > 1:
         device = acc.device
     torch.manual_seed(cfg.seed)
-    steps = step_rows(len(rows), cfg)
-    digest = plan_digest(steps, rows)
     if not steps:
         return FitResult([], model, acc, False, "no rows with a supervised token", plan_digest=digest)
     packing, packing_note = resolve_packing(model, cfg.packing)
