@@ -7,15 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridgecli.builtin import segmenters
-from bridgecli.builtin.segmenters import (
-    SEGMENTERS,
-    split_code,
-    split_list_items,
-    split_math,
-    split_sentences,
-    split_steps,
-    validate_spans,
-)
+from bridgecli.builtin.segmenters import SEGMENTERS, validate_spans
 
 GSM8K = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
@@ -24,8 +16,9 @@ GSM8K = (
 )
 
 
-def units(fn, text: str) -> list[str]:
-    spans = fn(text)
+def units(name: str, text: str) -> list[str]:
+    """The units the built-in segmenter registered as ``name`` cuts ``text`` into, checked against the contract."""
+    spans = SEGMENTERS[name](text)
     validate_spans(text, spans)
     return [text[a:b] for a, b in spans]
 
@@ -100,7 +93,7 @@ def test_hook_registers_every_builtin():
 
 
 def test_sentence_gsm8k_keeps_annotations_inside():
-    assert units(split_sentences, GSM8K) == [
+    assert units("sentence", GSM8K) == [
         "Natalia sold 48/2 = <<48/2=24>>24 clips in May.",
         "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.",
         "#### 72",
@@ -109,7 +102,7 @@ def test_sentence_gsm8k_keeps_annotations_inside():
 
 def test_sentence_does_not_split_decimals_or_abbreviations():
     text = "It costs 3.5 dollars, e.g. for Mr. Smith. Really? Yes!\n1. First step. Then <<3. 5=1>> x.\n\nNew"
-    assert units(split_sentences, text) == [
+    assert units("sentence", text) == [
         "It costs 3.5 dollars, e.g. for Mr. Smith.",
         "Really?",
         "Yes!",
@@ -120,7 +113,7 @@ def test_sentence_does_not_split_decimals_or_abbreviations():
 
 
 def test_sentence_keeps_closing_quote():
-    assert units(split_sentences, 'He said "stop." Then left') == ['He said "stop."', "Then left"]
+    assert units("sentence", 'He said "stop." Then left') == ['He said "stop."', "Then left"]
 
 
 # --- math ---------------------------------------------------------------------------------------
@@ -128,38 +121,38 @@ def test_sentence_keeps_closing_quote():
 
 def test_math_paper_example_is_one_unit():
     text = "so 2 * 3 = 6 apples"
-    assert split_math(text) == [(3, 12)]
-    assert units(split_math, "2 * 3 = 6") == ["2 * 3 = 6"]
+    assert SEGMENTERS["math"](text) == [(3, 12)]
+    assert units("math", "2 * 3 = 6") == ["2 * 3 = 6"]
 
 
 def test_math_gsm8k_equations_and_answer():
-    assert units(split_math, GSM8K) == ["48/2 = <<48/2=24>>24", "48+24 = <<48+24=72>>72", "#### 72"]
+    assert units("math", GSM8K) == ["48/2 = <<48/2=24>>24", "48+24 = <<48+24=72>>72", "#### 72"]
 
 
 def test_math_annotation_with_result_alone_and_currency():
-    assert units(split_math, "She got <<48/2=24>>24 clips") == ["<<48/2=24>>24"]
+    assert units("math", "She got <<48/2=24>>24 clips") == ["<<48/2=24>>24"]
     text = "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute. She paid $5 and $10 for it."
-    assert units(split_math, text) == ["12/60 = $<<12/60=0.2>>0.2", "$5", "$10"]
+    assert units("math", text) == ["12/60 = $<<12/60=0.2>>0.2", "$5", "$10"]
 
 
 def test_math_latex():
     text = r"Let $x^2 + 1$ be y, $$\int_0^1 f$$ and \(a+b\) or \[c = d\] so \boxed{\frac{1}{2}}."
-    assert units(split_math, text) == [
+    assert units("math", text) == [
         "$x^2 + 1$", r"$$\int_0^1 f$$", r"\(a+b\)", r"\[c = d\]", r"\boxed{\frac{1}{2}}",
     ]
 
 
 def test_math_expressions_exclude_prose_and_dangling_operators():
     text = "Then -3 + (4 - x) = 2x, 50% of 3 a day.\n- 7 apples\n(so 1 + 1 = 2)\n7 × 8 ≤ 60"
-    assert units(split_math, text) == ["-3 + (4 - x) = 2x", "50%", "3", "7", "1 + 1 = 2", "7 × 8 ≤ 60"]
-    assert units(split_math, "I think a word like and/or is prose") == []
+    assert units("math", text) == ["-3 + (4 - x) = 2x", "50%", "3", "7", "1 + 1 = 2", "7 × 8 ≤ 60"]
+    assert units("math", "I think a word like and/or is prose") == []
 
 
 # --- step ---------------------------------------------------------------------------------------
 
 
 def test_step_one_unit_per_line():
-    assert units(split_steps, GSM8K + "\n\n") == [
+    assert units("step", GSM8K + "\n\n") == [
         "Natalia sold 48/2 = <<48/2=24>>24 clips in May.",
         "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.",
         "#### 72",
@@ -167,7 +160,7 @@ def test_step_one_unit_per_line():
 
 
 def test_step_single_line_falls_back_to_sentences():
-    assert units(split_steps, "  First we add. Then we divide!  ") == ["First we add.", "Then we divide!"]
+    assert units("step", "  First we add. Then we divide!  ") == ["First we add.", "Then we divide!"]
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -193,7 +186,7 @@ def test_list_items_with_continuations_and_paragraphs():
         "\n"
         "#### 72"
     )
-    assert units(split_list_items, text) == [
+    assert units("list", text) == [
         "Here are the steps:",
         "1. Buy milk\n   with a note",
         "2) Pay",
@@ -209,7 +202,7 @@ def test_list_items_with_continuations_and_paragraphs():
 
 
 def test_list_does_not_take_numbers_or_bold_for_items():
-    assert units(split_list_items, "3.5 kg of flour\n**Bold** text") == ["3.5 kg of flour\n**Bold** text"]
+    assert units("list", "3.5 kg of flour\n**Bold** text") == ["3.5 kg of flour\n**Bold** text"]
 
 
 # --- code ---------------------------------------------------------------------------------------
@@ -242,7 +235,7 @@ It returns the total. Done.'''
 
 
 def test_code_python_fence_by_statement():
-    assert units(split_code, PYTHON_ANSWER) == [
+    assert units("code", PYTHON_ANSWER) == [
         "Here is the code.",
         "```python",
         "import math",
@@ -274,17 +267,17 @@ def test_code_python_fence_by_statement():
 
 def test_code_match_statement_headers_are_separate():
     text = "match t:\n    case 1:\n        y = 1\n    case _:\n        y = 2\n"
-    assert units(split_code, text) == ["match t:", "case 1:", "y = 1", "case _:", "y = 2"]
+    assert units("code", text) == ["match t:", "case 1:", "y = 1", "case _:", "y = 2"]
 
 
 def test_code_unfenced_python_that_parses():
     text = "def f(x):\n    return x\n\nprint(f(1))\n"
-    assert units(split_code, text) == ["def f(x):", "return x", "print(f(1))"]
+    assert units("code", text) == ["def f(x):", "return x", "print(f(1))"]
 
 
 def test_code_truncated_python_falls_back_to_logical_lines():
     text = "```python\ndef f(x):\n    for i in range(3):\n        total = foo(i,\n                    x"
-    assert units(split_code, text) == [
+    assert units("code", text) == [
         "```python",
         "def f(x):",
         "for i in range(3):",
@@ -293,27 +286,27 @@ def test_code_truncated_python_falls_back_to_logical_lines():
 
 
 def test_code_bad_indentation_falls_back_to_physical_lines():
-    assert units(split_code, "```py\ndef f(x):\n  return 1\n x = 2\ny = 3\n") == [
+    assert units("code", "```py\ndef f(x):\n  return 1\n x = 2\ny = 3\n") == [
         "```py", "def f(x):", "return 1", "x = 2", "y = 3",
     ]
 
 
 def test_code_other_language_by_line():
     text = "Try this:\n```js\nfunction f(x) {\n  return x + 1;\n}\n```\nDone."
-    assert units(split_code, text) == [
+    assert units("code", text) == [
         "Try this:", "```js", "function f(x) {", "return x + 1;", "}", "```", "Done.",
     ]
 
 
 def test_code_indented_fence_in_a_list_item():
     text = "- item:\n  ```python\n  x = 1\n  if x:\n      y = 2\n  ```\n"
-    assert units(split_code, text) == ["- item:", "```python", "x = 1", "if x:", "y = 2", "```"]
+    assert units("code", text) == ["- item:", "```python", "x = 1", "if x:", "y = 2", "```"]
 
 
 def test_code_offsets_survive_non_ascii():
     text = "x = 'é'; y = \"ü\" + 'ab'  # ç\n"
-    assert units(split_code, text) == ["x = 'é'", "y = \"ü\" + 'ab'", "# ç"]
+    assert units("code", text) == ["x = 'é'", "y = \"ü\" + 'ab'", "# ç"]
 
 
 def test_code_prose_without_fences_is_split_into_sentences():
-    assert units(split_code, "The loop runs 3 times. It stops.") == ["The loop runs 3 times.", "It stops."]
+    assert units("code", "The loop runs 3 times. It stops.") == ["The loop runs 3 times.", "It stops."]

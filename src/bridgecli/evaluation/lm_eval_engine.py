@@ -374,35 +374,21 @@ def _doc_to_text(task_obj: Any, doc: dict[str, Any]) -> str:
     return text if isinstance(text, str) else str(text)
 
 
+#: the fields of :class:`~bridgecli.evaluation.tasks.EvalOptions` that lm-eval uses
+USED_SETTINGS = ("limit", "few_shot", "few_shot_data", "batch_size", "chat_template", "progress")
+
+
 def evaluate(
-    model: Any,
-    tokenizer: Any,
-    task: str,
-    data: str,
-    *,
-    limit: int | None = None,
-    few_shot: int = 0,
-    few_shot_data: str | None = None,
-    batch_size: int = 8,
-    chat_template: bool | None = None,
-    progress: bool = True,
-    journal: Any = None,
-    **_ignored: Any,
+    model: Any, tokenizer: Any, task: str, data: str, *, journal: Any = None, **settings: Any
 ) -> dict[str, Any]:
     """:func:`bridgecli.evaluation.run.evaluate`'s signature and result (``{"task", "summary", "items"}``),
-    with lm-eval running the task. Options that only generation or code tasks use are accepted and
-    ignored; ``journal`` too (lm-eval's scores are not journaled: ``--resume`` keeps finished tasks only)."""
+    with lm-eval running the task. ``settings`` are fields of :class:`~bridgecli.evaluation.tasks.EvalOptions`:
+    those in :data:`USED_SETTINGS` are used (any not given: EvalOptions's defaults); the others, which only
+    generation or code tasks use, are accepted and ignored; ``journal`` too (lm-eval's scores are not
+    journaled: ``--resume`` keeps finished tasks only)."""
     from ..optionspec import check
 
-    options = EvalOptions(
-        data=str(data),
-        limit=limit,
-        few_shot=few_shot,
-        few_shot_data=few_shot_data,
-        batch_size=batch_size,
-        chat_template=chat_template,
-        progress=progress,
-    )
+    options = EvalOptions(data=str(data), **{key: value for key, value in settings.items() if key in USED_SETTINGS})
     check(options)
     start = time.perf_counter()
     run = run_task(model, tokenizer, task, options)
