@@ -191,3 +191,35 @@ def test_rows_against_a_named_reference_row(tmp_path):
     assert lines["random"].startswith("| random | 0.5 | -20.0 [")
     bad = subprocess.run([*script, "--versus", "tilt-resp"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no tilt-resp row to compare with" in bad.stderr
+
+
+def test_seed_matched_rows(tmp_path):
+    """``--seed S`` keeps only seed S's runs (and the untrained base row): the rows are that seed's accuracies,
+    not the mean over seeds; a seed with no runs is refused."""
+    n = 20
+    rows = {("random-resp", 42): 0.5, ("random-resp", 3407): 0.7, ("importance-resp", 42): 0.6,
+            ("importance-resp", 3407): 0.9, ("base", None): 0.3}
+    runs = {}
+    for (method, seed), acc in rows.items():
+        correct = np.zeros(n, dtype=int)
+        correct[: round(acc * n)] = 1
+        runs[f"{method}/{seed}"] = {
+            "method": method, "rho": 1.0 if seed is None else 0.5, "seed": seed,
+            "gsm8k_accuracy": {"accuracy": float(correct.mean()), "n": n, "items": correct.tolist()},
+            "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    script = [sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+              "--plot", str(tmp_path / "f3.png"), "--resamples", "100", "--versus", "random-resp"]
+
+    def versus(*extra):
+        proc = subprocess.run([*script, *extra], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        table = proc.stdout.split("| minus random-resp |")[1].split("\n\n")[0]
+        return {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+
+    assert versus()["importance-resp"].startswith("| importance-resp | 0.5 | 15.0 [")  # 75% - 60%, seed means
+    assert versus("--seed", "42")["importance-resp"].startswith("| importance-resp | 0.5 | 10.0 [")
+    assert versus("--seed", "3407")["importance-resp"].startswith("| importance-resp | 0.5 | 20.0 [")
+    bad = subprocess.run([*script, "--seed", "7"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no random-resp row to compare with" in bad.stderr

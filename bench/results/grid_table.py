@@ -2,6 +2,7 @@
 Finding-3 plot.
 
     python3 bench/results/grid_table.py OUT/results.json [--plot OUT/finding3.png] [--resamples 1000]
+        [--versus METHOD ...] [--seed SEED ...]
 
 Reads the results.json that bench/results/grid.sh accumulates (one entry per METHOD/RHO/SEED) and
 prints, for each method and retention rho (rho_p = rho_r), the held-out loss on GSM8K test and on
@@ -19,7 +20,8 @@ When the runs hold accuracy (GSM8K test, MATH-500: 0/1 per item) or the answer-s
 the same is done for them: seed-mean over items with a percentile bootstrap over items, and every row
 minus ``random`` at the same retention, paired over items (an interval above 0 for accuracy, below 0
 for a loss, is a win beyond resampling noise); every row minus full SFT (what the selection costs); and
-for each loss, how many pairs of trained rows it orders as accuracy does. The cost table gives each row's
+for each loss, how many pairs of trained rows it orders as accuracy does. ``--seed`` keeps one seed's runs
+(and base), so a difference is seed-matched: same training order, and the same random draw for random rows. The cost table gives each row's
 GPU seconds per run (select..compact, train, eval) next to the shared steps (warm-up, scoring, reference
 passes).
 """
@@ -369,14 +371,26 @@ def main(argv: list[str] | None = None) -> int:
         metavar="METHOD",
         help="also every row minus METHOD at the same retention, paired (repeatable; random and full always)",
     )
+    ap.add_argument(
+        "--seed",
+        action="append",
+        type=int,
+        default=[],
+        help="only the runs of this training seed (repeatable; the untrained base row is kept): "
+        "a seed-matched comparison instead of the mean over seeds",
+    )
     args = ap.parse_args(argv)
     if not args.results.is_file():
         print(f"grid_table.py: error: {args.results}: no such file", file=sys.stderr)
         return 2
     results = json.loads(args.results.read_text())
+    if args.seed:
+        runs = results.get("runs", {})
+        results["runs"] = {k: r for k, r in runs.items() if r.get("seed") is None or r["seed"] in args.seed}
     groups = groups_of(results)
     if not groups:
-        print(f"grid_table.py: error: {args.results}: no runs recorded", file=sys.stderr)
+        seeds = f" of seed {', '.join(map(str, args.seed))}" if args.seed else ""
+        print(f"grid_table.py: error: {args.results}: no runs{seeds} recorded", file=sys.stderr)
         return 2
     absent = [m for m in args.versus if not any(k[0] == m for k in groups)]
     if absent:
