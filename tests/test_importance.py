@@ -57,6 +57,46 @@ def test_importance_keeps_bridges_prompt_side_and_weights_its_draw(tmp_path, tok
         assert np.allclose(w, (min(b_r, len(resp)) / len(resp)) / pi[drawn], rtol=1e-6)
 
 
+@pytest.mark.parametrize("by", ["loss", "pos"])
+def test_importance_tilts_by_the_loss_or_the_positive_score_with_every_prompt_token_kept(tmp_path, tokenizer, by):
+    """``by=loss`` (the grid's importance-loss-resp row) draws with probabilities from the scoring checkpoint's
+    per-token loss, ``by=pos`` from max(Delta_r, 0); at ``--rho-p 1`` every prompt token stays. A later
+    ``--option`` wins over an earlier one (the grid passes ``by=abs`` from its defaults first)."""
+    exs, src = _scores(tmp_path, tokenizer)
+    out = tmp_path / "imp.bridge"
+    r = CliRunner().invoke(app, ["select", str(src), "-o", str(out), "--method", "importance", "--rho-p", "1",
+                                 "--rho-r", "0.5", "--option", "by=abs", "--option", f"by={by}",
+                                 "--option", "floor=0.5"])
+    assert r.exit_code == 0, r.output
+    with open_reader(str(out)) as reader:
+        got = list(reader)
+    for ex, new in zip(exs, got):
+        s = ex.scores
+        resp = ex.tokens.response_positions()
+        assert new.selection.prompt_keep == ex.tokens.prompt_positions().tolist()
+        b = min(new.selection.b_r, len(resp))
+        if by == "loss":
+            tilt = s.loss.numpy("float64")
+        else:
+            sur = Surrogate.from_scores(s.a.numpy(), s.c.numpy(), s.A.numpy())
+            ref = select(sur, new.selection.b_p, new.selection.b_r, "bridge", 4)
+            tilt = np.maximum(ref.response_scores, 0.0)
+        pi = inclusion_probabilities(tilt, b, 0.5)
+        drawn = np.searchsorted(resp, new.selection.response_keep)
+        assert len(drawn) == b
+        w = new.selection.response_weights.numpy("float64")
+        assert np.allclose(w, (b / len(resp)) / pi[drawn], rtol=1e-6)
+    if by == "loss":  # a stream without the per-token loss is refused in one line naming the record and field
+        from test_show import write_stream
+
+        bare = [msgspec.structs.replace(e, scores=msgspec.structs.replace(e.scores, loss=None)) for e in exs]
+        nol = write_stream(tmp_path / "noloss.bridge", bare, "scores")
+        r = CliRunner().invoke(app, ["select", str(nol), "-o", str(tmp_path / "x.bridge"), "--method",
+                                     "importance", "--option", "by=loss"])
+        assert r.exit_code != 0 and f"noloss.bridge, record {bare[0].index}, field 'scores.loss'" in r.output
+        assert not (tmp_path / "x.bridge").exists()
+
+
 def test_importance_draw_follows_the_seed_and_weights_can_be_off(tmp_path, tokenizer):
     _, src = _scores(tmp_path, tokenizer)
     _, a = _select(tmp_path, src, "seed=1")

@@ -34,7 +34,10 @@
 # always kept, within b_p; at rho_p 0.5 the prompt side cut about half of the numbers an answer uses),
 # importance-resp, tilt-resp and bridge-resp-answer (importance, tilt and bridge-answer with every prompt token
 # kept, rho_p 1: at 0.5B random-resp kept the untrained model's accuracy where random fell 12 points below it,
-# and bridge-resp's answers ran into the token limit 341 times in 1,319, most in loops that never reach `####`).
+# and bridge-resp's answers ran into the token limit 341 times in 1,319, most in loops that never reach `####`);
+# importance-loss-resp (importance-resp tilted by the scoring checkpoint's per-token loss, --option by=loss,
+# instead of |Delta_r|: added after importance-resp was the first row above random-resp at 0.5B, to ask whether
+# BRIDGE's attribution adds anything over the loss, which |a_j| tracks and which needs no direction v).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -155,7 +158,7 @@ case "$REFS" in
      done ;;
   *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
 esac
-methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp importance-loss-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
 for name in $METHODS; do
   case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
 done
@@ -381,7 +384,7 @@ for job in $GRID_JOBS; do
         continue
       fi
       sel="sel/$method/rho$rho"
-      case "$method" in random|random-close|random-resp|importance|importance-resp|tilt|tilt-resp) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
+      case "$method" in random|random-close|random-resp|importance|importance-resp|importance-loss-resp|tilt|tilt-resp) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
       mkdir -p "$out/$sel"
       input=$selectable close=0 close_args=()
       args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
@@ -403,6 +406,8 @@ for job in $GRID_JOBS; do
         tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                     --option "seed=$seed") ;;
         importance-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
+        importance-loss-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option by=loss
+                                    --option "seed=$seed") ;;
         tilt-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                          --option "seed=$seed") ;;
         stratified) args=(--method stratified --rho-p "$rho" --rho-r "$rho") ;;

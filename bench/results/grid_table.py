@@ -63,6 +63,7 @@ ORDER = [
     "bridge-resp",
     "bridge-digits",
     "importance-resp",
+    "importance-loss-resp",
     "tilt-resp",
     "bridge-resp-answer",
 ]
