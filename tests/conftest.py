@@ -50,6 +50,12 @@ def tokenizer():
     return load_tokenizer(None)
 
 
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    """(a two-layer tiny random model, the tokenizer), for the held-out and answer-span loss tests."""
+    return tiny_model(tiny_llama_config(len(tokenizer), layers=2, hidden=32)), tokenizer
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer):
     """A tiny random Llama with the real tokenizer, saved as an HF folder (for CLI tests)."""

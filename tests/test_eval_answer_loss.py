@@ -20,7 +20,7 @@ from bridgecli.evaluation.answer_loss import answer_loss_task, answer_row, answe
 from bridgecli.evaluation.tasks import EvalOptions
 from bridgecli.format.spec import RESPONSE
 
-from test_eval_heldout import batched_and_one_at_a_time, tiny  # noqa: F401  (tiny: the tiny model fixture)
+from test_eval_heldout import batched_and_one_at_a_time
 from tiny import RECORDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

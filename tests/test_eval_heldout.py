@@ -5,7 +5,6 @@ real tokenizer does the scoring."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,11 +35,6 @@ ROWS = [
     {"prompt": "Add 2 and 2.", "completion": "2 + 2 = 4, so the answer is 4."},
     {"instruction": "Name a colour.", "input": "", "output": "Blue is a colour; so are red and green."},
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer):
-    return tiny_model(tiny_llama_config(len(tokenizer), layers=2, hidden=32)), tokenizer
 
 
 @pytest.fixture

@@ -73,7 +73,10 @@ def test_jvp_matches_exact_on_the_real_checkpoint(run_dir):
     exact = ExactScorer(ctx).score(exs)[0]
     a, ref = fast.a.numpy(), exact.a.numpy()
     assert np.max(np.abs(a - ref)) <= 1e-3 * np.max(np.abs(ref))
-    ranks = lambda x: np.argsort(np.argsort(x))
+
+    def ranks(x):
+        return np.argsort(np.argsort(x))
+
     assert np.corrcoef(ranks(a), ranks(ref))[0, 1] >= 0.999
     # A is stored in float16: the two passes may round a value to neighbouring halves.
     np.testing.assert_allclose(fast.A.numpy(), exact.A.numpy(), rtol=2e-3, atol=1e-7)
