@@ -19,7 +19,9 @@
 #            --dtype-check 32"   (float32 steps with the smallest eta again in float64: CPU time)
 #   RESULTS=bench/diagnostics/results   TAG=cpu-smollm2
 #   SCORE_ARGS=""      more `bridge score` flags, e.g. "--scorer atp" (the 0.5B grid's scorer)
-#   PARTS="supervision numbers marginal aj"   which diagnostics run after the shared steps
+#   PARTS="supervision numbers marginal aj"   which diagnostics run after the shared steps; also "resp":
+#                      supervision_compare.py on the whole-prompt rows of the 0.5B grid (rho_p 1: random-resp,
+#                      importance-resp, and bridge-resp closed), RESULTS/supervision-resp-TAG.{json,md}
 #   (result files: RESULTS/{supervision,marginal,aj_check}-TAG.{json,md})
 #   BRIDGE="bridge"    PYTHON="python3"  (on a machine without the package installed:
 #                      PYTHONPATH=$PWD/src BRIDGE="python3 -m bridgecli")
@@ -40,7 +42,7 @@ RESULTS=${RESULTS:-$HERE/results}; TAG=${TAG:-cpu-smollm2}
 BRIDGE=${BRIDGE:-bridge}; PYTHON=${PYTHON:-python3}
 SCORE_ARGS=${SCORE_ARGS:-}; PARTS=" ${PARTS:-supervision numbers marginal aj} "
 for part in $PARTS; do
-  case "$part" in supervision|numbers|marginal|aj) ;; *) echo "why_bridge_loses.sh: error: PARTS: unknown part $part" >&2; exit 2 ;; esac
+  case "$part" in supervision|numbers|marginal|aj|resp) ;; *) echo "why_bridge_loses.sh: error: PARTS: unknown part $part" >&2; exit 2 ;; esac
 done
 mkdir -p "$OUT/data" "$RESULTS"
 T0=$SECONDS
@@ -86,6 +88,25 @@ if [[ $PARTS == *" supervision "* ]]; then
   stamp "supervision_compare"
   $PYTHON "$HERE/supervision_compare.py" "${STREAMS[@]}" \
     --json "$RESULTS/supervision-$TAG.json" --md "$RESULTS/supervision-$TAG.md" > /dev/null
+fi
+if [[ $PARTS == *" resp "* ]]; then  # every prompt token kept, half (RHOS) of the response: the grid's -resp rows
+  RESP=()
+  for rho in $RHOS; do
+    [ -s "$OUT/random-resp-$rho.bridge" ] || $BRIDGE select "$OUT/ref.bridge" --method random --option seed="$SEED" \
+      --rho-p 1 --rho-r "$rho" -o "$OUT/random-resp-$rho.bridge"
+    [ -s "$OUT/importance-resp-$rho.bridge" ] || $BRIDGE select "$OUT/ref.bridge" --method importance \
+      --option seed="$SEED" --rho-p 1 --rho-r "$rho" -o "$OUT/importance-resp-$rho.bridge"
+    [ -s "$OUT/bridge-resp-$rho.bridge" ] || {
+      $BRIDGE select "$OUT/ref.bridge" --rho-p 1 --rho-r "$rho" -o "$OUT/bridge-resp-sel-$rho.bridge"
+      $BRIDGE close "$OUT/bridge-resp-sel-$rho.bridge" --segmenter math -o "$OUT/bridge-resp-$rho.bridge"
+    }
+    RESP+=(--stream "random-resp:$rho=$OUT/random-resp-$rho.bridge"
+           --stream "importance-resp:$rho=$OUT/importance-resp-$rho.bridge"
+           --stream "bridge-resp:$rho=$OUT/bridge-resp-$rho.bridge")
+  done
+  stamp "supervision_compare (whole prompts)"
+  $PYTHON "$HERE/supervision_compare.py" "${RESP[@]}" \
+    --json "$RESULTS/supervision-resp-$TAG.json" --md "$RESULTS/supervision-resp-$TAG.md" > /dev/null
 fi
 if [[ $PARTS == *" numbers "* ]]; then
   stamp "prompt_numbers"

@@ -308,16 +308,21 @@ evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
   fi
   # two processes on the row's device at once, GSM8K's steps in one lane and MATH-500's in the other; both
   # lanes are waited for (neither outlives the row, at DEADLINE_S too), then the first failure is passed on
-  local a b sa=0 sb=0 t0=$SECONDS fresh=1
-  compgen -G "$out/done/${d//\//_}_eval-*" > /dev/null && fresh=0  # resumed: no wall time of the whole
+  # the lanes' wall time (grid_record.py's seconds.eval), summed over the calls that ran them: a row stopped at
+  # DEADLINE_S goes on in the next call, so $part keeps the seconds so far; eval marks without it (a row
+  # imported from another machine) give no wall time, and a call killed at HARD_S adds none
+  local a b sa=0 sb=0 t0=$SECONDS before=0 known=1
+  local wall="$out/done/${d//\//_}_eval-wall" part="$out/$d/eval-wall.part"
+  if [ -f "$part" ]; then before=$(cat "$part")
+  elif compgen -G "$out/done/${d//\//_}_eval-*" > /dev/null; then known=0; fi
   ( eval_gsm8k "$model" "$d" ) & a=$!
   ( eval_math "$model" "$d" ) & b=$!
   wait "$a" || sa=$?
   wait "$b" || sb=$?
+  if [ "$known" = 1 ]; then echo $(( before + SECONDS - t0 )) > "$part.tmp" && mv "$part.tmp" "$part"; fi
   if [ "$sa" != 0 ]; then exit "$sa"; fi
   if [ "$sb" != 0 ]; then exit "$sb"; fi
-  local wall="$out/done/${d//\//_}_eval-wall"  # the lanes' wall time (grid_record.py's seconds.eval)
-  [ "$fresh" = 0 ] || { echo $(( SECONDS - t0 )) > "$wall.tmp" && mv "$wall.tmp" "$wall"; }
+  if [ "$known" = 1 ]; then cp "$part" "$wall.tmp" && mv "$wall.tmp" "$wall"; fi
 }
 
 recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
