@@ -21,9 +21,9 @@ the same is done for them: seed-mean over items with a percentile bootstrap over
 minus ``random`` at the same retention, paired over items (an interval above 0 for accuracy, below 0
 for a loss, is a win beyond resampling noise); every row minus full SFT (what the selection costs); and
 for each loss, how many pairs of trained rows it orders as accuracy does. ``--seed`` keeps one seed's runs
-(and base), so a difference is seed-matched: same training order, and the same random draw for random rows. The cost table gives each row's
-GPU seconds per run (select..compact, train, eval) next to the shared steps (warm-up, scoring, reference
-passes).
+(and base), so a difference is seed-matched: the same training order, and the same draw for the random
+rows. The cost table gives each row's GPU seconds per run (select..compact, train, eval) next to the
+shared steps (warm-up, scoring, reference passes).
 """
 
 from __future__ import annotations
