@@ -481,10 +481,15 @@ def test_help_shows_plain_type_labels():
     assert not re.search(r"--resume\s+BOOLEAN", text)
 
 
-def test_shell_completion_is_offered():
+def test_shell_completion_is_offered(monkeypatch):
+    import shellingham
+
+    # what a user in bash sees, whatever runs the tests (Typer detects the shell from the process tree,
+    # and a test run started without a shell above it, e.g. under nohup, has none to find)
+    monkeypatch.setattr(shellingham, "detect_shell", lambda *a, **k: ("bash", "/bin/bash"))
     result = CliRunner().invoke(app, ["--help"], prog_name="bridge", env={"COLUMNS": "200"})
     assert "--install-completion" in result.stdout
-    script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="bridge")
+    script = CliRunner().invoke(app, ["--show-completion"], prog_name="bridge")
     assert script.exit_code == 0, (script.output, script.exception)
     assert "complete -o default -F _bridge_completion bridge" in script.stdout
     words = CliRunner().invoke(app, [], prog_name="bridge",
