@@ -55,17 +55,15 @@ def _water_fill(x: np.ndarray, b: int) -> np.ndarray:
     """``min(1, c * x)`` with ``c`` such that the sum is ``b`` (``x > 0`` on at least ``b`` entries)."""
     order = np.argsort(-x, kind="stable")
     xs = x[order]
-    # capping the k largest at 1 is consistent when c = (b - k) / sum(rest) puts the k-th at >= 1 and
-    # the (k+1)-th below 1; the smallest such k (k < b) is the answer
+    # capping the k largest at 1 is consistent when c = (b - k) / sum(xs[k:]) keeps the (k+1)-th at <= 1;
+    # the smallest such k is the answer, and k = b - 1 always qualifies. Written without forming c, which
+    # overflows when the tail's sum is subnormal (tilts of 1e-311 beside tilts of 1).
     tail = np.cumsum(xs[::-1])[::-1]  # tail[k] = sum(xs[k:])
     k = 0
-    while True:
-        c = (b - k) / tail[k]
-        if c * xs[k] <= 1.0:
-            break
+    while (b - k) * xs[k] > tail[k]:
         k += 1
-    pi = np.minimum(1.0, c * x)
-    pi[order[:k]] = 1.0
+    pi = np.ones_like(x)
+    pi[order[k:]] = np.minimum(1.0, (b - k) * (xs[k:] / tail[k]))
     return pi
 
 
