@@ -21,7 +21,8 @@
 #   SCORE_ARGS=""      more `bridge score` flags, e.g. "--scorer atp" (the 0.5B grid's scorer)
 #   PARTS="supervision numbers marginal aj"   which diagnostics run after the shared steps; also "resp":
 #                      supervision_compare.py on the whole-prompt rows of the 0.5B grid (rho_p 1: random-resp,
-#                      importance-resp, and bridge-resp closed), RESULTS/supervision-resp-TAG.{json,md}
+#                      importance-resp, importance-loss-resp, and bridge-resp closed),
+#                      RESULTS/supervision-resp-TAG.{json,md}
 #   (result files: RESULTS/{supervision,marginal,aj_check}-TAG.{json,md})
 #   BRIDGE="bridge"    PYTHON="python3"  (on a machine without the package installed:
 #                      PYTHONPATH=$PWD/src BRIDGE="python3 -m bridgecli")
@@ -96,12 +97,15 @@ if [[ $PARTS == *" resp "* ]]; then  # every prompt token kept, half (RHOS) of t
       --rho-p 1 --rho-r "$rho" -o "$OUT/random-resp-$rho.bridge"
     [ -s "$OUT/importance-resp-$rho.bridge" ] || $BRIDGE select "$OUT/ref.bridge" --method importance \
       --option seed="$SEED" --rho-p 1 --rho-r "$rho" -o "$OUT/importance-resp-$rho.bridge"
+    [ -s "$OUT/importance-loss-resp-$rho.bridge" ] || $BRIDGE select "$OUT/ref.bridge" --method importance \
+      --option seed="$SEED" --option by=loss --rho-p 1 --rho-r "$rho" -o "$OUT/importance-loss-resp-$rho.bridge"
     [ -s "$OUT/bridge-resp-$rho.bridge" ] || {
       $BRIDGE select "$OUT/ref.bridge" --rho-p 1 --rho-r "$rho" -o "$OUT/bridge-resp-sel-$rho.bridge"
       $BRIDGE close "$OUT/bridge-resp-sel-$rho.bridge" --segmenter math -o "$OUT/bridge-resp-$rho.bridge"
     }
     RESP+=(--stream "random-resp:$rho=$OUT/random-resp-$rho.bridge"
            --stream "importance-resp:$rho=$OUT/importance-resp-$rho.bridge"
+           --stream "importance-loss-resp:$rho=$OUT/importance-loss-resp-$rho.bridge"
            --stream "bridge-resp:$rho=$OUT/bridge-resp-$rho.bridge")
   done
   stamp "supervision_compare (whole prompts)"
