@@ -36,7 +36,7 @@ from ..errors import UsageError
 from . import multiple_choice as mc
 from .lm_eval_docs import arc_docs, dataset, hellaswag_docs, mmlu_doc, mmlu_docs
 from .readers import check_limit
-from .tasks import EvalOptions, model_name
+from .tasks import EvalOptions, model_name, task_options
 
 ENGINES = ("bridge", "lm-eval")
 LM_EVAL_TASKS = ("arc_challenge", "arc_easy", "hellaswag", "mmlu")
@@ -374,22 +374,16 @@ def _doc_to_text(task_obj: Any, doc: dict[str, Any]) -> str:
     return text if isinstance(text, str) else str(text)
 
 
-#: the fields of :class:`~bridgecli.evaluation.tasks.EvalOptions` that lm-eval uses
-USED_SETTINGS = ("limit", "few_shot", "few_shot_data", "batch_size", "chat_template", "progress")
-
-
 def evaluate(
     model: Any, tokenizer: Any, task: str, data: str, *, journal: Any = None, **settings: Any
 ) -> dict[str, Any]:
     """:func:`bridgecli.evaluation.run.evaluate`'s signature and result (``{"task", "summary", "items"}``),
-    with lm-eval running the task. ``settings`` are fields of :class:`~bridgecli.evaluation.tasks.EvalOptions`:
-    those in :data:`USED_SETTINGS` are used (any not given: EvalOptions's defaults); the others, which only
-    generation or code tasks use, are accepted and ignored; ``journal`` too (lm-eval's scores are not
+    with lm-eval running the task. ``settings`` are fields of :class:`~bridgecli.evaluation.tasks.EvalOptions`
+    (:func:`~bridgecli.evaluation.tasks.task_options`, as for the bridge engine); lm-eval reads ``limit``,
+    ``few_shot``, ``few_shot_data``, ``batch_size``, ``chat_template`` and ``progress``, and the fields that
+    only generation or code tasks use change nothing; nor does ``journal`` (lm-eval's scores are not
     journaled: ``--resume`` keeps finished tasks only)."""
-    from ..optionspec import check
-
-    options = EvalOptions(data=str(data), **{key: value for key, value in settings.items() if key in USED_SETTINGS})
-    check(options)
+    options = task_options(data, settings)
     start = time.perf_counter()
     run = run_task(model, tokenizer, task, options)
     summary = dict(run["summary"])

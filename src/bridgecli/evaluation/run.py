@@ -13,9 +13,8 @@ from .. import registry
 from ..contracts import as_eval_task
 from ..errors import PluginError, UsageError
 from ..io import atomic_path
-from ..optionspec import check
 from .journal import Journal, check_same_request, recording
-from .tasks import EvalOptions
+from .tasks import task_options
 
 
 def evaluate(
@@ -34,8 +33,7 @@ def evaluate(
     ``summary["seconds"]`` is the task's wall time (data loading, generation/scoring, grading).
     With a ``journal``, every generated continuation and scored log-likelihood is recorded there as
     it comes, and those it already holds are reused (see :mod:`bridgecli.evaluation.journal`)."""
-    options = EvalOptions(data=str(data), **settings)
-    check(options)
+    options = task_options(data, settings)
     entry = registry.get("eval_task", task)
     start = time.perf_counter()
     with recording(journal):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
 from ..hookspecs import EvalTask  # the contract, with every other plugin kind's
-from ..optionspec import count, number, option
+from ..optionspec import check, count, number, option
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,14 @@ class EvalOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def task_options(data: str, settings: dict[str, Any]) -> EvalOptions:
+    """What a task runs with, whichever engine runs it: ``settings`` (fields of :class:`EvalOptions`) on
+    ``data``, checked against their declared ranges."""
+    options = EvalOptions(data=str(data), **settings)
+    check(options)
+    return options
 
 
 def model_name(model: Any) -> str | None:
