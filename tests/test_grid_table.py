@@ -111,6 +111,9 @@ def test_item_intervals_and_paired_differences_against_direct_computation():
         ({"GRID_JOBS": "42:random:0.5:7"}, "GRID_JOBS: 42:random:0.5:7 is not"),
         ({"METHODS": "full randon"}, "METHODS: unknown row randon"),
         ({"EVAL_LANES": "3"}, "EVAL_LANES=3: expected 1 or 2"),
+        # two grids share a machine through CUDA_VISIBLE_DEVICES: the workers' GPUs are its entries
+        ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "3"}, "GPUS=2 but CUDA_VISIBLE_DEVICES=3 names 1"),
+        ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "0,2"}, "no such file"),
         # well-formed: refused only later, for the missing data folder
         ({"GRID_JOBS": "42:full:1 3407:random-resp:0.5 7:bridge-resp:0.75"}, "no such file"),
     ],

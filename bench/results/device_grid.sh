@@ -9,6 +9,13 @@
 #                                   not redone (the model file must be at the same path)
 #   device_grid.sh grid [PRESET]    (re)run bench/results/grid.sh until DEADLINE_S (rerun while it says exit 75),
 #                                   with the settings of bench/results/presets/PRESET.env when given
+#   device_grid.sh start [PRESET]   start grid.sh in its own process session, with no deadline: it runs on between
+#                                   device calls for as long as the machine is held (a lent machine keeps such a
+#                                   process), so no step is cut at a call's end; GRID_OUT and CUDA_VISIBLE_DEVICES
+#                                   let two grids (two presets) share one machine's GPUs
+#   device_grid.sh wait SECONDS     wait until every started grid has ended or SECONDS have passed, then copy each
+#                                   one's results.json and state (table, log tails, every small result file) to
+#                                   $OUT/NAME/ (NAME: its folder's name); every call after a start is one wait
 # The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
 # grid.sh); a variable set in the environment wins over the preset's. $SEED_RESULTS (a results.json carried
 # along) seeds /tmp/grid/results.json on a fresh machine, so
@@ -28,8 +35,23 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export PYTHONPATH=/tmp/site:$root/src PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-phase=${1:?usage: device_grid.sh setup|stash DIR...|assemble|export|import DIR|grid [PRESET]}
+usage="usage: device_grid.sh setup|stash DIR...|assemble|export|import DIR|grid [PRESET]|start [PRESET]|wait SECONDS"
+phase=${1:?$usage}
 shift
+# collect GRID_DIR DEST: results.json, the table, log tails and grid-state.tar.gz (every small result file, also of
+# rows not recorded yet: with it, grid_record.py records here what a lost machine had measured)
+collect() {
+  local dir=$1 dest=$2
+  mkdir -p "$dest"
+  cp "$dir/results.json" "$dest/" 2>/dev/null
+  python3 bench/results/grid_table.py "$dir/results.json" > "$dir/table.md" 2>/dev/null
+  tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
+  ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
+  (cd "$dir" && find done runs sel table.md workers.log done.txt grid.rc -type f \( -path 'done/*' -o -name '*.json' \
+     -o -name metrics.jsonl -o -name table.md -o -name workers.log -o -name done.txt -o -name grid.rc \) \
+     -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null \
+     | tar -czf "$dest/grid-state.tar.gz" -T -)
+}
 case "$phase" in
   setup)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 \
@@ -57,8 +79,21 @@ case "$phase" in
       | tar -xf - -C "${GRID_OUT:-/tmp/grid}" && echo "imported: $(ls "${GRID_OUT:-/tmp/grid}"/done | wc -l) marks"
     exit 0 ;;
   assemble) python3 bench/results/carry_file.py assemble; exit $? ;;
-  grid) ;;
-  *) echo "usage: device_grid.sh setup|stash DIR...|assemble|grid [PRESET]" >&2; exit 2 ;;
+  wait)  # wait SECONDS: until every started grid has ended (or SECONDS), then each one's results to $OUT/NAME/
+    limit=${1:?usage: device_grid.sh wait SECONDS}
+    t0=$SECONDS
+    running() { local f; for f in /tmp/grids/*; do [ -f "$f/grid.pid" ] && [ ! -f "$f/grid.rc" ] && return 0; done; return 1; }
+    while running && [ $(( SECONDS - t0 )) -lt "$limit" ]; do sleep 5; done
+    for dir in /tmp/grids/*; do
+      name=$(basename "$(readlink -f "$dir")")
+      state=running; [ -f "$dir/grid.rc" ] && state="ended, exit $(cat "$dir/grid.rc")"
+      echo "== $name: $state; $(ls "$dir/done" 2>/dev/null | grep -c _recorded) rows recorded this machine"
+      tail -n 3 "$dir/grid.log" "$dir"/gpu*.log 2>/dev/null | grep -v '^$'
+      [ -n "${OUT:-}" ] && collect "$dir" "$OUT/$name"
+    done
+    exit 0 ;;
+  grid|start) ;;
+  *) echo "$usage" >&2; exit 2 ;;
 esac
 if [ -n "${1:-}" ]; then  # the preset's settings; a variable given in the environment wins over the preset's
   given=$(export -p)
@@ -71,18 +106,22 @@ fi
 grid_out=${GRID_OUT:-/tmp/grid}
 mkdir -p "$grid_out"
 if [ -n "${SEED_RESULTS:-}" ] && [ ! -f "$grid_out/results.json" ]; then cp "$SEED_RESULTS" "$grid_out/results.json"; fi
+if [ "$phase" = start ]; then  # the grid in its own session, its exit status in grid.rc; `wait` watches it
+  [ -f "$grid_out/grid.pid" ] && [ ! -f "$grid_out/grid.rc" ] && { echo "device_grid.sh: a grid runs in $grid_out already" >&2; exit 2; }
+  rm -f "$grid_out/grid.rc"
+  mkdir -p /tmp/grids && ln -sfn "$grid_out" "/tmp/grids/$(basename "$grid_out")"
+  BRIDGE="python3 -m bridgecli" PYTHON=python3 setsid bash -c \
+    'bash bench/results/grid.sh /tmp/data "$1"; echo $? > "$1/grid.rc"' grid "$grid_out" > "$grid_out/grid.log" 2>&1 < /dev/null &
+  echo $! > "$grid_out/grid.pid"
+  echo "device_grid.sh: started the grid in $grid_out (pid $!, GPUs ${CUDA_VISIBLE_DEVICES:-all}); log $grid_out/grid.log"
+  exit 0
+fi
 BRIDGE="python3 -m bridgecli" PYTHON=python3 DEADLINE_S=${DEADLINE_S:-540} \
   timeout "${HARD_S:-580}" bash bench/results/grid.sh /tmp/data "$grid_out"
 rc=$?
 if [ -n "${OUT:-}" ]; then
-  cp "$grid_out/results.json" "$OUT/" 2>/dev/null
+  collect "$grid_out" "$OUT"
   python3 bench/results/grid_table.py "$grid_out/results.json" --plot "$OUT/finding3.png" > "$OUT/table.md" 2>/dev/null
-  tail -n 40 "$grid_out"/gpu*.log > "$OUT/workers.log" 2>/dev/null
-  for d in "$grid_out"/done; do ls -l "$d" > "$OUT/done.txt" 2>/dev/null; done
-  # every small result file, also of rows not recorded yet (an evaluation finished before the call or the lent
-  # time ended): with it, grid_record.py records here what a lost machine had measured
-  (cd "$grid_out" && find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
-     -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null | tar -czf "$OUT/grid-state.tar.gz" -T -)
 fi
 echo "device_grid.sh: grid exit $rc (75: rerun to continue)"
 exit 0

@@ -74,7 +74,9 @@
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
 #   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
-#              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json
+#              one grid.sh each (logs: OUT_DIR/gpuG.log); the results still go to one results.json.
+#              With CUDA_VISIBLE_DEVICES given (e.g. "3" or "0,1,2"), GPU G is its G-th entry, so two
+#              grids (two OUT_DIRs, two models) can share one machine's GPUs
 #   GRID_JOBS [empty]  an explicit job list "SEED:METHOD:RHO ..." in place of SEEDS x METHODS x RHOS (base and
 #              full take RHO 1; a word of another shape is refused before any work)
 #              (METHODS still decides the shared steps: name bridge-atp there for score-atp)
@@ -171,6 +173,15 @@ for word in ${GRID_JOBS:-}; do  # SEED:METHOD:RHO, checked before any work (a ma
     exit 2
   fi
 done
+devices=(); for ((g = 0; g < GPUS; g++)); do devices+=("$g"); done  # the workers' GPUs (GPUS above)
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "$GPUS" -gt 1 ]; then  # GPU g: the g-th device given
+  IFS=, read -r -a devices <<< "$CUDA_VISIBLE_DEVICES"
+  if [ "${#devices[@]}" -lt "$GPUS" ]; then
+    echo "grid.sh: error: GPUS=$GPUS but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES names ${#devices[@]}" >&2; exit 2
+  fi
+elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  devices=("${CUDA_VISIBLE_DEVICES%%,*}")  # one GPU: the first given (its processes share it)
+fi
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
@@ -361,7 +372,7 @@ if [ "$workers" -gt 1 ]; then  # deal the jobs round-robin to the workers, one g
     [ -n "$mine" ] || continue
     g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
     [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
-    CUDA_VISIBLE_DEVICES=$g GRID_JOBS="$mine" GPUS=1 PROCS_PER_GPU=1 "$0" "$data_dir" "$out" > "$log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$mine" GPUS=1 PROCS_PER_GPU=1 "$0" "$data_dir" "$out" > "$log" 2>&1 &
     pids+=($!)
   done
   status=0
