@@ -251,7 +251,9 @@ if [ -f "$out/data/key" ] && [ "$(cat "$out/data/key")" != "$data_key" ]; then
   exit 2
 fi
 step data make_data
-echo "$data_key" > "$out/data/key"
+# written once and atomically: the workers of a multi-process grid all pass the check above at their start, and
+# one that read the key while another rewrote it saw it empty and stopped (2026-11-28, one worker of seven)
+if [ ! -f "$out/data/key" ]; then echo "$data_key" > "$out/data/key.$$" && mv "$out/data/key.$$" "$out/data/key"; fi
 
 # 1. shared steps
 warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps+=(--max-steps "$WARMUP_MAX_STEPS")
