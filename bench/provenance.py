@@ -61,7 +61,7 @@ def header(device: str) -> dict:
         "device": device,
         "device_name": device_name(device),
         "commit": commit() or "unknown",
-        "command": " ".join([sys.executable, *sys.argv]),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),  # "python ...": no path of this machine
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
