@@ -26,11 +26,15 @@
 #   python3 bench/results/grid_record.py DIR METHOD RHO SEED runs/METHOD/rhoRHO/seedSEED sel/... "SETTINGS"
 # (what is missing stays out of its entry; grid.sh's record() shows the SETTINGS words).
 #
-# The 0.5B grid of docs/results.md (the model travels in ten pieces; split sizes them to fit beside the tree):
+# The 0.5B grid of docs/results.md (the model travels in pieces; split sizes them to fit beside the tree):
 #   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf
-#   call 1:    carry .whl .carry/data .carry/qwen-10  bash bench/results/device_grid.sh setup && bash ... stash .carry/qwen-10
-#   calls 2-10: carry .carry/qwen-0K                 bash bench/results/device_grid.sh stash .carry/qwen-0K
-#   then:                                            bash bench/results/device_grid.sh assemble && bash ... grid qwen05
+#   call 1:     carry .whl .carry/data        bash bench/results/device_grid.sh setup
+#   calls 2-10: carry .carry/qwen-0K          bash bench/results/device_grid.sh stash .carry/qwen-0K
+#   call 11:    carry .carry/qwen-10          bash ... stash .carry/qwen-10 && bash ... assemble && bash ... start qwen05
+#                                             && bash ... wait 500
+#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 540
+# (a lent machine is given back 30 s after a call ends: have each call ready; docs/results.md "Run it" has the
+# session of 2026-11-28, which ran the 135M grid on a fourth GPU beside three 0.5B rows)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
