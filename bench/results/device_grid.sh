@@ -88,6 +88,7 @@ case "$phase" in
     t0=$SECONDS
     running() { local f; for f in /tmp/grids/*; do [ -f "$f/grid.pid" ] && [ ! -f "$f/grid.rc" ] && return 0; done; return 1; }
     while running && [ $(( SECONDS - t0 )) -lt "$limit" ]; do sleep 5; done
+    compgen -G '/tmp/grids/*' > /dev/null || { echo "device_grid.sh: no grid was started on this machine (start first)" >&2; exit 2; }
     for dir in /tmp/grids/*; do
       name=$(basename "$(readlink -f "$dir")")
       state=running; [ -f "$dir/grid.rc" ] && state="ended, exit $(cat "$dir/grid.rc")"
