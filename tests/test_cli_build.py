@@ -208,6 +208,34 @@ def test_the_builder_walks_groups_parses_and_switches():
     assert not re.search(r"<(list\[|str>|int>|float>|bool>)", text)
 
 
+@dataclass
+class _Ruled:
+    kind: str | None = option(None, "Kind (not given: the rule's).", fallback="plain")
+    level: float | None = option(None, "Level.", "--level", fallback=0.5)
+
+
+def test_a_field_with_a_fallback_is_none_unless_its_flag_is_given():
+    """select's --method and --rho-p (which --preset fills in): --help shows the fallback as the default, the
+    field is None when the flag is left out, and a flag given at the fallback's own value counts as given."""
+    got: list = []
+    toy = typer.Typer(add_completion=False)
+
+    @command(_Ruled)
+    def run(opts: _Ruled) -> None:
+        got.append(opts)
+
+    toy.command("run", cls=Command)(run)
+    toy.command("other", cls=Command)(lambda: None)
+    for args, want in (([], _Ruled()), (["--kind", "plain", "--level", "0.5"], _Ruled("plain", 0.5)),
+                       (["--level", "0.25"], _Ruled(None, 0.25))):
+        done = CliRunner().invoke(toy, ["run", *args])
+        assert done.exit_code == 0, done.output
+        assert got.pop() == want, args
+    assert _Ruled() == _Ruled(kind=None, level=None)
+    text = " ".join(CliRunner().invoke(toy, ["run", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "[default: plain]" in text and "[default: 0.5]" in text
+
+
 def _every_command(cmd, words=()):
     """``(words, command)`` for the root, every group and every command under it."""
     yield list(words), cmd

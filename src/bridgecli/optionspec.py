@@ -171,6 +171,11 @@ class Spec:
     #: (``INTEGER RANGE [x>=1]``); otherwise the step's check does, with the same message for Python callers
     show_range: bool = False
     parse: Parse | None = None
+    #: a field that is None unless given, filled in by a rule of the step (select's --preset): what it
+    #: stands for when the rule sets nothing, which --help shows as its default. The command line
+    #: passes None where the flag is not given (click's parameter source), not this value, so the
+    #: step tells "not given" from a value equal to it. None: no fallback.
+    fallback: Any = None
 
     def label(self, name: str) -> str:
         """How errors name the option: ``-T/--rounds``, ``--rho-p``."""
@@ -192,8 +197,11 @@ def option(
     panel: str | None = None,
     show_range: bool = False,
     parse: Parse | None = None,
+    fallback: Any = None,
 ) -> Any:
-    """A dataclass field that is also a command-line option (see the module docstring)."""
+    """A dataclass field that is also a command-line option (see the module docstring); with
+    ``fallback``, one whose default is None = "not given" (see :attr:`Spec.fallback`)."""
+    assert fallback is None or default is None, "a field with a fallback defaults to None (not given)"
     spec = Spec(
         help=help,
         flags=tuple(flags),
@@ -205,6 +213,7 @@ def option(
         panel=panel,
         show_range=show_range,
         parse=parse,
+        fallback=fallback,
     )
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata={"option": spec})

@@ -7,7 +7,9 @@ function's). Called, the function builds the options object from the values and 
 a flag is adding a field; the defaults, the help and the checks are the options type's.
 
 Parsing only: every check is the step's (and runs for Python callers too), bar the ranges a field
-asks the parser to show (``show_range``)."""
+asks the parser to show (``show_range``). A field with a ``fallback`` (select's --method and --rho-p,
+which --preset fills in) shows the fallback as its default but gets None unless its flag is given, by
+click's parameter source, so that a flag given with the default's value still counts as given."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ class _Flag:
 
     name: str
     value: Callable[[Any], Any]
+    #: the field is None unless the flag is given (a field with a fallback, ``Spec.fallback``)
+    unless_given: bool = False
 
 
 @dataclass
@@ -45,15 +49,20 @@ class _Node:
     switch: _Flag | None = None
     build: Callable[..., Any] | None = None
 
-    def make(self, values: dict[str, Any]) -> Any:
-        kwargs = {
-            name: item.make(values) if isinstance(item, _Node) else item.value(values[item.name])
-            for name, item in self.items
-        }
+    def make(self, values: dict[str, Any], given: set[str]) -> Any:
+        kwargs = {name: self._value(item, values, given) for name, item in self.items}
         if self.switch is not None:
             assert self.build is not None
             return self.build(values[self.switch.name], **kwargs)
         return self.cls(**self.fixed, **kwargs)
+
+    @staticmethod
+    def _value(item: _Flag | _Node, values: dict[str, Any], given: set[str]) -> Any:
+        if isinstance(item, _Node):
+            return item.make(values, given)
+        if item.unless_given and item.name not in given:
+            return None
+        return item.value(values[item.name])
 
 
 def command(options: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
@@ -65,9 +74,13 @@ def command(options: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any
         root = _walk(options, Group(), params)
         names = [p.name for p in params]
         assert len(set(names)) == len(names), f"{options.__name__}: two flags share a name in {names}"
+        assert _CONTEXT not in names, f"{options.__name__}: a flag is named {_CONTEXT}"
+        # Typer hands the command's context to the parameter annotated typer.Context
+        params.append(inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
 
         def run(**values: Any) -> Any:
-            return fn(root.make(values))
+            ctx = values.pop(_CONTEXT, None)
+            return fn(root.make(values, _given(ctx, values)))
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # what Typer reads
         run.__name__ = fn.__name__
@@ -77,6 +90,19 @@ def command(options: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any
         return run
 
     return decorate
+
+
+#: the command function's parameter that receives the context
+_CONTEXT = "command_context"
+
+
+def _given(ctx: typer.Context | None, values: dict[str, Any]) -> set[str]:
+    """The parameters the command line was given, not left at their defaults: their parameter source,
+    told by its name (the enum is the vendored click's); all of them without a context."""
+    if ctx is None:
+        return set(values)
+    sources = {name: ctx.get_parameter_source(name) for name in values}
+    return {name for name, src in sources.items() if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")}
 
 
 def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
@@ -103,9 +129,11 @@ def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
         name = _name(spec, f.name)
         tp = _cli_type(hints[f.name], spec)
         extra: dict[str, Any] = {}
-        if group.switch is not None:  # not given: None, so that build() tells "not given" from a value
+        if spec.fallback is not None:  # shown as the default; the field gets None unless given
+            value: Any = spec.fallback
+        elif group.switch is not None:  # not given: None, so that build() tells "not given" from a value
             extra["show_default"] = f"{default} with {group.switch.flags[0]}"
-            value: Any = None
+            value = None
         elif spec.parse is not None and spec.parse.text is not None:
             value = spec.parse.text(default)
         elif default is not MISSING and isinstance(default, (list, dict, tuple)) and not default:
@@ -113,7 +141,8 @@ def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
         else:
             value = default
         params.append(_parameter(name, tp, spec, value, help, spec.panel or group.panel, **extra))
-        node.items.append((f.name, _Flag(name, _converter(spec, f.name, hints[f.name], group.switch is not None))))
+        convert = _converter(spec, f.name, hints[f.name], group.switch is not None)
+        node.items.append((f.name, _Flag(name, convert, unless_given=spec.fallback is not None)))
     return node
 
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import inspect
+
 from ..steps.options import SelectOptions
+from ..steps.presets import listing
 from .build import command
 
 
@@ -18,3 +21,7 @@ def select(opts: SelectOptions) -> None:
     from ..steps.select import run_select
 
     run_select(opts)
+
+
+# the presets, from their table (steps/presets.py)
+select.__doc__ = f"{inspect.cleandoc(select.__doc__ or '')}\n\n{listing()}"

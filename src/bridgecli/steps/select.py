@@ -18,6 +18,7 @@ from ..hookspecs import Plan, Selector
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import SelectOptions
+from .presets import Expanded, expand
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -152,10 +153,11 @@ def run_select(opts: SelectOptions) -> int:
     from ..runtime import params as checks
 
     checks.check(opts)
-    entry, selector = _selector_of(opts)
-    options = selector.parse({**opts.options, "rounds": opts.rounds})  # once, before reading anything
+    run = expand(opts.preset, opts.method, opts.rho_p, opts.options)  # what runs: the preset under the flags given
+    entry, selector = _selector_of(opts, run.method)
+    options = selector.parse({**run.options, "rounds": opts.rounds})  # once, before reading anything
     protect = _finders(opts)
-    params = _step_params(opts, entry.plugin, selector)
+    params = _step_params(opts, run, entry.plugin, selector)
 
     from .first_pass import rereadable
 
@@ -165,10 +167,10 @@ def run_select(opts: SelectOptions) -> int:
     over = [0]  # examples whose protected tokens alone exceed a budget
     with rereadable(opts.inp) if twice else nullcontext(opts.inp) as inp:
         # the budgets from a first pass: the selector's own, or --budget global
-        plan = _plan(opts, inp, display, selector, options, protect, params, own_plan=own_plan)
+        plan = _plan(opts, run.rho_p, inp, display, selector, options, protect, params, own_plan=own_plan)
 
         def fn(ex: Example, header: Header) -> Example:
-            new = select_example(ex, selector, opts.method, opts.rho_p, opts.rho_r, options, protect, plan)
+            new = select_example(ex, selector, run.method, run.rho_p, opts.rho_r, options, protect, plan)
             if opts.workers == 1:
                 over[0] += _over_budget(new)
             return new
@@ -196,38 +198,40 @@ def run_select(opts: SelectOptions) -> int:
     return count
 
 
-def _selector_of(opts: SelectOptions):
-    """(the registry entry of ``--method``, its selector), refused where ``--budget`` asks what it cannot do."""
+def _selector_of(opts: SelectOptions, method: str):
+    """(the registry entry of ``method``, its selector), refused where ``--budget`` asks what it cannot do."""
     from .global_budget import MODES
 
     if opts.budget != "example" and opts.budget not in MODES:
         raise UsageError(f"--budget must be one of example, {', '.join(MODES)}; got {opts.budget!r}")
-    entry = get("selector", opts.method)
-    selector = as_selector(entry.obj, opts.method)
+    entry = get("selector", method)
+    selector = as_selector(entry.obj, method)
     if opts.budget != "example" and not selector.surrogate:
         raise UsageError(
             f"--budget {opts.budget} needs a selector that ranks by BRIDGE's surrogate (bridge, "
-            f"one-pass, independent), not '{opts.method}' (compared methods: --option ranking=global)"
+            f"one-pass, independent), not '{method}' (compared methods: --option ranking=global)"
         )
     return entry, selector
 
 
-def _step_params(opts: SelectOptions, plugin, selector: Selector) -> dict:
-    """The parameters the output's step record keeps; protected tokens refused for a selector that cannot
-    keep them."""
+def _step_params(opts: SelectOptions, run: Expanded, plugin, selector: Selector) -> dict:
+    """The parameters the output's step record keeps: what ran (the preset expanded, and its name);
+    protected tokens refused for a selector that cannot keep them."""
     params = {
-        "method": opts.method,
-        "rho_p": opts.rho_p,
+        "method": run.method,
+        "rho_p": run.rho_p,
         "rho_r": opts.rho_r,
         "rounds": opts.rounds,
         "plugin": plugin,
     }
-    if opts.options:
-        params["options"] = dict(opts.options)
+    if run.options:
+        params["options"] = dict(run.options)
+    if run.preset is not None:
+        params["preset"] = run.preset
     if opts.protect_prompt or opts.protect_response:
         if not selector.protects:
             raise UsageError(
-                f"selector '{opts.method}' cannot keep protected tokens (--protect-prompt/"
+                f"selector '{run.method}' cannot keep protected tokens (--protect-prompt/"
                 f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
                 f"declare `protects`"
             )
@@ -238,6 +242,7 @@ def _step_params(opts: SelectOptions, plugin, selector: Selector) -> dict:
 
 def _plan(
     opts: SelectOptions,
+    rho_p: float,
     inp,
     display: str,
     selector: Selector,
@@ -253,13 +258,13 @@ def _plan(
     if own_plan:
         from .first_pass import first_pass
 
-        plan = first_pass(selector, inp, opts.rho_p, opts.rho_r, options, display)
+        plan = first_pass(selector, inp, rho_p, opts.rho_r, options, display)
         if plan.summary:
             params["budgets"] = plan.summary
     if opts.budget != "example":
         from .global_budget import plan_global
 
-        plan = plan_global(inp, display, selector, opts.budget, opts.rho_p, opts.rho_r, options, protect)
+        plan = plan_global(inp, display, selector, opts.budget, rho_p, opts.rho_r, options, protect)
         params["global_budget"] = plan.summary
     return plan
 

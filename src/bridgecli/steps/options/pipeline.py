@@ -26,6 +26,8 @@ from ...optionspec import (
     stream_output,
     workers as workers_option,
 )
+from ..presets import DEFAULT_METHOD, DEFAULT_RHO_P, PRESETS
+from ..presets import help_text as presets_help
 from ...artifacts.train_run import DEFAULT_TRAIN_DIR
 from ...artifacts.warmup_run import DEFAULT_WARMUP_DIR
 from ...training.config import CHECKPOINT_PANEL, LR_FULL, SFTConfig
@@ -169,21 +171,29 @@ class ReferenceOptions:
 class SelectOptions:
     inp: str | None = stream_input()
     out: str | None = stream_output()
-    method: str = option(
-        "bridge",
+    #: None: the --preset's, else bridge (``presets.expand``)
+    method: str | None = option(
+        None,
         (
             "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's."
+            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's. "
+            "Not given: the --preset's, else the default."
         ),
+        fallback=DEFAULT_METHOD,
     )
-    rho_p: float = option(
-        0.75,
+    #: a named setting of method, rho_p and options (steps/presets.py); what is given wins
+    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME")
+    #: None: the --preset's, else 0.75
+    rho_p: float | None = option(
+        None,
         (
             "Prompt retention ratio: b_p = ceil(rho_p * eligible). Dropped prompt tokens leave the training "
-            "input; 1 keeps every one (docs/results.md measures what cutting prompts costs)."
+            "input; 1 keeps every one (docs/results.md measures what cutting prompts costs). Not given: the "
+            "--preset's, else the default."
         ),
         "--rho-p",
         range=RETENTION,
+        fallback=DEFAULT_RHO_P,
     )
     rho_r: float = option(
         0.75,
@@ -195,7 +205,7 @@ class SelectOptions:
         range=RETENTION,
     )
     rounds: int = option(4, "Alternating rounds T.", "--rounds", "-T", range=count(1, MAX_ROUNDS))
-    #: --option key=value, passed to the selector
+    #: --option key=value, passed to the selector (over the preset's, key by key)
     options: dict = option(
         None,
         "KEY=VALUE passed to the selector (repeatable), e.g. seed=42, ranking=sample.",
