@@ -226,3 +226,26 @@ def test_seed_matched_rows(tmp_path):
     assert versus("--seed", "3407")["importance-resp"].startswith("| importance-resp | 0.5 | 20.0 [")
     bad = subprocess.run([*script, "--seed", "7"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no random-resp row to compare with" in bad.stderr
+
+
+def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
+    """grid_record.py writes results.json with one compact line per run (the kept grids are carried to a
+    lent GPU machine in every call, beside the model pieces); the kept files are in that form."""
+    sys.path.insert(0, str(ROOT / "bench/results"))
+    try:
+        from grid_record import dumps
+    finally:
+        sys.path.pop(0)
+    results = {
+        "format": "bridge-grid/1",
+        "runs": {"a/0.5/42": {"heldout": {"gsm8k": {"items": [[1.5, 3], [2.0, 4]]}}}, "base/1/-": {"x": None}},
+        "note": "two machines",
+    }
+    text = dumps(results)
+    assert json.loads(text) == results
+    lines = text.splitlines()
+    assert sum(line.startswith('  "a/0.5/42": {') for line in lines) == 1 and len(lines) == 8
+    assert json.loads(dumps({"format": "x", "runs": {}})) == {"format": "x", "runs": {}}
+    for kept in ("grid-h100.json", "grid-qwen05.json"):
+        text = (ROOT / "bench/results/results" / kept).read_text()
+        assert text == dumps(json.loads(text)), kept
