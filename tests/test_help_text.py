@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from bridgecli.cli.app import app, unwrapped
+from bridgecli.cli.app import app
+from bridgecli.cli.labels import unwrapped
 
 
 def test_paragraph_lines_are_joined_and_list_items_kept():

@@ -48,13 +48,12 @@ collect() {
   local dir=$1 dest=$2
   mkdir -p "$dest"
   cp "$dir/results.json" "$dest/" 2>/dev/null
-  python3 bench/results/grid_table.py "$dir/results.json" > "$dir/table.md" 2>/dev/null
+  python3 bench/results/grid_table.py "$dir/results.json" --plot "$dest/finding3.png" > "$dir/table.md" 2>/dev/null
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
   ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
-  (cd "$dir" && find done runs sel table.md workers.log done.txt grid.rc -type f \( -path 'done/*' -o -name '*.json' \
-     -o -name metrics.jsonl -o -name table.md -o -name workers.log -o -name done.txt -o -name grid.rc \) \
-     -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null \
-     | tar -czf "$dest/grid-state.tar.gz" -T -)
+  (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
+       -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null
+     ls table.md workers.log done.txt grid.rc 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
 }
 case "$phase" in
   setup)
@@ -125,8 +124,7 @@ BRIDGE="python3 -m bridgecli" PYTHON=python3 DEADLINE_S=${DEADLINE_S:-540} \
   timeout "${HARD_S:-580}" bash bench/results/grid.sh /tmp/data "$grid_out"
 rc=$?
 if [ -n "${OUT:-}" ]; then
-  collect "$grid_out" "$OUT"
-  python3 bench/results/grid_table.py "$grid_out/results.json" --plot "$OUT/finding3.png" > "$OUT/table.md" 2>/dev/null
+  collect "$grid_out" "$OUT" && cp "$grid_out/table.md" "$OUT/"
 fi
 echo "device_grid.sh: grid exit $rc (75: rerun to continue)"
 exit 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import contextlib
 import functools
 import sys
@@ -110,26 +108,8 @@ def _reporting(name: str, fn):
     return wrapper
 
 
-def unwrapped(doc: str | None) -> str | None:
-    """A command's docstring as its help: each paragraph's source line breaks joined, since Typer's
-    rich help keeps them and then wraps again to the terminal (ragged lines at 80 columns). A line that
-    starts a list item (``* ``, ``- ``) or is indented stays a line of its own."""
-    if doc is None:
-        return None
-    out: list[str] = []
-    for para in inspect.cleandoc(doc).split("\n\n"):
-        lines: list[str] = []
-        for line in para.splitlines():
-            if lines and not line.startswith(("* ", "- ", " ")):
-                lines[-1] = f"{lines[-1]} {line.strip()}"
-            else:
-                lines.append(line.rstrip())
-        out.append("\n".join(lines))
-    return "\n\n".join(out)
-
-
 for _name, _fn in commands.COMMANDS:
-    app.command(_name, cls=Command, help=unwrapped(_fn.__doc__))(_reporting(_name, _fn))
+    app.command(_name, cls=Command)(_reporting(_name, _fn))
 for _name, _build in commands.GROUPS:
     app.add_typer(_build(_reporting), name=_name, cls=_OneLineErrors)
 

@@ -11,12 +11,14 @@ labels would only go back to Typer's own.
 The help is text, not Rich markup: Typer's ``rich`` mode reads every help string, docstring and panel
 title as markup, where ``[lm-eval]`` or ``[[supervised response]]`` is a tag and vanishes. When
 :class:`Command` and :class:`Group` format their help, Typer renders a copy of them whose texts are
-escaped (:func:`rich.markup.escape`); the texts themselves stay as written, for everything else that
-reads them (``docs/cli-reference.md``, Click's plain help)."""
+escaped (:func:`rich.markup.escape`) and whose help paragraphs are unwrapped (a docstring's source line
+breaks would otherwise stay, and the terminal wrap come on top); the texts themselves stay as written,
+for everything else that reads them (``docs/cli-reference.md``, Click's plain help)."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from typing import Any
 
@@ -81,13 +83,34 @@ def plain(params: list | None) -> list | None:
     return params
 
 
+def unwrapped(doc: str | None) -> str | None:
+    """A help text with each paragraph's source line breaks joined, since Typer's rich help keeps them
+    and then wraps again to the terminal (ragged lines at 80 columns). A line that starts a list item
+    (``* ``, ``- ``) or is indented stays a line of its own."""
+    return None if doc is None else _unwrap(doc)
+
+
+def _unwrap(doc: str) -> str:
+    out: list[str] = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in para.splitlines():
+            if lines and not line.startswith(("* ", "- ", " ")):
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
 def _escaped(obj: Any) -> Any:
-    """A shallow copy of a command or parameter whose help texts and panel title are escaped markup."""
+    """A shallow copy of a command or parameter whose help texts and panel title are escaped markup, a
+    command's help with its paragraphs unwrapped (:func:`unwrapped`)."""
     view = copy.copy(obj)
     for name in ("help", "short_help", "epilog", "rich_help_panel"):
         text = getattr(view, name, None)
         if isinstance(text, str):
-            setattr(view, name, escape(text))
+            setattr(view, name, escape(_unwrap(text) if name == "help" else text))
     return view
 
 
