@@ -173,14 +173,10 @@ for word in ${GRID_JOBS:-}; do  # SEED:METHOD:RHO, checked before any work (a ma
     exit 2
   fi
 done
-devices=(); for ((g = 0; g < GPUS; g++)); do devices+=("$g"); done  # the workers' GPUs (GPUS above)
-if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && [ "$GPUS" -gt 1 ]; then  # GPU g: the g-th device given
-  IFS=, read -r -a devices <<< "$CUDA_VISIBLE_DEVICES"
-  if [ "${#devices[@]}" -lt "$GPUS" ]; then
-    echo "grid.sh: error: GPUS=$GPUS but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES names ${#devices[@]}" >&2; exit 2
-  fi
-elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-  devices=("${CUDA_VISIBLE_DEVICES%%,*}")  # one GPU: the first given (its processes share it)
+# the workers' GPUs: GPU g is the g-th device CUDA_VISIBLE_DEVICES names, else g
+IFS=, read -r -a devices <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $(( GPUS - 1 )))}"
+if [ "${#devices[@]}" -lt "$GPUS" ]; then
+  echo "grid.sh: error: GPUS=$GPUS but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES names ${#devices[@]}" >&2; exit 2
 fi
 SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
