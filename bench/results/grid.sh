@@ -23,7 +23,8 @@
 # scorer's B), bridge-global (bridge --budget global), rho1, tokencleaning, llm+tc (LLMLingua-1
 # prompt side + Token Cleaning). base and full do not depend on RHO (recorded with rho 1).
 # Variants beyond the paper (issue 28; docs/method.md): bridge-fill (bridge, then close --fill: b_r spent
-# exactly), importance (select --method importance: BRIDGE's prompt side, response tokens sampled with
+# exactly), bridge-global-fill (bridge --budget global, then close --fill: each example's b_r from the global
+# allocation spent exactly), importance (select --method importance: BRIDGE's prompt side, response tokens sampled with
 # probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
 # follows the seed), tilt (the same draw without the weights: biased toward the tilt), bridge-answer
 # (bridge with --protect-response answer, then close), stratified (select --method stratified: a
@@ -160,7 +161,7 @@ case "$REFS" in
      done ;;
   *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
 esac
-methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp importance-loss-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-global-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp importance-loss-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
 for name in $METHODS; do
   case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
 done
@@ -415,6 +416,7 @@ for job in $GRID_JOBS; do
         bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
         bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
         bridge-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 close_args=(--fill) ;;
+        bridge-global-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 close_args=(--fill) ;;
         bridge-answer) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-response answer); close=1 ;;
         importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
         tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none

@@ -55,6 +55,7 @@ ORDER = [
     "tokencleaning",
     "llm+tc",
     "bridge-fill",
+    "bridge-global-fill",
     "bridge-answer",
     "importance",
     "tilt",
