@@ -50,8 +50,8 @@ PRESETS: dict[str, Preset] = {
         1.0,
         {"by": "loss", "floor": "0.5", "weights": "ipw"},
         "Every prompt token; half the response drawn leaning on the scoring checkpoint's per-token loss, "
-        "weighted 1/pi: 31.2% GSM8K (2 seeds), +3.4 [1.9, 4.9] points over random-resp and a tie with "
-        "full SFT (-1.0 [-2.5, 0.6]) on half its response supervision",
+        "weighted 1/pi: 31.5% GSM8K (3 seeds), +3.7 [2.1, 5.1] points over random-resp and a tie with "
+        "full SFT (-0.7 [-2.1, 0.7]) on half its response supervision",
     ),
     "importance-resp": Preset(
         "importance",
