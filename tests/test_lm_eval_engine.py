@@ -2,8 +2,8 @@
 
 A tiny random Llama with the real tokenizer scores tiny ARC / HellaSwag / MMLU files with both engines;
 the prompts, choices, log-likelihoods and picks must agree item by item, and where ``acc_norm`` may differ
-the difference must be lm-eval's normalisation. The checks of ``--engine`` itself run without lm-eval
-(CI does not install it); everything that runs lm-eval skips when it is not installed. The last test
+the difference must be lm-eval's normalisation. The checks of ``--engine`` itself run without lm-eval;
+everything that runs lm-eval skips when it is not installed (CI installs it: ``.ci/run``). The last test
 runs the default model on the real data (integration; skipped when the data is absent).
 """
 
