@@ -24,8 +24,8 @@
 # prompt side + Token Cleaning). base and full do not depend on RHO (recorded with rho 1).
 # Variants beyond the paper (issue 28; docs/method.md): bridge-fill (bridge, then close --fill: b_r spent
 # exactly), bridge-global-fill (bridge --budget global, then close --fill: each example's b_r from the global
-# allocation spent exactly), importance (select --method importance: BRIDGE's prompt side, response tokens sampled with
-# probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
+# allocation spent exactly), importance (select --method importance: BRIDGE's prompt side, response tokens
+# sampled with probabilities rising with |Delta_r| and a uniform floor, inverse-probability loss weights; the draw
 # follows the seed), tilt (the same draw without the weights: biased toward the tilt), bridge-answer
 # (bridge with --protect-response answer, then close), stratified (select --method stratified: a
 # response budget per token class, the best Delta_r within each; token level, not closed), random-resp and
