@@ -42,13 +42,14 @@ export PYTHONPATH=/tmp/site:$root/src PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF
 usage="usage: device_grid.sh setup|stash DIR...|assemble|export|import DIR|grid [PRESET]|start [PRESET]|wait SECONDS"
 phase=${1:?$usage}
 shift
-# collect GRID_DIR DEST: results.json, the table, log tails and grid-state.tar.gz (every small result file, also of
-# rows not recorded yet: with it, grid_record.py records here what a lost machine had measured)
+# collect GRID_DIR DEST: results.json, the table (table.md), log tails and grid-state.tar.gz (every small result
+# file, also of rows not recorded yet: with it, grid_record.py records here what a lost machine had measured)
 collect() {
   local dir=$1 dest=$2
   mkdir -p "$dest"
   cp "$dir/results.json" "$dest/" 2>/dev/null
   python3 bench/results/grid_table.py "$dir/results.json" --plot "$dest/finding3.png" > "$dir/table.md" 2>/dev/null
+  cp "$dir/table.md" "$dest/"  # the tables even where the plot failed (no matplotlib)
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
   ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
   (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
@@ -124,7 +125,7 @@ BRIDGE="python3 -m bridgecli" PYTHON=python3 DEADLINE_S=${DEADLINE_S:-540} \
   timeout "${HARD_S:-580}" bash bench/results/grid.sh /tmp/data "$grid_out"
 rc=$?
 if [ -n "${OUT:-}" ]; then
-  collect "$grid_out" "$OUT" && cp "$grid_out/table.md" "$OUT/"
+  collect "$grid_out" "$OUT"
 fi
 echo "device_grid.sh: grid exit $rc (75: rerun to continue)"
 exit 0
