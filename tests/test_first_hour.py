@@ -305,6 +305,7 @@ def test_in_a_pipe_each_process_prints_whole_lines(monkeypatch):
     from bridgecli import progress
 
     monkeypatch.setattr(progress, "enabled", lambda: True)
+    monkeypatch.setattr(progress, "stderr", Console(force_terminal=True))
     monkeypatch.setattr(progress, "_is_pipe", lambda fd: fd == 1)
     assert progress.mode() == "lines"
     monkeypatch.setattr(progress, "_is_pipe", lambda fd: False)
@@ -321,7 +322,7 @@ def test_in_a_pipe_each_process_prints_whole_lines(monkeypatch):
     lines = buf.getvalue().splitlines()
     assert "\r" not in buf.getvalue() and "\x1b" not in buf.getvalue()  # no redrawing in place
     assert lines[-1] == "scoring: 4/4 ex in 12.0 s (3.0 s/ex)"
-    assert lines[:-1] == ["scoring: 2/4 ex (3.0 s/ex, ETA 0:00:06)"]  # one line per 5 s
+    assert lines[:-1] == ["scoring: 2/4 ex 50% after 0:00:06 (3.0 s/ex, ETA 0:00:06)"]  # one line per 5 s
 
 
 def test_quick_step_in_a_pipe_prints_one_summary_line():

@@ -1,6 +1,6 @@
 """Progress on stderr (stdout stays clean for piping).
 
-Three modes, chosen once per process (:func:`mode`):
+Four modes, chosen once per process (:func:`mode`):
 
 - ``bar``: a rich bar that redraws in place, when stderr is a terminal and the process is not part
   of a pipe;
@@ -8,10 +8,20 @@ Three modes, chosen once per process (:func:`mode`):
   bars redrawing in place would overwrite each other; each process instead prints whole lines of
   its own: one every :data:`LINE_EVERY` seconds while a long step runs, and one summary line when it
   ends (a step that ends sooner prints only the summary);
-- ``off``: stderr is not a terminal, or ``BRIDGE_NO_PROGRESS`` is set.
+- ``log``: stderr is a file or a pipe to a logger (tmux logging, nohup, CI, a cluster queue): plain
+  lines as in ``lines``, one every :data:`LOG_EVERY` seconds and one at each tenth of a known total
+  (unless a line came in the last :data:`MILESTONE_GAP` seconds), and the summary line;
+- ``off``: ``BRIDGE_NO_PROGRESS`` is set (tests, grid scripts).
 
 Every bar and line shows the rate and, when the total is known, the ETA, both averaged since the
-task started (a windowed estimate shows nothing while single steps take minutes).
+task started (a windowed estimate shows nothing while single steps take minutes). A line comes on
+time even while one unit of work (a training step, a scoring pass) takes minutes: a thread of
+:class:`LineProgress` prints the line when it is due, not the next update.
+
+Why not rich's own output for files: rich's Live draws nothing on a console that is not a terminal
+until it stops, and then the final bar once (``Live.refresh``); tqdm redraws with carriage returns,
+which a log keeps as one endless line. So ``lines`` and ``log`` keep rich's Progress for what it
+tracks (tasks, counts, times, rates) with its display off, and print whole lines themselves.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 from typing import Iterator
 
 from rich.console import Console
@@ -26,12 +37,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 stderr = Console(stderr=True)
-#: seconds between two progress lines of one task in ``lines`` mode
+#: seconds between two progress lines of one task in ``lines`` mode (a pipe on a terminal)
 LINE_EVERY = 10.0
+#: seconds between two progress lines of one task in ``log`` mode (stderr not a terminal)
+LOG_EVERY = 30.0
+#: in ``log`` mode, a line at each of these fractions of a known total ...
+MILESTONE = 0.1
+#: ... unless the task printed a line this many seconds ago or less (a quick loop prints its summary only)
+MILESTONE_GAP = 3.0
 
 
 def enabled() -> bool:
-    return stderr.is_terminal and os.environ.get("BRIDGE_NO_PROGRESS") is None
+    """Progress of any kind (off under ``BRIDGE_NO_PROGRESS``)."""
+    return os.environ.get("BRIDGE_NO_PROGRESS") is None
 
 
 def _is_pipe(fd: int) -> bool:
@@ -48,9 +66,15 @@ def in_pipe() -> bool:
 
 
 def mode() -> str:
-    """``bar``, ``lines`` or ``off`` (see the module docstring)."""
-    if not enabled():
-        return "off"
+    """``bar``, ``lines``, ``log`` or ``off`` (see the module docstring)."""
+    return shown_mode() if enabled() else "off"
+
+
+def shown_mode() -> str:
+    """How progress shows here when it shows: ``log`` when stderr is not a terminal, else ``lines``
+    inside a pipe and ``bar`` outside one."""
+    if not stderr.is_terminal:
+        return "log"
     return "lines" if in_pipe() else "bar"
 
 
@@ -149,30 +173,65 @@ def progress_line(task: Task, *, final: bool = False) -> str:
             f"{task.description}: {count} {unit} in {task.elapsed or 0.0:.1f} s ({format_rate(task)})"
             + _fields_text(task)
         )
+    share = f" {100 * task.completed / task.total:.0f}%" if task.total else ""
     left = f", ETA {format_seconds(eta(task))}" if task.total is not None else ""
-    return f"{task.description}: {count} {unit} ({format_rate(task)}{left})" + _fields_text(task)
+    return (
+        f"{task.description}: {count} {unit}{share} after {format_seconds(task.elapsed or 0.0)} "
+        f"({format_rate(task)}{left})" + _fields_text(task)
+    )
 
 
 class LineProgress(BridgeProgress):
-    """``lines`` mode: no live display; a whole line per task every LINE_EVERY seconds, and a
-    summary line per task at the end."""
+    """``lines`` and ``log`` modes: no live display; a whole line per task every ``every`` seconds
+    (printed by a thread when no update comes in time), with ``milestones`` also one at each tenth of
+    a known total, and a summary line per task at the end."""
 
-    def __init__(self, *columns, console=None, every: float = LINE_EVERY, **kwargs):
+    def __init__(self, *columns, console=None, every: float = LINE_EVERY, milestones: bool = False, **kwargs):
         kwargs["disable"] = True
         super().__init__(*columns, console=console, **kwargs)
         self._out = console or stderr
         self._every = every
-        self._last: dict = {}
+        self._milestones = milestones
+        self._last: dict = {}  # task id -> when it last printed (its start before that)
+        self._tenth: dict = {}  # task id -> the last tenth of its total it reached
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def _maybe_print(self, task_id) -> None:
-        task = self._tasks.get(task_id)
-        if task is None or task.finished:  # the summary line says the rest
-            return
-        now = self.get_time()
-        last = self._last.setdefault(task_id, task.start_time or now)
-        if now - last >= self._every:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.finished or not task.visible or task.start_time is None:
+                return  # the summary line says the rest
+            now = self.get_time()
+            last = self._last.setdefault(task_id, task.start_time)
+            due = now - last >= self._every
+            if self._milestones and task.total:
+                tenth = int(min(task.completed, task.total) / task.total / MILESTONE + 1e-9)
+                if tenth > self._tenth.setdefault(task_id, tenth):
+                    self._tenth[task_id] = tenth
+                    due = due or now - last > MILESTONE_GAP
+            if not due:
+                return
             self._last[task_id] = now
-            self._out.print(progress_line(task), highlight=False, soft_wrap=True)
+            line = progress_line(task)
+        self._out.print(line, highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+    def tick(self) -> None:
+        """Print every task's line that is due (the thread calls this about once a second)."""
+        for task_id in list(self._tasks):
+            self._maybe_print(task_id)
+
+    def _beat(self) -> None:
+        while not self._stopping.wait(min(1.0, self._every / 4)):
+            self.tick()
+
+    def add_task(self, description, start=True, total=100.0, completed=0, visible=True, **fields):
+        task_id = super().add_task(
+            description, start=start, total=total, completed=completed, visible=visible, **fields
+        )
+        if total:  # a resumed task's first milestone is the next tenth after where it starts
+            self._tenth[task_id] = int(min(completed, total) / total / MILESTONE + 1e-9)
+        return task_id
 
     def update(self, task_id, **kwargs):
         super().update(task_id, **kwargs)
@@ -182,10 +241,23 @@ class LineProgress(BridgeProgress):
         super().advance(task_id, advance)
         self._maybe_print(task_id)
 
+    def start(self) -> None:
+        super().start()
+        if self._thread is None:
+            self._stopping.clear()
+            self._thread = threading.Thread(target=self._beat, name="bridge-progress-lines", daemon=True)
+            self._thread.start()
+
     def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
         for task in self.tasks:
             if task.visible:
-                self._out.print(progress_line(task, final=True), highlight=False, soft_wrap=True)
+                self._out.print(
+                    progress_line(task, final=True), highlight=False, soft_wrap=True, markup=False, emoji=False
+                )
         super().stop()
 
 
@@ -193,9 +265,10 @@ def make_progress(
     show: bool | None = None, *extra: ProgressColumn, console: Console | None = None, rate_column: bool = True
 ) -> Progress:
     """A Progress (use it as a context manager) in the mode this process should use: ``show=None``
-    decides by :func:`mode`, False turns it off, True asks for a bar (when stderr is a terminal).
-    ``rate_column=False`` for a caller whose ``extra`` columns already show a rate (tokens/s)."""
-    chosen = mode() if show is None else ("bar" if show else "off")
+    decides by :func:`mode`, False turns it off, True shows it even under ``BRIDGE_NO_PROGRESS`` (a bar
+    on a terminal, lines elsewhere: :func:`shown_mode`). ``rate_column=False`` for a caller whose
+    ``extra`` columns already show a rate (tokens/s)."""
+    chosen = mode() if show is None else (shown_mode() if show else "off")
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -207,6 +280,8 @@ def make_progress(
     )
     if chosen == "lines":
         return LineProgress(*columns, console=console)
+    if chosen == "log":
+        return LineProgress(*columns, console=console, every=LOG_EVERY, milestones=True)
     return BridgeProgress(*columns, console=console or stderr, disable=chosen == "off", transient=False)
 
 
@@ -224,4 +299,14 @@ def note(message: str) -> None:
     stderr.print(printable(message), highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
-__all__ = ["LINE_EVERY", "enabled", "in_pipe", "make_progress", "mode", "note", "progress_bar"]
+__all__ = [
+    "LINE_EVERY",
+    "LOG_EVERY",
+    "enabled",
+    "in_pipe",
+    "make_progress",
+    "mode",
+    "note",
+    "progress_bar",
+    "shown_mode",
+]

@@ -133,8 +133,8 @@ def _greedy_config(model: Any, *, max_new_tokens: int, pad_token_id: int, eos_id
 
 
 def progress_bar(enabled: bool, description: str = "") -> Progress:
-    """A bar (or, inside a pipe, progress lines) on stderr; off when asked, when stderr is not a
-    terminal, or under BRIDGE_NO_PROGRESS (see :mod:`bridgecli.progress`)."""
+    """A bar on stderr (progress lines inside a pipe or into a log); off when asked, or under
+    BRIDGE_NO_PROGRESS (see :mod:`bridgecli.progress`)."""
     return make_progress(None if enabled else False)
 
 

@@ -1,7 +1,7 @@
 """The live view of a training run on stderr: step, loss, lr, tokens/s, elapsed, ETA.
 
-Shown only when stderr is a terminal (and BRIDGE_NO_PROGRESS is unset), and only by rank 0;
-metrics.jsonl carries the same numbers for machines.
+Shown only by rank 0, and not under BRIDGE_NO_PROGRESS: a bar on a terminal, plain lines in a pipe or
+a log (:mod:`bridgecli.progress`); metrics.jsonl carries the same numbers for machines.
 """
 
 from __future__ import annotations
