@@ -50,7 +50,7 @@ def test_a_lock_taken_through_a_link_is_the_folder_s(tmp_path):
             with pytest.raises(UsageError, match="another process"):
                 with bio.folder_lock(other, "x"):
                     pass
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".real.lock", "link", "real", "sub"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real", "sub"]  # no lock file left
 
 
 @pytest.mark.parametrize("kind", ["file", "dir"])
@@ -102,10 +102,64 @@ def test_resumable_output_through_a_link_shares_the_partial_file_and_its_lock(tm
 
 def test_folder_lock_is_released(tmp_path):
     with bio.folder_lock(tmp_path / "a", "x"):
+        assert (tmp_path / ".a.lock").is_file()
         with bio.folder_lock(tmp_path / "b", "x"):  # another folder: no conflict
             pass
     with bio.folder_lock(tmp_path / "a", "x"):  # free again
         pass
+    assert list(tmp_path.iterdir()) == []  # and no lock file is left
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt, SystemExit])
+def test_no_lock_file_is_left_by_a_failed_or_interrupted_block(tmp_path, error):
+    """An error, Ctrl-C (KeyboardInterrupt) and SIGTERM (the CLI turns it into SystemExit) all unwind."""
+    with pytest.raises(error):
+        with bio.folder_lock(tmp_path / "run", "x"):
+            raise error()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_lock_file_is_named_and_removed(tmp_path, capsys):
+    stale = tmp_path / ".run.lock"
+    stale.write_text("")  # what a killed run (or bridgecli before 0.x) left: nobody holds it
+    with bio.folder_lock(tmp_path / "run", "x"):
+        assert stale.is_file()  # this run's own, made fresh
+    err = capsys.readouterr().err
+    assert f"removed the stale lock file {stale}" in err and "stopped without removing it" in err
+    assert list(tmp_path.iterdir()) == []
+    with bio.folder_lock(tmp_path / "run", "x"):  # a run after a clean one has nothing to say
+        pass
+    assert capsys.readouterr().err == ""
+
+
+def test_a_lock_file_removed_while_waiting_for_it_is_not_taken(tmp_path, monkeypatch, capsys):
+    """The race a removed lock file opens: run B opens `.run.lock` while run A holds it, A ends (removes
+    the file, then lets go of it), and B locks the file A removed. B must see that the file it holds is
+    no longer the one at the path and make a fresh one, or a third run could take the path's new file
+    at the same time; and it is no stale lock."""
+    import contextlib
+
+    first = contextlib.ExitStack()
+    first.enter_context(bio.folder_lock(tmp_path / "run", "x"))  # run A
+    held = os.stat(tmp_path / ".run.lock")
+    real_lock = bio.lock_exclusively
+    calls = []
+
+    def a_ends_first(fh, path, what):
+        calls.append(os.fstat(fh.fileno()))
+        if len(calls) == 1:
+            first.close()  # A ends between B's open and B's lock
+        real_lock(fh, path, what)
+
+    monkeypatch.setattr(bio, "lock_exclusively", a_ends_first)
+    with bio.folder_lock(tmp_path / "run", "x"):  # run B
+        now = os.stat(tmp_path / ".run.lock")
+        assert len(calls) == 2 and os.path.samestat(calls[0], held) and os.path.samestat(calls[1], now)
+        with pytest.raises(UsageError, match="another process is writing"):  # a third run sees B
+            with bio.folder_lock(tmp_path / "run", "x"):
+                pass
+    assert "stale" not in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 KILLED = textwrap.dedent("""
@@ -223,4 +277,45 @@ def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_
             (tmp_path / name / "first-run.txt").write_text("")
         assert (tmp_path / f"{name}link").is_symlink() and os.readlink(tmp_path / f"{name}link") == name
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        ".t.lock", ".w.lock", "rows.jsonl", "t", "tlink", "val.jsonl", "w", "warm.jsonl", "wlink"]
+        "rows.jsonl", "t", "tlink", "val.jsonl", "w", "warm.jsonl", "wlink"]  # no lock file left
+
+
+@pytest.mark.integration  # starts `python -m bridgecli train` and interrupts it
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_train_leaves_no_lock_file(tmp_path, tiny_model_dir, sig, code):
+    import json
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(
+        json.dumps({"input_ids": list(range(10, 18)), "labels": [-100] * 4 + list(range(14, 18))}) + "\n"
+        for _ in range(4)))
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridgecli", "train", str(rows), "-o", str(out), "--model", str(tiny_model_dir),
+         "--device", "cpu", "--epochs", "100000", "--batch-size", "1", "--grad-accum", "1"],
+        stderr=subprocess.PIPE, env={**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"})
+    metrics = out / "metrics.jsonl"
+    for _ in range(1200):  # training has begun once a step is recorded
+        if metrics.is_file() and metrics.stat().st_size > 0 or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert (tmp_path / ".run.lock").is_file(), proc.stderr.read().decode() if proc.poll() is not None else ""
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == code, proc.stderr.read().decode()
+    assert ".run.lock" not in {p.name for p in tmp_path.iterdir()}
+
+
+def test_a_failed_warmup_and_train_leave_no_lock_file(tmp_path, no_model_loads):
+    """Failures after the lock is taken (an empty input, rows a model cannot take), before any model loads."""
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "val.jsonl").write_text('{"prompt": "a", "response": "b"}\n')
+    (tmp_path / "rows.jsonl").write_text('{"input_ids": [1, 2], "labels": [-100, -100]}\n')  # nothing supervised
+    for args in (["warmup", tmp_path / "empty.jsonl", "--val", tmp_path / "val.jsonl", "-o", tmp_path / "w"],
+                 ["train", tmp_path / "rows.jsonl", "-o", tmp_path / "t"]):
+        result = CliRunner().invoke(app, list(map(str, args)))
+        assert result.exit_code != 0 and "error" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "rows.jsonl", "val.jsonl"]

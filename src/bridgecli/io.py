@@ -476,20 +476,60 @@ def folder_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     """Hold an advisory lock for the output folder ``path`` while the block runs, so that a second
     bridge process writing the same folder stops at once (:class:`UsageError`) instead of both
     finishing and one run vanishing. The lock file ``.NAME.lock`` lies next to the folder (the
-    folder itself may be replaced or cleared) and stays there; it holds nothing. It is named after the
-    real folder (:func:`real_path`), so a run through a symbolic link to the folder takes the same
-    lock. A failed write in the block that no inner writer reported is a :class:`WriteError` naming
-    the folder."""
+    folder itself may be replaced or cleared); it holds nothing, and it is removed when the block
+    ends, whether it succeeds, fails or is interrupted (Ctrl-C, SIGTERM). One left by a run killed
+    outright (SIGKILL, a lost machine) is stale: the next run says so and removes it. It is named
+    after the real folder (:func:`real_path`), so a run through a symbolic link to the folder takes
+    the same lock. A failed write in the block that no inner writer reported is a :class:`WriteError`
+    naming the folder."""
     target = Path(path)
     real = real_path(target)
+    lock = real.parent / f".{real.name}.lock"
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(real.parent / f".{real.name}.lock", "a")
+        fh = _take_lock_file(lock, target, what)
     except OSError as exc:
         raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
-    lock_exclusively(fh, target, what)
     try:
         with reporting_write_errors(target):
             yield
     finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()  # while still held: a run waiting on this file sees it gone and makes its own
         fh.close()
+
+
+def _take_lock_file(lock: Path, target: Path, what: str):
+    """Create ``lock`` and hold it (its open file). A lock file that exists is either held (another
+    run is writing ``target``: :class:`UsageError`) or stale (no process holds it): then a note says
+    so, it is removed, and a fresh one is made. After taking the lock the file must still be the one
+    at ``lock``: a run that ends removes its lock file while holding it, so a file opened just
+    before that removal is locked in vain, and this tries again."""
+    from .progress import note
+
+    for _ in range(100):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            created = True
+        except FileExistsError:
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except FileNotFoundError:  # removed in between by the run that held it
+                continue
+            created = False
+        fh = os.fdopen(fd, "r+b")
+        lock_exclusively(fh, target, what)  # closes fh and raises when another run holds it
+        try:
+            current = os.stat(lock)
+        except FileNotFoundError:
+            current = None
+        if current is None or not os.path.samestat(os.fstat(fd), current):
+            fh.close()
+            continue
+        if not created:
+            note(f"removed the stale lock file {lock}: a run into {target} stopped without removing it (killed?)")
+            lock.unlink()
+            fh.close()
+            continue
+        return fh
+    raise UsageError(f"{lock}: could not take the lock (it kept changing)", file=str(target))
