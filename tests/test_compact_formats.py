@@ -198,7 +198,7 @@ def test_rows_over_the_model_limit_are_reported(tmp_path, reference):
     warning = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
     assert warning == [f"warning: 2 of 3 rows are longer than {lengths[1] - 1:,} tokens, the model's limit "
                        f"(max_position_embeddings of {model}) (the longest, {longest['id']}, has {lengths[2]:,}): "
-                       "`bridge train` refuses them, or clips them with --clip-long-rows"]
+                       "`bridge train` refuses them, or clips them with `bridge train --clip-long-rows`"]
     assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 3  # written all the same
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": lengths[2]}))
     quiet = CliRunner().invoke(app, ["compact", str(_with_model(tmp_path, str(model))), "-o",

@@ -88,9 +88,24 @@ def with_model_limit(opts: DataOptions, model) -> DataOptions:
     return opts
 
 
+#: what the commands with DataOptions' flags (warmup, score, reference, analyze) tell a user whose data
+#: is a ``save_to_disk`` folder of several splits, or has records of no known shape
+CHOOSE_SPLIT = "choose one with --split"
+NAME_FIELDS = "use --prompt-field and --response-field"
+
+
 def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, Pair]]:
-    """Yield ``(index, where, pair)``; ``index`` counts records in file order from 0."""
-    for index, (where, rec) in enumerate(read_records(path, opts.split)):
+    """:func:`read_pairs` for a command with DataOptions' flags: its errors name them."""
+    return read_pairs(path, opts, choose=CHOOSE_SPLIT, name_fields=NAME_FIELDS)
+
+
+def read_pairs(
+    path: str | Path, opts: DataOptions, *, choose: str | None = None, name_fields: str | None = None
+) -> Iterator[tuple[int, str, Pair]]:
+    """Yield ``(index, where, pair)``; ``index`` counts records in file order from 0. ``choose`` and
+    ``name_fields``: the hints for a folder of several splits and a record of no known shape (default:
+    what any caller can do; see :func:`~bridgecli.data.sources.read_records`, :func:`~.shapes.to_pair`)."""
+    for index, (where, rec) in enumerate(read_records(path, opts.split, choose=choose)):
         if opts.limit is not None and index >= opts.limit:
             return
         if index < opts.start:
@@ -100,7 +115,15 @@ def iter_pairs(path: str | Path, opts: DataOptions) -> Iterator[tuple[int, str, 
         yield (
             index,
             where,
-            to_pair(rec, index, where, str(path), prompt_field=opts.prompt_field, response_field=opts.response_field),
+            to_pair(
+                rec,
+                index,
+                where,
+                str(path),
+                prompt_field=opts.prompt_field,
+                response_field=opts.response_field,
+                hint=name_fields,
+            ),
         )
 
 

@@ -82,6 +82,13 @@ def _from_chat(rec: dict, key: str, where: str, file: str) -> tuple[list[dict], 
 RESPONSE_KEYS = ("response", "completion", "output", "chosen")
 
 
+#: the record shapes :func:`to_pair` recognises, for a record of none of them
+SHAPES = (
+    "expected prompt/response, messages (chat), instruction/input/output (Alpaca), question/answer (GSM8K) "
+    "or problem/solution (MATH)"
+)
+
+
 def to_pair(
     rec: dict,
     index: int,
@@ -91,8 +98,10 @@ def to_pair(
     prompt_field: str | None = None,
     response_field: str | None = None,
     id_field: str = "id",
+    hint: str | None = None,
 ) -> Pair:
-    """Normalise one record; raise :class:`InputError` naming the file, record and field."""
+    """Normalise one record; raise :class:`InputError` naming the file, record and field. ``hint``: how
+    the command names the fields of a record of no known shape (default: the shapes it knows)."""
     rid = rec.get(id_field)
     rid = str(rid) if isinstance(rid, (str, int)) and str(rid) else str(index)
     if prompt_field or response_field:
@@ -149,7 +158,7 @@ def to_pair(
         f"cannot tell the prompt from the response (fields: {keys})",
         file=file,
         record=where,
-        hint="use --prompt-field and --response-field",
+        hint=hint or SHAPES,
     )
 
 

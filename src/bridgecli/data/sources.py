@@ -110,7 +110,7 @@ def read_parquet(path: Path) -> Iterator[tuple[str, dict]]:
             row += 1
 
 
-def read_hf_disk(path: Path, split: str | None) -> Iterator[tuple[str, dict]]:
+def read_hf_disk(path: Path, split: str | None, choose: str | None = None) -> Iterator[tuple[str, dict]]:
     import datasets
 
     try:
@@ -121,7 +121,11 @@ def read_hf_disk(path: Path, split: str | None) -> Iterator[tuple[str, dict]]:
         names = list(ds.keys())
         chosen = split or ("train" if "train" in ds else None)
         if chosen is None or chosen not in ds:
-            raise InputError(f"the dataset has splits {names}; choose one with --split", file=str(path))
+            raise InputError(
+                f"the dataset has splits {names} and none is chosen",
+                file=str(path),
+                hint=choose or f"pass the folder of one split, e.g. {Path(path) / names[0]}",
+            )
         ds = ds[chosen]
     for row, rec in enumerate(ds):
         yield f"row {row}", rec
@@ -131,22 +135,36 @@ def is_hf_disk(path: Path) -> bool:
     return path.is_dir() and any((path / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json"))
 
 
-def require_records(path: str | Path, split: str | None = None, *, allow_empty: bool = False) -> None:
-    """Fail at once (InputError, one line) when a data file holds no record, unless ``allow_empty``."""
+def require_records(
+    path: str | Path,
+    split: str | None = None,
+    *,
+    allow_empty: bool = False,
+    hint: str | None = None,
+    choose: str | None = None,
+) -> None:
+    """Fail at once (InputError, one line) when a data file holds no record, unless ``allow_empty``.
+    ``hint``: what the command offers for an empty input (score: ``--allow-empty``; warmup: nothing);
+    ``choose``: how the command chooses a split (see :func:`read_records`)."""
     if allow_empty:
         return
-    if next(iter(read_records(path, split)), None) is None:
-        raise InputError("holds no records", file=str(path), hint="pass --allow-empty to accept an empty result")
+    if next(iter(read_records(path, split, choose=choose)), None) is None:
+        raise InputError("holds no records", file=str(path), hint=hint)
 
 
-def read_records(path: str | Path, split: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``(where, record)`` from any supported file or folder."""
+def read_records(
+    path: str | Path, split: str | None = None, *, choose: str | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``(where, record)`` from any supported file or folder. A ``save_to_disk`` folder of several
+    splits takes ``split`` (default ``train``); without it, the error's hint is ``choose``, how the
+    command names a split (:data:`~bridgecli.data.examples.CHOOSE_SPLIT` where it has ``--split``), else
+    the folder of one split."""
     p = Path(path)
     if not p.exists():
         raise InputError("no such file or folder", file=str(p))
     if p.is_dir():
         if is_hf_disk(p):
-            yield from read_hf_disk(p, split)
+            yield from read_hf_disk(p, split, choose)
             return
         raise InputError("a folder that is not a datasets save_to_disk folder", file=str(p))
     name = p.name.lower()

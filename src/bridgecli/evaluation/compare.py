@@ -140,7 +140,7 @@ def compare(
 ) -> Comparison:
     """Table 1 values for ``runs``; see the module docstring."""
     if not runs:
-        raise UsageError("--compare needs at least one run folder")
+        raise UsageError("no run folder to compare")
     present = {task for run in runs for task in run.results}
     losses = list(dict.fromkeys(label for run in runs for label in run.losses))
     columns = list(general) if general else [t for t in GENERAL if t in present]

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..data.examples import DataOptions, iter_pairs
+from ..data.examples import DataOptions, read_pairs
 from ..data.shapes import Pair
 from ..data.tokenize import Tokenized, tokenize_pair
 from ..errors import InputError, UsageError
@@ -49,7 +49,7 @@ def load_tokenized(
     """``(index, where, pair, tokenized)`` for the first ``limit`` records of ``path``, tokenised
     exactly as ``bridge score`` tokenises them."""
     loaded = []
-    for index, where, pair in iter_pairs(path, DataOptions(limit=limit)):
+    for index, where, pair in read_pairs(path, DataOptions(limit=limit)):  # eval has no --split, --prompt-field
         tok = tokenize_pair(tokenizer, pair, chat_template=chat_template, file=str(path), where=where)
         loaded.append((index, where, pair, tok))
     if not loaded:

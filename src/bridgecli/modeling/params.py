@@ -34,10 +34,11 @@ def num_blocks(model: nn.Module) -> int:
     return len(blocks_of(model))
 
 
-def tail_layer_indices(model: nn.Module, k: int) -> list[int]:
+def tail_layer_indices(model: nn.Module, k: int, flag: str = "--attention-layers") -> list[int]:
+    """The indices of the final ``k`` blocks; ``flag``: the option that gave ``k``, for the error."""
     n = num_blocks(model)
     if not 1 <= k <= n:
-        raise ModelError(f"--direction-layers/--attention-layers must lie in 1..{n} for this model, got {k}")
+        raise ModelError(f"{flag} must lie in 1..{n} for this model, got {k}")
     return list(range(n - k, n))
 
 
@@ -49,11 +50,11 @@ def _prefix(model: nn.Module, target: nn.Module) -> str:
 
 
 def tail_parameters(model: nn.Module, k: int) -> dict[str, torch.Tensor]:
-    """The parameters of the final ``k`` blocks, keyed by their full names in ``model``."""
+    """The parameters of the final ``k`` blocks (``--direction-layers``), keyed by their full names in ``model``."""
     blocks = blocks_of(model)
     prefix = _prefix(model, blocks)
     out: dict[str, torch.Tensor] = {}
-    for i in tail_layer_indices(model, k):
+    for i in tail_layer_indices(model, k, "--direction-layers"):
         for name, p in blocks[i].named_parameters():
             out[f"{prefix}{i}.{name}"] = p
     return out

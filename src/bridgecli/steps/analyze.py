@@ -81,7 +81,7 @@ def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     leave_out = meta.leave_out(src.data)
     if leave_out is not None and meta.warm_ids is None:
         note(
-            "warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
+            "warning: DATA is the file warmup read, and warmup recorded no warm ids (no `bridge warmup --warm-fraction`): "
             "the sample may include warm examples"
         )
     leave_out = leave_out or frozenset()

@@ -215,9 +215,9 @@ def _quiet_datasets(datasets):
 #: why a row keeps no supervised response token, worded for the warning compact prints
 REASONS = {
     "no-response": "an empty response",
-    "selection": "the selection supervises no response token (b_r = 0: is --rho-r 0 or too small?)",
+    "selection": "the selection supervises no response token (b_r = 0: is `bridge select --rho-r` 0 or too small?)",
     "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
-    "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
+    "`bridge close --segmenter`, e.g. step or sentence, or a larger `bridge select --rho-r` keeps them)",
     "no-gain": "no unit that fits b_r has a positive score (close never chooses a unit with q(u) <= 0)",
 }
 
@@ -291,7 +291,7 @@ def row_limit(header) -> tuple[int, str] | None:
     for step in header.steps:
         value = step.params.get("max_length") if step.step == "score" else None
         if type(value) is int and value > 0:
-            return value, "the --max-length score recorded"
+            return value, "the `bridge score --max-length` of the stream"
     return None
 
 
@@ -303,7 +303,7 @@ def long_rows_warning(stats: CompactStats) -> str | None:
     return (
         f"warning: {stats.too_long} of {stats.rows} rows are longer than {stats.limit:,} tokens, "
         f"{stats.limit_source} (the longest, {id_}, has {length:,}): `bridge train` refuses them, "
-        f"or clips them with --clip-long-rows"
+        f"or clips them with `bridge train --clip-long-rows`"
     )
 
 

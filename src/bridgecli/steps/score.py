@@ -30,7 +30,7 @@ from .. import PRODUCER
 from ..artifacts.warmup_run import WarmupRun
 from ..contracts import as_scorer_factory, build_scorer
 from ..data import prefetch
-from ..data.examples import DataOptions, Report, file_digest, iter_examples, with_model_limit
+from ..data.examples import CHOOSE_SPLIT, DataOptions, Report, file_digest, iter_examples, with_model_limit
 from ..data.sources import read_records, require_records
 from ..errors import BridgeError, EmptyResultError, UsageError
 from ..format.records import Example, Header, ModelInfo
@@ -67,7 +67,7 @@ MAX_TOKENS_CPU = 4096
 
 
 def _count(path: str, opts: DataOptions) -> int:
-    n = sum(1 for _ in read_records(path, opts.split))
+    n = sum(1 for _ in read_records(path, opts.split, choose=CHOOSE_SPLIT))
     return min(n, opts.limit) if opts.limit is not None else n
 
 
@@ -142,7 +142,13 @@ def run_score(opts: ScoreOptions) -> int:
     check_output_file(opts.out)
     refuse_terminal(opts.out)
     check_input(opts.data)  # missing or empty data, missing warmup run: one line before any model loads
-    require_records(opts.data, opts.data_opts.split, allow_empty=opts.allow_empty)
+    require_records(
+        opts.data,
+        opts.data_opts.split,
+        allow_empty=opts.allow_empty,
+        hint="pass --allow-empty to accept an empty result",
+        choose=CHOOSE_SPLIT,
+    )
     run = WarmupRun.open(opts.run)
     dist = Dist.from_env()
     torchrun.check_options(dist, opts.out)

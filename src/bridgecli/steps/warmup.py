@@ -9,7 +9,7 @@ import torch
 from .. import PRODUCER
 from ..artifacts.direction_file import Direction, DirectionMeta
 from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_run
-from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
+from ..data.examples import CHOOSE_SPLIT, DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import check_input
 from ..modeling import direction as direction_mod
@@ -102,9 +102,10 @@ def _check_inputs(opts: WarmupOptions) -> None:
     check_input(opts.val)
     from ..data.sources import require_records
 
-    require_records(opts.data, opts.data_opts.split)  # an empty file: one line before the model loads
+    # an empty file: one line before the model loads (warmup cannot train on nothing: no --allow-empty)
+    require_records(opts.data, opts.data_opts.split, choose=CHOOSE_SPLIT)
     if opts.val is not None:
-        require_records(opts.val)
+        require_records(opts.val)  # --split is the data's: a split of --val is named by its folder
 
 
 def _held_out_ids(opts: WarmupOptions) -> tuple[set[str] | None, set[str] | None]:

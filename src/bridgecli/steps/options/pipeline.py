@@ -59,7 +59,7 @@ class WarmupOptions:
         help="Warm split (JSONL/JSON/Parquet/save_to_disk), or the full data with --warm-fraction.", argument=True
     )
     val: str | None = option(None, "Validation data D_val for g_target.")
-    out: str | Path = option(DEFAULT_WARMUP_DIR, "Run folder (score's default --from).", "--output", "-o")
+    out: str | Path = option(DEFAULT_WARMUP_DIR, "Run folder (the default of `bridge score --from`).", "--output", "-o")
     overwrite: bool = option(
         False, "Replace the finished warmup run in OUT (it is kept until the new one is written).", "--overwrite"
     )
@@ -72,7 +72,8 @@ class WarmupOptions:
     lam: float = option(0.2, "Weight of the anchor direction in v.", "--lambda", range=number(0, 1e6))
     sft: SFTConfig = group(
         SFTConfig,
-        only=("epochs", "lr", "batch_size", "grad_accum", "max_steps", "seed"),
+        # max_grad_norm: what a run of NaN gradients (training/guard.py) tells warmup to lower, with --lr
+        only=("epochs", "lr", "batch_size", "grad_accum", "max_steps", "seed", "max_grad_norm"),
         defaults=WARMUP_SFT_DEFAULTS,
         help=WARMUP_SFT_HELP,
     )
