@@ -37,7 +37,8 @@ from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve,
 from ..io import check_input, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
-from ..training.config import config_dict
+from ..runtime.allocator import fix_mmap_threshold
+from ..training.config import config_dict, on_device
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
 from ..training.sft import FitResult, check_resume, fit, make_accelerator, training_plan
@@ -355,11 +356,14 @@ def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | Non
 
 
 def _accelerator(opts: TrainOptions):
-    """The accelerator of this process and the device it trains on; settles ``opts.sft.bf16`` (on CUDA only)."""
+    """The accelerator of this process and the device it trains on; settles the device's defaults of
+    ``opts.sft`` (bf16 on CUDA only, gradient checkpointing on the CPU) and, on the CPU, the allocator."""
     cfg = opts.sft
     device = resolve_device(opts.device)
-    cfg.bf16 = device.startswith("cuda") if cfg.bf16 is None else cfg.bf16 and device.startswith("cuda")
-    acc = make_accelerator(device, cfg.bf16)
+    on_device(cfg, device)
+    if device == "cpu":
+        fix_mmap_threshold()
+    acc = make_accelerator(device, bool(cfg.bf16))
     if acc.num_processes > 1:
         device = str(acc.device)
     return acc, device

@@ -17,7 +17,8 @@ from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve,
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
 from ..training.rows import full_response_row
-from ..training.config import config_dict
+from ..runtime.allocator import fix_mmap_threshold
+from ..training.config import config_dict, on_device
 from ..training.sft import train
 from .common import now
 from .options import WarmupOptions
@@ -58,6 +59,10 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     _check_inputs(opts)
     ref = resolve(opts.model)
     device = resolve_device(opts.device)
+    on_device(opts.sft, device)
+    opts.sft.bf16 = False  # warmup trains in float32 (it has no --bf16)
+    if device == "cpu":
+        fix_mmap_threshold()
     note(f"loading {ref.spec}")
     tokenizer = load_tokenizer(ref)
     model = load_model(ref, device=device)

@@ -137,8 +137,14 @@ class SFTConfig:
         range=count(),
         panel=EFFICIENCY_PANEL,
     )
-    gradient_checkpointing: bool = option(
-        False, "Recompute activations in backward (less memory).", panel=EFFICIENCY_PANEL
+    #: None: on the CPU, off on a GPU (:func:`on_device`)
+    gradient_checkpointing: bool | None = option(
+        None,
+        "Recompute each block's activations in the backward instead of keeping them: less memory, about a "
+        "third more compute. Default: on the CPU (where SmolLM2-135M at batch 8 then peaks at 2.8 GB, not 5.4 GB), "
+        "off on a GPU.",
+        "--gradient-checkpointing/--no-gradient-checkpointing",
+        panel=EFFICIENCY_PANEL,
     )
     #: None: full fine-tuning
     lora: LoraSettings | None = group(
@@ -190,6 +196,17 @@ def config_dict(cfg: SFTConfig) -> dict:
     return asdict(cfg)
 
 
+def on_device(cfg: SFTConfig, device: str) -> SFTConfig:
+    """``cfg`` with the settings whose default depends on the device settled for ``device`` (in place,
+    so that what a run records is what it ran): bf16 on CUDA only (a GPU by default), gradient
+    checkpointing on the CPU by default."""
+    cuda = str(device).startswith("cuda")
+    cfg.bf16 = cuda if cfg.bf16 is None else bool(cfg.bf16) and cuda
+    if cfg.gradient_checkpointing is None:
+        cfg.gradient_checkpointing = not cuda
+    return cfg
+
+
 def check_targets(targets: object, given: object = None) -> None:
     """``targets`` is ``all-linear`` or a non-empty list of module names (each a non-empty string);
     ``given``: what the user typed, for the message."""
@@ -230,5 +247,6 @@ __all__ = [
     "config_dict",
     "default_lr",
     "lora_from_flags",
+    "on_device",
     "lora_settings",
 ]

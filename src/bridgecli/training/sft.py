@@ -8,8 +8,8 @@ DDP/FSDP the gradients are averaged over ranks, hence each rank backpropagates
 ``world_size * sum / Z``.
 
 Efficiency: micro-batches are packed padding-free (or length-bucketed, see batching.py) and the
-output head runs only on the positions that carry loss (``logits_to_keep`` with a boolean mask),
-so executed tokens, not padding or unsupervised positions, set the cost. Attention never runs cuDNN's
+output head runs only on the positions that carry loss, a chunk of them at a time (loss.py), so
+executed tokens, not padding or unsupervised positions, set the cost. Attention never runs cuDNN's
 kernel (modeling/sdpa_backends.py: its backward gave NaN gradients for some masked shapes in bf16).
 
 Distribution goes through accelerate (``torchrun``/``accelerate launch`` start the processes;
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from ..artifacts.train_run import METRICS
 from ..errors import UsageError
@@ -38,9 +37,10 @@ from ..modeling.sdpa_backends import training_backends
 from ..progress import note
 from ..runtime.precision import use_tf32
 from . import checkpoint
-from .batching import MicroBatch, collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
+from .batching import collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
 from .guard import check_finite
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
+from .loss import accumulate, dummy_loss, token_loss_sum
 from .packing import check_packing, one_line
 from .rows import Row
 
@@ -78,78 +78,6 @@ def cosine_lr(step: int, total: int, base: float, warmup_ratio: float) -> float:
     else:
         progress = step / max(1, total)
     return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-# ---------------------------------------------------------------------------------------------
-# the loss of one micro-batch
-
-
-#: models (by id) whose forward rejected a boolean ``logits_to_keep``: full logits for them
-_FULL_HEAD: set[int] = set()
-
-
-def token_loss_sum(model, mb: MicroBatch) -> torch.Tensor:
-    """Sum of next-token cross-entropies over the positions whose (unshifted) label is not -100, each
-    times its loss weight when the rows carry weights. The output head runs only on the positions that
-    predict a supervised token (a boolean ``logits_to_keep``, transformers >= 5); models that do not take
-    one get full logits."""
-    keep, target = mb.keep, mb.target
-    assert keep is not None and target is not None  # set by MicroBatch.__post_init__
-    kwargs = {"input_ids": mb.input_ids, "use_cache": False}
-    if mb.attention_mask is not None:
-        kwargs["attention_mask"] = mb.attention_mask
-    if mb.position_ids is not None:
-        kwargs["position_ids"] = mb.position_ids
-    if id(model) not in _FULL_HEAD:
-        try:
-            logits = model(**kwargs, logits_to_keep=keep).logits
-        except (TypeError, IndexError, ValueError):
-            logits = None
-        if logits is not None and logits.dim() == 2 and logits.shape[0] == target.shape[0]:
-            return _weighted_ce(_upcast(logits), target, mb.target_weight)
-        _FULL_HEAD.add(id(model))
-    logits = model(**kwargs).logits
-    return _weighted_ce(_upcast(logits[keep]), target, mb.target_weight)
-
-
-def _weighted_ce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-    if weight is None:
-        return F.cross_entropy(logits, target, reduction="sum")
-    return (F.cross_entropy(logits, target, reduction="none") * weight.to(logits.dtype)).sum()
-
-
-def _upcast(logits: torch.Tensor) -> torch.Tensor:
-    """Half-precision logits to float32 for the loss; float32/float64 stay as they are."""
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-
-
-def _dummy_loss(model, mb: MicroBatch) -> torch.Tensor:
-    """Zero, but through the whole model: joins a gradient synchronisation with no contribution."""
-    return model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, use_cache=False).logits.float().sum() * 0.0
-
-
-def accumulate(
-    model,
-    micro_batches: Sequence[Sequence[Row]],
-    *,
-    pad_id: int,
-    device="cpu",
-    bf16: bool = False,
-    packing: bool = False,
-) -> float:
-    """Backward over the micro-batches of one optimizer step with the loss normalised by the
-    step's total supervised tokens (Z_r), so gradients do not depend on how rows are grouped.
-    Returns the step's token-mean loss. (Single process, no accelerate: used for g_target.)"""
-    z = max(1, sum(r.supervised for mb in micro_batches for r in mb))
-    total = torch.zeros((), dtype=torch.float64)
-    with training_backends():
-        for rows in micro_batches:
-            mb = collate([list(rows)] if packing else [[r] for r in rows], pad_id, packing=packing).to(device)
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
-                loss = token_loss_sum(model, mb) / z
-            loss.backward()
-            total += loss.detach().double().cpu()
-    return float(total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,9 +246,12 @@ def fit(
     finally:
         if metrics is not None:
             metrics.close()
+    released = _release(acc, prepared)
+    if _checkpointing(cfg, device):
+        _stop_checkpointing(released)
     return FitResult(
         history,
-        _release(acc, prepared),
+        released,
         acc,
         packing,
         packing_note,
@@ -332,21 +263,49 @@ def fit(
 
 
 def _prepare(model, cfg: SFTConfig, acc: Accelerator, device) -> tuple[Any, Any]:
-    """The model in training mode (gradient checkpointing as ``cfg`` asks) and its AdamW, both
-    prepared by accelerate: ``(prepared model, optimizer)``."""
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
+    """The model in training mode (gradient checkpointing as ``cfg`` asks; by default on the CPU only:
+    :func:`_checkpointing`) and its AdamW, both prepared by accelerate: ``(prepared model, optimizer)``.
+    AdamW is the fused one on CUDA and the CPU: the default (foreach) makes temporary copies of every
+    parameter-sized state (half a gigabyte for a 135M model), the fused one updates in place."""
+    if _checkpointing(cfg, device):
+        enable = getattr(model, "activation_checkpointing_enable", None)  # newer transformers: the old name warns
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        hooked = getattr(model, "_require_grads_hooks", None) or getattr(model, "_require_grads_hook", None)
+        if hasattr(model, "enable_input_require_grads") and not hooked:  # (newer transformers hook it themselves:
+            model.enable_input_require_grads()  # a second hook would replace the first's handle, never removed)
     model.train()
     opt = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=cfg.lr,
         weight_decay=cfg.weight_decay,
-        fused=str(device).startswith("cuda") or None,
+        fused=str(device).startswith(("cuda", "cpu")) or None,
     )
     # model and optimizer together, so that FSDP can re-point the optimizer at its sharded parameters
     return acc.prepare(model, opt, device_placement=[acc.num_processes > 1, False])
+
+
+def _checkpointing(cfg: SFTConfig, device) -> bool:
+    """Gradient checkpointing as ``cfg`` says; where it says nothing (None), on off CUDA."""
+    if cfg.gradient_checkpointing is None:
+        return not str(device).startswith("cuda")
+    return bool(cfg.gradient_checkpointing)
+
+
+def _stop_checkpointing(model) -> None:
+    """Undo what :func:`_prepare` turned on for checkpointing: a model used after the fit (warmup's
+    validation gradient) keeps every activation of a forward again, and no hook makes its input
+    embeddings require a gradient (which would keep every layer's activations where only the tail's
+    parameters need gradients)."""
+    disable = getattr(model, "activation_checkpointing_disable", None) or getattr(
+        model, "gradient_checkpointing_disable", None
+    )
+    if disable is not None:
+        disable()
+    if hasattr(model, "disable_input_require_grads"):
+        model.disable_input_require_grads()
 
 
 def _resumed_step(acc: Accelerator, run_dir: Path, cfg: SFTConfig, digest: str, meta: dict | None, total: int) -> int:
@@ -458,7 +417,7 @@ def _one_step(model, opt, acc, rows, idx, s: int, total: int, setup: _StepSetup)
                 acc.backward(loss_sum * (world / z))
                 local += loss_sum.detach().double()
             else:
-                acc.backward(_dummy_loss(model, dummy_batch(setup.pad_id).to(device)))
+                acc.backward(dummy_loss(model, dummy_batch(setup.pad_id).to(device)))
     grad_norm = acc.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
     finite = math.isfinite(float(grad_norm))
     if finite:  # a NaN or infinite gradient would make every weight NaN: the step is skipped (fit decides more)
