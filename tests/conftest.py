@@ -89,3 +89,48 @@ def no_model_loads(monkeypatch):
 
     for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer, transformers.AutoConfig):
         monkeypatch.setattr(cls, "from_pretrained", boom)
+
+
+#: seconds a test in the fast set may sleep in all (polling a thread it started for a line), no more
+FAST_SET_SLEEP = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _the_fast_set_starts_no_process_and_does_not_sleep(request, monkeypatch):
+    """A test left in the fast set (not marked ``integration``) fails, saying so, when it starts a
+    process (subprocess, fork, spawn: the interpreter's start alone costs a second of CPU) or sleeps more
+    than FAST_SET_SLEEP in all: the fast set stays fast (issue 41), and a new slow test is marked. It runs
+    torch on one thread, as :func:`one_thread` does (a second thread only spins on tensors this small)."""
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    import subprocess
+    import time
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+
+    def refuse(what: str):
+        def call(*args, **kwargs):
+            pytest.fail(f"a test in the fast set {what}: mark it @pytest.mark.integration", pytrace=False)
+
+        return call
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("starts a process (subprocess)"))
+    monkeypatch.setattr(os, "fork", refuse("forks a process"))
+    monkeypatch.setattr(os, "posix_spawn", refuse("spawns a process"))
+    monkeypatch.setattr(os, "posix_spawnp", refuse("spawns a process"))
+    real_sleep, slept = time.sleep, [0.0]
+
+    def sleep(seconds: float) -> None:
+        slept[0] += seconds
+        if slept[0] > FAST_SET_SLEEP:
+            pytest.fail(f"a test in the fast set sleeps {slept[0]:.1f} s: mark it @pytest.mark.integration",
+                        pytrace=False)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    yield

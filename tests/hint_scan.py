@@ -373,6 +373,7 @@ def unit_at(module: str, line: int) -> Unit:
     raise AssertionError(f"{module}: no unit holds line {line}")
 
 
+@cache
 def texts(unit: Unit) -> list[tuple[int, str]]:
     """(line, text) of every string literal of ``unit`` that names a flag (see the module docstring)."""
     module, name = unit
@@ -410,7 +411,7 @@ class Named:
     text: str
 
 
-def flags_in(text: str, commands: set[str]) -> list[tuple[str, str | None]]:
+def flags_in(text: str, commands: set[str] | frozenset[str]) -> list[tuple[str, str | None]]:
     """(flag, whose) for each flag ``text`` names: whose is a command path (``analyze fidelity``; "?" for a
     ``bridge`` command line naming none of ``commands``) where the flag is in a command line of bridge,
     None where it is the flag of the command that shows the text. Another program's command line
@@ -436,9 +437,14 @@ def flags_in(text: str, commands: set[str]) -> list[tuple[str, str | None]]:
     return out
 
 
-def named_flags(unit: Unit, commands: set[str]) -> list[Named]:
+def named_flags(unit: Unit, commands: set[str] | frozenset[str]) -> list[Named]:
     """The flags that the texts of ``unit`` name (:func:`flags_in`)."""
-    return [Named(f, whose, unit[0], line, text) for line, text in texts(unit) for f, whose in flags_in(text, commands)]
+    return list(_named_flags(unit, frozenset(commands)))
+
+
+@cache
+def _named_flags(unit: Unit, commands: frozenset[str]) -> tuple[Named, ...]:
+    return tuple(Named(f, whose, unit[0], line, text) for line, text in texts(unit) for f, whose in flags_in(text, commands))
 
 
 def path_to(starts: set[Unit], target: Unit) -> list[Unit]:

@@ -65,7 +65,7 @@ def test_a_finished_run_is_refused_without_overwrite_before_anything_loads(input
     line = error_line(result)
     assert str(out) in line and "finished" in line and "--overwrite" in line and "-o" in line, line
     assert snapshot(out) == before
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left
 
 
 def test_warmup_never_replaces_a_folder_that_holds_no_warmup_run(inputs):
@@ -102,7 +102,7 @@ def test_train_overwrite_replaces_the_finished_run_only_once_the_new_one_is_writ
     monkeypatch.setattr(train_step, "fit", failing_fit)
     assert invoke(*argv).exit_code != 0
     assert seen == [before] and snapshot(out) == before  # the old run is as it was
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left
 
     monkeypatch.setattr(train_step, "fit", real_fit)
     result = invoke(*argv)
@@ -111,7 +111,7 @@ def test_train_overwrite_replaces_the_finished_run_only_once_the_new_one_is_writ
     assert (out / "model.safetensors").read_bytes() != before["model.safetensors"]
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     assert (out / "checkpoints").is_dir()  # the new run's own checkpoints came with it
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left
 
 
 @pytest.mark.integration  # trains a tiny model (seconds)
@@ -175,7 +175,7 @@ def test_what_a_killed_overwrite_left_beside_the_run_goes_with_the_next_run_into
     assert result.exit_code != 0  # no such model (or, without flags, the finished run is refused)
     assert f"removed {inputs / '.run.overwrite'}" in result.stderr
     assert snapshot(out) == before
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left
 
 
 @pytest.mark.parametrize("new_finished", [False, True])
@@ -194,7 +194,7 @@ def test_an_overwrite_killed_while_replacing_the_run_never_loses_a_finished_one(
     assert result.exit_code == UsageError.exit_code and "holds a finished training run" in lines[-1], result.stderr
     assert ("finished and now in place" if new_finished else "put back as it was") in lines[0], result.stderr
     assert snapshot(out) == (new if new_finished else old)
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left
 
 
 @pytest.mark.integration  # trains a tiny model (seconds)
@@ -234,4 +234,4 @@ def test_an_overwrite_interrupted_in_its_training_loop_leaves_the_finished_run_w
     assert result.exit_code == 0, result.output
     assert [f"removed {left}" in line for line in result.stderr.splitlines()] == [True, False]
     assert "already finished" in result.stderr and snapshot(out) == before
-    assert sorted(p.name for p in inputs.iterdir()) == [".run.lock", "data.jsonl", "rows.jsonl", "run"]
+    assert sorted(p.name for p in inputs.iterdir()) == ["data.jsonl", "rows.jsonl", "run"]  # no lock file left

@@ -168,6 +168,7 @@ def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     assert "| GSM8K answer loss | 4 | 4 of 6 |" in proc.stdout
 
 
+@pytest.mark.integration  # runs the script as a process
 def test_rows_against_a_named_reference_row(tmp_path):
     """``--versus METHOD`` adds every row minus METHOD at the same retention (here random-resp, the response-only
     random draw), and refuses a METHOD the file has no row for."""
@@ -196,6 +197,7 @@ def test_rows_against_a_named_reference_row(tmp_path):
     assert bad.returncode == 2 and "no tilt-resp row to compare with" in bad.stderr
 
 
+@pytest.mark.integration  # runs the script as a process
 def test_seed_matched_rows(tmp_path):
     """``--seed S`` keeps only seed S's runs (and the untrained base row): the rows are that seed's accuracies,
     not the mean over seeds; a seed with no runs is refused."""

@@ -7,6 +7,7 @@ line of another bridge command (`bridge select --rho-r`) must be that command's.
 
 from __future__ import annotations
 
+import functools
 import typing
 
 import pytest
@@ -56,7 +57,8 @@ def flags_of(path: str) -> set[str]:
     return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")} | {"--help"}
 
 
-def entries(path: str) -> set[hs.Unit]:
+@functools.cache
+def entries(path: str) -> frozenset[hs.Unit]:
     """The units a command starts from: its function, and the parse/build functions of its flags."""
     run = COMMANDS[path].callback
     while hasattr(run, "__wrapped__"):
@@ -66,14 +68,19 @@ def entries(path: str) -> set[hs.Unit]:
     inner = [c for c in cells if callable(c) and getattr(c, "__name__", "") == run.__name__]
     if inner:  # a command built by cli/build.py from its options type
         out |= hs.option_entries(next(iter(typing.get_type_hints(inner[0]).values())))
-    return out
+    return frozenset(out)
+
+
+@functools.cache
+def reached(path: str) -> frozenset[hs.Unit]:
+    return frozenset(hs.reachable(set(entries(path))))
 
 
 def violations(path: str, have: set[str] | None = None) -> list[tuple[str, hs.Named, hs.Unit]]:
     """(the command whose flag it must be, what names it, where) of every flag the command can name that
     is not that command's; ``have``: this command's flags (default: its real ones)."""
     out = []
-    for unit in sorted(hs.reachable(entries(path))):
+    for unit in sorted(reached(path)):
         for named in hs.named_flags(unit, set(COMMANDS)):
             owner = named.command or path
             flags = (have if have is not None and owner == path else None) or (
@@ -93,7 +100,7 @@ def test_every_flag_a_command_can_name_is_its_own(path):
     bad = [(owner, named, unit) for owner, named, unit in violations(path) if not _excused(path, named)]
     assert not bad, "\n".join(
         f"bridge {path} can show {named.text!r} ({named.module}:{named.line}), naming {named.flag}, which "
-        f"`bridge {owner}` lacks; reached through {' -> '.join('.'.join(filter(None, u)) for u in hs.path_to(entries(path), unit))}"
+        f"`bridge {owner}` lacks; reached through {' -> '.join('.'.join(filter(None, u)) for u in hs.path_to(set(entries(path)), unit))}"
         for owner, named, unit in bad
     )
 
@@ -124,7 +131,7 @@ def test_help_names_only_flags_the_command_has(path):
     ("score", "--allow-empty", "pass --allow-empty to accept an empty result"),  # given to require_records
 ])
 def test_the_scan_reaches_known_hints(path, flag, text):
-    units = hs.reachable(entries(path))
+    units = reached(path)
     named = [n for u in units for n in hs.named_flags(u, set(COMMANDS)) if n.flag == flag]
     assert any(text in n.text for n in named), (path, flag, sorted({n.text for n in named}))
 
@@ -142,7 +149,7 @@ def test_what_warmup_and_train_say_for_empty_and_split_data():
     of several splits names no --split (neither has it); score and warmup, which have them, do."""
     for path, flag in [("warmup", "--allow-empty"), ("train", "--split")]:
         assert flag not in flags_of(path)
-        units = hs.reachable(entries(path))
+        units = reached(path)
         assert not [n for u in units for n in hs.named_flags(u, set(COMMANDS)) if n.flag == flag], path
     assert "--split" in flags_of("warmup") and "--allow-empty" in flags_of("score")
 

@@ -238,6 +238,7 @@ def test_sigterm_leaves_no_temporary_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bridge"]
 
 
+@pytest.mark.integration  # four warmup and train runs of a tiny model (30 s on a busy 2-core machine)
 def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_dir):
     """The issue's case, in sequence: `warmup -o w` then `warmup -o wlink --overwrite`, `train -o t` then
     `train -o tlink --overwrite` (without it the finished run is refused). The second run replaces the

@@ -174,3 +174,49 @@ def test_markup_in_a_description_is_printed_as_it_is(log):
         bar.tick()
         bar.update(task, advance=2)
     assert lines()[0].startswith("[bold]x[/bold]: 0/2 ex")
+
+
+@pytest.mark.integration  # bridge warmup and bridge train on the sample with the default model (minutes)
+def test_a_redirected_warmup_and_train_write_a_line_at_least_every_60_s(tmp_path, tokenizer):
+    """The issue's case: stderr to a file (`2> run.log`), progress not turned off. Every line is timed as it
+    reaches the file; no gap between two, nor from the start to the first or from the last to the end,
+    passes 60 s, and the steps' lines are there (a step takes 10 s to a minute here, more when busy)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bridgecli.data.examples import DataOptions, iter_examples
+    from bridgecli.training.rows import full_response_row
+
+    sample = Path(__file__).resolve().parents[1] / "examples" / "data"
+    rows = [full_response_row(e.id, e.tokens) for e in iter_examples(sample / "train.jsonl", tokenizer, DataOptions())]
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"input_ids": r.input_ids, "labels": r.labels}) + "\n" for r in rows[:24]))
+    env = {k: v for k, v in os.environ.items() if k != "BRIDGE_NO_PROGRESS"}
+    steps = ["--batch-size", "8", "--grad-accum", "1", "--max-steps", "3", "--device", "cpu"]
+    runs = {
+        "warmup": ["warmup", str(sample / "warm.jsonl"), "--val", str(sample / "val.jsonl"), "-o", str(tmp_path / "w")],
+        "train": ["train", str(tmp_path / "rows.jsonl"), "-o", str(tmp_path / "t")],
+    }
+    for name, argv in runs.items():
+        log = tmp_path / f"{name}.log"
+        with open(log, "w") as err:
+            start = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "bridgecli", *argv, *steps], stdout=subprocess.DEVNULL,
+                                    stderr=err, env=env)
+            arrivals, seen = [start], 0
+            while proc.poll() is None or seen < len(log.read_text().splitlines()):
+                count = len(log.read_text().splitlines())
+                arrivals += [time.monotonic()] * (count - seen)
+                seen = count
+                time.sleep(0.5)
+            arrivals.append(time.monotonic())
+        text = log.read_text()
+        assert proc.returncode == 0, text
+        gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+        assert max(gaps) <= 60, (name, [round(g) for g in gaps], text)
+        step_lines = [line for line in text.splitlines() if "/3 steps" in line]
+        assert step_lines and "\r" not in text and "\x1b" not in text, text  # plain lines, no redrawing
+        assert any(line.startswith(("training", "train")) and " in " in line for line in step_lines), text  # the summary

@@ -33,7 +33,8 @@ from tiny import sample_inputs
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "v1.2-closure.bridge"
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# integration: its fixture runs every command on a tiny model, and several tests start `python -m bridgecli`
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 
 
 def invoke(argv: list[str], stdout=None) -> tuple[int, str]:
@@ -173,9 +174,9 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
 
     assert_one_line(code, err, command, str(out))
     after = _tree(small_disk)
-    # the lock file next to a run folder stays (docs/cli.md); train writes its run folder in place,
-    # so a failed one leaves the folder and its (empty) metrics log, never a partial model or summary
-    allowed = {f".{name}.lock"} | ({name, f"{name}/metrics.jsonl"} if command == "train" else set())
+    # no lock file is left (docs/cli.md); train writes its run folder in place, so a failed one leaves
+    # the folder and its (empty) metrics log, never a partial model or summary
+    allowed = {name, f"{name}/metrics.jsonl"} if command == "train" else set()
     assert after - before <= allowed, sorted(after - before)
     assert before <= after
     if kind == "file":
@@ -345,7 +346,7 @@ def test_file_size_limit_is_one_line(work, tiny_model_dir, tmp_path):
         code, err = results[key]
         assert_one_line(code, err, command, str(out))
         assert "File too large" in err
-        left = sorted(_tree(out.parent) - {name for name in (out.name, f".{out.name}.lock")}
+        left = sorted(_tree(out.parent) - {out.name}
                       - ({f"{out.name}/metrics.jsonl"} if command == "train" else set()))
         assert left == [], (key, left)
         if kind == "file":
