@@ -5,6 +5,7 @@ Hugging Face step (transformers model + torch AdamW) on the same rows (issue 41:
     python bench/train/memory.py                                   # the bundled sample, default model, batch 8
     python bench/train/memory.py --data gsm8k/train.jsonl --rows 200
     python bench/train/memory.py --also-no-checkpointing           # train --no-gradient-checkpointing too
+    python bench/train/memory.py --threads 1 --also-no-checkpointing --also-glibc-threshold   # docs/training.md
 
 Each run is a process of its own, measured from outside: its peak resident set (``ru_maxrss`` of
 ``os.wait4``, what ``/usr/bin/time -v`` reports), its wall and CPU seconds; the steps' times come from
@@ -135,6 +136,12 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=24, help="examples of --data used (rows of train and plain)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps of each run")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of every run (OMP_NUM_THREADS): 1 gives step times that a busy machine disturbs least",
+    )
     ap.add_argument("--also-no-checkpointing", action="store_true", help="train --no-gradient-checkpointing too")
     ap.add_argument(
         "--also-glibc-threshold",
@@ -148,6 +155,8 @@ def main() -> None:
         plain_step(rows, int(batch), int(steps), out)
         return
     env = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "PYTHONPATH": str(ROOT / "src")}
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     common = [
         "--batch-size",
         str(args.batch_size),
@@ -215,13 +224,14 @@ def main() -> None:
             runs[name] = {**run, **summary(step_times(metrics))}
     result = {
         **header("cpu"),
-        "settings": settings(args, "data", "val", "rows", "batch_size", "steps"),
+        "settings": settings(args, "data", "val", "rows", "batch_size", "steps", "threads"),
         "rows_used": n,
         "runs": runs,
     }
     lines = [
         f"{result['device_name']}, torch {result['torch']}, transformers {result['transformers']}, commit "
-        f"{result['commit']}; {n} rows of {Path(args.data).name}, batch {args.batch_size}, {args.steps} steps each",
+        f"{result['commit']}; {n} rows of {Path(args.data).name}, batch {args.batch_size}, {args.steps} steps each"
+        + (f", {args.threads} thread(s)" if args.threads else ""),
         "",
         "| run | peak RSS | median step (s) | CPU s (user+sys) | wall s | load before -> after (1 min) |",
         "|---|---:|---:|---:|---:|---|",

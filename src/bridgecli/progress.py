@@ -65,15 +65,15 @@ def in_pipe() -> bool:
     return _is_pipe(0) or _is_pipe(1)
 
 
-def mode() -> str:
+def mode(console: Console | None = None) -> str:
     """``bar``, ``lines``, ``log`` or ``off`` (see the module docstring)."""
-    return shown_mode() if enabled() else "off"
+    return shown_mode(console) if enabled() else "off"
 
 
-def shown_mode() -> str:
-    """How progress shows here when it shows: ``log`` when stderr is not a terminal, else ``lines``
-    inside a pipe and ``bar`` outside one."""
-    if not stderr.is_terminal:
+def shown_mode(console: Console | None = None) -> str:
+    """How progress shows on ``console`` (default: stderr) when it shows: ``log`` when that is not a
+    terminal, else ``lines`` inside a pipe and ``bar`` outside one."""
+    if not (console or stderr).is_terminal:
         return "log"
     return "lines" if in_pipe() else "bar"
 
@@ -268,7 +268,7 @@ def make_progress(
     decides by :func:`mode`, False turns it off, True shows it even under ``BRIDGE_NO_PROGRESS`` (a bar
     on a terminal, lines elsewhere: :func:`shown_mode`). ``rate_column=False`` for a caller whose
     ``extra`` columns already show a rate (tokens/s)."""
-    chosen = mode() if show is None else (shown_mode() if show else "off")
+    chosen = mode(console) if show is None else (shown_mode(console) if show else "off")
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),

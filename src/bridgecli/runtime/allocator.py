@@ -1,4 +1,5 @@
-"""The C allocator of a training process on the CPU, set in one place for warmup and train.
+"""The C allocator of a training process on the CPU, set in one place for warmup and train (with
+gradient checkpointing, their default there: the memory-first setting).
 
 A training step frees and makes again, every step, tensors of every size up to hundreds of megabytes
 (activations, gradients, the loss's chunks). glibc's malloc serves a block of more than its mmap
@@ -7,8 +8,8 @@ the block's size (up to 32 MiB), after which blocks that size come from its heap
 kept, fragmented, for later blocks that may not fit it. On SmolLM2-135M at batch 8 that grew the
 resident memory of a step by about 0.7 GB (3.5 GB against 2.8 GB; bench/train/memory.py). Fixing the
 threshold keeps every block above it in the kernel's hands: freed at once, never fragmenting a heap. The
-price is a page fault for every page of such a block each time one is made: more system time, a
-slower step (docs/training.md has the figures). ``MALLOC_MMAP_THRESHOLD_`` in the environment, which
+price is a page fault for every page of such a block each time one is made: more system time, a step
+about a third longer (docs/training.md has the figures). ``MALLOC_MMAP_THRESHOLD_`` in the environment, which
 glibc reads when the process starts, is the user's choice and stays."""
 
 from __future__ import annotations

@@ -357,11 +357,12 @@ def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | Non
 
 def _accelerator(opts: TrainOptions):
     """The accelerator of this process and the device it trains on; settles the device's defaults of
-    ``opts.sft`` (bf16 on CUDA only, gradient checkpointing on the CPU) and, on the CPU, the allocator."""
+    ``opts.sft`` (bf16 on CUDA only, gradient checkpointing on the CPU) and, on the CPU with
+    checkpointing, the allocator's mmap threshold."""
     cfg = opts.sft
     device = resolve_device(opts.device)
     on_device(cfg, device)
-    if device == "cpu":
+    if device == "cpu" and cfg.gradient_checkpointing:  # memory first (see --gradient-checkpointing's help)
         fix_mmap_threshold()
     acc = make_accelerator(device, bool(cfg.bf16))
     if acc.num_processes > 1:

@@ -61,7 +61,7 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     device = resolve_device(opts.device)
     on_device(opts.sft, device)
     opts.sft.bf16 = False  # warmup trains in float32 (it has no --bf16)
-    if device == "cpu":
+    if device == "cpu" and opts.sft.gradient_checkpointing:  # memory first, as train
         fix_mmap_threshold()
     note(f"loading {ref.spec}")
     tokenizer = load_tokenizer(ref)
