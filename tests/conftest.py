@@ -134,3 +134,28 @@ def _the_fast_set_starts_no_process_and_does_not_sleep(request, monkeypatch):
 
     monkeypatch.setattr(time, "sleep", sleep)
     yield
+
+
+#: in the fast set (``-m "not integration"``) a property test runs this share of the examples it asks
+#: for (at least FAST_SET_MIN_EXAMPLES); the whole set, as CI runs it, runs them all
+FAST_SET_EXAMPLES = 0.25
+FAST_SET_MIN_EXAMPLES = 10
+
+
+def pytest_collection_modifyitems(config, items):
+    """Scale the hypothesis tests' ``max_examples`` down in the fast set (see FAST_SET_EXAMPLES). The
+    settings a test was given live on its function (hypothesis's own attribute; where a hypothesis
+    release moves it, nothing changes and the fast set is only slower)."""
+    if "not integration" not in (config.getoption("markexpr") or ""):
+        return
+    from hypothesis import settings
+
+    done: set[int] = set()
+    for item in items:
+        fn = getattr(item, "obj", None)
+        given = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if given is None or id(fn) in done:  # (a parametrized test: one function, scaled once)
+            continue
+        done.add(id(fn))
+        fewer = max(FAST_SET_MIN_EXAMPLES, int(given.max_examples * FAST_SET_EXAMPLES))
+        fn._hypothesis_internal_use_settings = settings(given, max_examples=min(given.max_examples, fewer))

@@ -20,10 +20,13 @@ from bridgecli.modeling import dual_kernels as dk
 from bridgecli.modeling import dual_llama as dl
 
 CUDA = torch.cuda.is_available()
-pytestmark = pytest.mark.skipif(
-    not dk.HAVE_TRITON or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
-    reason="needs Triton (on a GPU, or TRITON_INTERPRET=1)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not dk.HAVE_TRITON or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
+        reason="needs Triton (on a GPU, or TRITON_INTERPRET=1)",
+    ),
+    pytest.mark.integration,  # GPU kernels, on a CPU in Triton's interpreter: seconds
+]
 DEV = "cuda" if CUDA else "cpu"
 EPS = 1e-5
 

@@ -14,8 +14,9 @@ import torch
 from bridgecli.modeling import jvp_attention as ja
 
 CUDA = torch.cuda.is_available()
-pytestmark = pytest.mark.skipif(not ja.HAVE_TRITON or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
-                                reason="needs Triton (on a GPU, or TRITON_INTERPRET=1)")
+pytestmark = [pytest.mark.skipif(not ja.HAVE_TRITON or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
+                                 reason="needs Triton (on a GPU, or TRITON_INTERPRET=1)"),
+              pytest.mark.integration]  # GPU kernels, on a CPU in Triton's interpreter: seconds
 DEV = "cuda" if CUDA else "cpu"
 
 
