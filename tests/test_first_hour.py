@@ -510,7 +510,7 @@ def test_readme_speaks_of_a_users_files_and_sets_expectations():
     assert './scripts/setup.sh && PATH="$PWD/.venv/bin:$PATH" examples/pipeline.sh' in first_block
     assert ".venv/bin/python -m pytest -q" in first_block  # the first two commands stay as they were
     assert "../shared" not in readme and "shared/data" not in readme
-    for fact in (".venv` about 2.7 GB", "`runs/` about 1.1 GB", "about 0.5 GB", "tests take about",
+    for fact in (".venv` about 2.7 GB", "`runs/` about 2.1 GB", "about 0.5 GB", "tests take about",
                  "4-bit GGUF", "about 0% on GSM8K", "--task heldout-loss"):
         assert fact in readme, fact
     for doc in (root / "docs").glob("*.md"):  # the docs speak of the user's files too
