@@ -111,11 +111,19 @@ def test_item_intervals_and_paired_differences_against_direct_computation():
         ({"GRID_JOBS": "42:random:0.5:7"}, "GRID_JOBS: 42:random:0.5:7 is not"),
         ({"METHODS": "full randon"}, "METHODS: unknown row randon"),
         ({"EVAL_LANES": "3"}, "EVAL_LANES=3: expected 1 or 2"),
+        # a compute-matched control names a trained row: not base, full or another control
+        ({"GRID_JOBS": "42:full-match-base:0.5"}, "GRID_JOBS: 42:full-match-base:0.5 is not"),
+        ({"GRID_JOBS": "42:full-match-full:0.5"}, "GRID_JOBS: 42:full-match-full:0.5 is not"),
+        ({"GRID_JOBS": "42:full-match-full-match-random:0.5"}, "is not SEED:METHOD:RHO"),
+        ({"METHODS": "full-match-randon"}, "METHODS: unknown row full-match-randon"),
+        ({"GENERAL": "arc_challenge mmlux"}, "GENERAL: unknown task mmlux"),
+        ({"REFS": "base"}, "REFS must be 0 or 1"),
         # two grids share a machine through CUDA_VISIBLE_DEVICES: the workers' GPUs are its entries
         ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "3"}, "GPUS=2 but CUDA_VISIBLE_DEVICES=3 names 1"),
         ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "0,2"}, "no such file"),
         # well-formed: refused only later, for the missing data folder
         ({"GRID_JOBS": "42:full:1 3407:random-resp:0.5 7:bridge-resp:0.75"}, "no such file"),
+        ({"GRID_JOBS": "42:full-match-example-importance:0.5 42:rho-loss:0.5 42:bridge-resp-trim:0.5"}, "no such file"),
     ],
 )
 def test_grid_refuses_malformed_jobs_before_any_work(tmp_path, env, message):
@@ -249,3 +257,33 @@ def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
     for kept in ("grid-h100.json", "grid-qwen05.json"):
         text = (ROOT / "bench/results/results" / kept).read_text()
         assert text == dumps(json.loads(text)), kept
+
+
+def test_task_mean_is_the_mean_of_task_scores_and_pairs_each_task_on_its_own():
+    """The general average: the mean over tasks of each task's seed-mean score (tasks of any size weigh the
+    same), a stratified bootstrap whose first resample matches a hand computation, and a paired difference
+    whose point is the difference of the averages; NaN items are left out on both sides."""
+    rng = np.random.default_rng(1)
+    a = [rng.integers(0, 2, (2, n)).astype(float) for n in (7, 30, 3)]
+    b = [rng.integers(0, 2, (2, n)).astype(float) for n in (7, 30, 3)]
+    point, lo, hi = gt.task_mean(a, 300)
+    assert point == pytest.approx(np.mean([t.mean() for t in a])) and lo <= point <= hi
+    draw = np.random.default_rng(0)
+    first = np.mean([t[:, draw.integers(0, t.shape[1], size=(300, t.shape[1]))[0]].mean() for t in a])
+    again = np.random.default_rng(0)
+    idx = [again.integers(0, t.shape[1], size=(300, t.shape[1])) for t in a]
+    scores = np.mean([t[:, i].mean(-1).mean(0) for t, i in zip(a, idx)], axis=0)
+    assert scores[0] == pytest.approx(first)
+    d, dlo, dhi = gt.task_mean(a, 300, against=b)
+    assert d == pytest.approx(np.mean([x.mean() for x in a]) - np.mean([y.mean() for y in b]))
+    assert dlo <= d <= dhi
+    assert gt.task_mean(a, 300, against=a)[0:3] == (0.0, 0.0, 0.0)
+    a_nan = [t.copy() for t in a]
+    a_nan[1][0, 4] = np.nan  # item 4 of task 1 dropped from both sides
+    keep = np.ones(30, bool)
+    keep[4] = False
+    d2 = gt.task_mean(a_nan, 300, against=b)[0]
+    expected = np.mean([a[0].mean() - b[0].mean(), a[1][:, keep].mean() - b[1][:, keep].mean(), a[2].mean() - b[2].mean()])
+    assert d2 == pytest.approx(expected)
+    assert gt.task_mean(a, 300, against=b[:2]) is None
+    assert gt.task_mean(a, 300, against=[b[0], b[1][:, :5], b[2]]) is None

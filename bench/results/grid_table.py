@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # this checkout's bridgecli
-from bridgecli.analysis.grid_stats import interval, item_interval, item_paired, paired  # noqa: E402
+from bridgecli.analysis.grid_stats import interval, item_interval, item_paired, paired, task_mean  # noqa: E402
 
 
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
@@ -67,7 +67,15 @@ ORDER = [
     "importance-loss-resp",
     "tilt-resp",
     "bridge-resp-answer",
+    "bridge-debiased",
+    "bridge-resp-debiased",
+    "example-importance",
+    "rho-loss",
+    "importance-loss-resp-trim",
+    "bridge-resp-trim",
 ]
+#: the general-capability tasks (grid.sh GENERAL), in the paper's column order
+GENERAL = (("arc_challenge", "ARC-C"), ("hellaswag", "HellaSwag"), ("mmlu", "MMLU"), ("humaneval", "HumanEval"))
 #: per-item measures: (results key, sub-key, label, higher is better)
 ITEMS = (
     ("gsm8k_accuracy", None, "GSM8K acc", True),
@@ -78,7 +86,10 @@ ITEMS = (
 
 
 def _order(method: str) -> tuple[int, str]:
-    return (ORDER.index(method) if method in ORDER else len(ORDER), method)
+    """Table order: ORDER's, a control full-match-X right after X, anything else last."""
+    base = method[len("full-match-") :] if method.startswith("full-match-") else method
+    rank = ORDER.index(base) if base in ORDER else len(ORDER)
+    return (rank, method)
 
 
 class Group:
@@ -121,6 +132,21 @@ class Group:
         if len({a.shape for a in arrs}) != 1:
             return None
         return np.stack(arrs)
+
+    def general(self, task: str) -> np.ndarray | None:
+        """[seeds, items] of a general-capability task's per-item score (the metric its average uses)."""
+        arrs = []
+        for r in self.runs:
+            m = (r.get("general") or {}).get(task)
+            if not m or not m.get("items"):
+                return None
+            arrs.append(np.asarray(m["items"], dtype=np.float64))
+        return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else None
+
+    def general_all(self) -> list[np.ndarray] | None:
+        """Every general task's items, or None when a task is missing (no average then)."""
+        tasks = [self.general(t) for t, _ in GENERAL]
+        return None if any(t is None for t in tasks) else tasks  # type: ignore[return-value]
 
     def mean_of(self, *keys: str) -> float | None:
         vals = []
@@ -308,6 +334,141 @@ def costs(results: dict, groups: dict) -> str:
     return "\n".join(lines)
 
 
+def _rho(g: Group) -> str:
+    return "-" if g.method in ("base", "full") else f"{g.rho:g}"
+
+
+def _pct(ci) -> str:
+    return "n/a" if ci is None else f"{100 * ci[0]:.1f} [{100 * ci[1]:.1f}, {100 * ci[2]:.1f}]"
+
+
+def general_table(groups: dict, resamples: int) -> str:
+    """The paper's retention columns: each general task's score (%, 95% interval over items), their average,
+    and the average minus full SFT's and minus the untrained model's, paired (a stratified bootstrap)."""
+    have = [k for k, g in groups.items() if any(g.general(t) is not None for t, _ in GENERAL)]
+    if not have:
+        return ""
+    full, base = groups.get(("full", 1.0)), groups.get(("base", 1.0))
+    head = ["method", "rho", "seeds"] + [f"{label} %" for _, label in GENERAL]
+    head += ["General Avg. %", "minus full SFT (paired)", "minus base (paired)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(have, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        row = [g.method, _rho(g), str(len(g.runs))]
+        row += [_pct(item_interval(g.general(t), resamples)) for t, _ in GENERAL]
+        tasks = g.general_all()
+        row.append(_pct(task_mean(tasks, resamples)) if tasks else "")
+        for ref in (full, base):
+            other = ref.general_all() if ref is not None and ref is not g else None
+            row.append(_pct(task_mean(tasks, resamples, against=other)) if tasks and other else "")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _cost(g: Group, *keys: str) -> float | None:
+    return g.mean_of("cost", *keys)
+
+
+def cost_table(groups: dict) -> str:
+    """Cost as users pay it (bench/results/grid_cost.py): training tokens executed (padding counted apart),
+    training FLOPs by the stated formula, and the GPU-seconds of the row's whole pipeline (the warm-up, scoring
+    and reference passes it needs, select to compact, train), each also as a share of full SFT's."""
+    rows = [k for k, g in groups.items() if any(r.get("cost") for r in g.runs)]
+    if not rows:
+        return ""
+    full = groups.get(("full", 1.0))
+    f_flops = _cost(full, "train_flops") if full else None
+    f_secs = _cost(full, "pipeline_total") if full else None
+    head = [
+        "method",
+        "rho",
+        "seeds",
+        "train steps",
+        "train tokens executed",
+        "with padding",
+        "train FLOPs (1e15)",
+        "FLOPs / full SFT",
+        "pipeline GPU-s",
+        "of which shared steps",
+        "GPU-s / full SFT",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(rows, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        flops, secs = _cost(g, "train_flops"), _cost(g, "pipeline_total")
+        shared = [
+            sum(
+                v
+                for k, v in (r.get("cost") or {}).get("pipeline_seconds", {}).items()
+                if k not in ("select", "close", "compact", "train")
+            )
+            for r in g.runs
+        ]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    g.method,
+                    _rho(g),
+                    str(len(g.runs)),
+                    fmt_int(_cost(g, "train_steps")),
+                    fmt_int(_cost(g, "train_executed")),
+                    fmt_int(_cost(g, "train_computed")),
+                    "" if flops is None else f"{flops / 1e15:,.1f}",
+                    f"{flops / f_flops:.2f}" if flops and f_flops else "",
+                    fmt_int(secs),
+                    fmt_int(np.mean(shared)),
+                    f"{secs / f_secs:.2f}" if secs and f_secs else "",
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(groups: dict, resamples: int) -> str:
+    """What a user decides on: per trained row, GSM8K accuracy minus full SFT, the general average minus full
+    SFT (both paired, in points) and the training FLOPs and pipeline GPU-seconds relative to full SFT's."""
+    full = groups.get(("full", 1.0))
+    if full is None or full.general_all() is None:
+        return ""
+    f_flops, f_secs = _cost(full, "train_flops"), _cost(full, "pipeline_total")
+    head = [
+        "method",
+        "rho",
+        "seeds",
+        "GSM8K acc minus full SFT",
+        "General Avg. minus full SFT",
+        "training FLOPs / full",
+        "pipeline GPU-s / full",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        if g.method == "full":
+            continue
+        target = item_paired(g.item_values("gsm8k_accuracy", None), full.item_values("gsm8k_accuracy", None), resamples)
+        tasks = g.general_all()
+        general = task_mean(tasks, resamples, against=full.general_all()) if tasks else None
+        flops, secs = _cost(g, "train_flops"), _cost(g, "pipeline_total")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    g.method,
+                    _rho(g),
+                    str(len(g.runs)),
+                    _pct(target),
+                    _pct(general),
+                    f"{flops / f_flops:.2f}" if flops and f_flops else ("0" if g.method == "base" else ""),
+                    f"{secs / f_secs:.2f}" if secs and f_secs else ("0" if g.method == "base" else ""),
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def differences(groups: dict, resamples: int, ref: str = "bridge") -> str:
     """bridge minus every other row at the same retention (and minus full SFT), paired."""
     lines = [
@@ -407,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         rank_agreement(groups),
         differences(groups, args.resamples),
         costs(results, groups),
+        general_table(groups, args.resamples),
+        cost_table(groups),
+        verdict(groups, args.resamples),
     ):
         if part:
             print()
