@@ -42,8 +42,13 @@ class RowsMeta(msgspec.Struct, kw_only=True):
     rows: int | None = None
     dropped: list[str] = []
     tokens_executed: int | None = None
+    #: the tokens of the examples that have a row, before compaction
     tokens_original: int | None = None
     supervised: int | None = None
+    #: every example of the stream and its tokens, those without a row too (an example-level selection
+    #: leaves out whole examples)
+    examples_read: int | None = None
+    tokens_read: int | None = None
 
 
 def rows_meta_path(rows: str | Path) -> Path:

@@ -49,6 +49,9 @@ class CompactStats:
     #: why each dropped row has no supervised token: reason -> count (see :func:`drop_reason`)
     reasons: dict[str, int] = field(default_factory=dict)
     read: int = 0
+    #: the tokens of every example read (those left without a row too)
+    tokens_read: int = 0
+    #: the tokens of the examples that have a row, before compaction
     tokens_before: int = 0
     tokens_after: int = 0
     supervised: int = 0
@@ -215,6 +218,7 @@ def _quiet_datasets(datasets):
 #: why a row keeps no supervised response token, worded for the warning compact prints
 REASONS = {
     "no-response": "an empty response",
+    "left-out": "the selection keeps no token of the example (an example-level selection left it out)",
     "selection": "the selection supervises no response token (b_r = 0: is --rho-r 0 or too small?)",
     "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
     "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
@@ -227,6 +231,8 @@ def drop_reason(example: Example) -> str:
     if len(example.tokens.response_positions()) == 0:
         return "no-response"
     sel = selection_of(example)
+    if sel.b_p == sel.b_r == 0 and not sel.prompt_keep and not sel.response_keep:
+        return "left-out"
     if not sel.response_keep or sel.b_r == 0:
         return "selection"
     closure = example.closure
@@ -352,9 +358,9 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
     weighted) of one example; jsonl lines are encoded here (in the workers with --workers)."""
     supervise = supervision_of(ex)
     sel = selection_of(ex)
-    row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if not supervise:
-        return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
+        return ex.id, drop_reason(ex), len(ex.tokens.input_ids), 0, 0, 0, None, False
+    row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if sel.response_weights is not None:
         if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
             raise UsageError(
@@ -363,8 +369,7 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
                 file=file,
                 record=ex.index,
             )
-        weights = dict(zip(sel.response_keep, (float(f"{w:.6g}") for w in sel.response_weights.numpy())))
-        row = weighted_row(row, ex.tokens, sel.prompt_keep, weights)
+        row = weighted_row(row, ex.tokens, sel.prompt_keep, loss_weights(ex))
     output: str | dict
     if opts.format == "text":
         output = render_text(ex, row, supervise) + "\n"
@@ -381,6 +386,25 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
         output,
         row.weights is not None,
     )
+
+
+def loss_weights(example: Example) -> dict[int, float]:
+    """The loss weight of each supervised position of a weighted selection (6 significant digits).
+
+    The drawn response tokens carry their ``response_weights``. The EOS weighs 1, except where the
+    selection supervises the whole response with one weight (an example-level draw,
+    ``select --method example-importance``): the EOS is then in the row exactly when the response is,
+    drawn with the same probability, and carries the same weight, so that the weighted loss stays an
+    unbiased estimate of full SFT's, the EOS included."""
+    sel = selection_of(example)
+    assert sel.response_weights is not None
+    w = sel.response_weights.numpy()
+    weights = dict(zip(sel.response_keep, (float(f"{x:.6g}") for x in w)))
+    whole = len(sel.response_keep) == len(example.tokens.response_positions())
+    if whole and len(w) and float(w.min()) == float(w.max()):
+        for e in example.tokens.eos_positions():
+            weights[int(e)] = weights[sel.response_keep[0]]
+    return weights
 
 
 def _open_sink(stack: contextlib.ExitStack, opts: CompactOptions) -> Callable:
@@ -403,6 +427,7 @@ def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> Non
     """Count each result in ``stats`` and write the output of each row kept to ``sink``."""
     for id_, reason, before, response, after, supervised, output, weighted in results:
         stats.read += 1
+        stats.tokens_read += before
         stats.weighted += weighted
         if reason is not None:
             stats.dropped.append(id_)
@@ -436,13 +461,20 @@ def _empty_error(stats: CompactStats, file: str) -> EmptyResultError:
 
 def _report(stats: CompactStats, fmt: str) -> None:
     """The notes after the run: dropped rows, weighted rows, rows too long to train on, the totals."""
-    if stats.dropped:
+    left = stats.reasons.get("left-out", 0)
+    if left:
+        note(f"{left} of {stats.read} examples left out by the selection: no row for them")
+    if len(stats.dropped) > left:
+        others = [r for r in stats.reasons if r != "left-out"]
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
-        most = len(stats.dropped) * 2 > stats.read
+        most = (len(stats.dropped) - left) * 2 > stats.read - left
+        why = "; ".join(
+            f"{stats.reasons[r]} with {REASONS[r]}" for r in sorted(others, key=lambda r: -stats.reasons[r])
+        )
         note(
             ("warning: " if most else "")
-            + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
-            f"({shown}): {explain_drops(stats)}"
+            + f"dropped {len(stats.dropped) - left} of {stats.read - left} rows with no supervised response token "
+            f"({shown}): {why}"
         )
     if stats.weighted and fmt != "text":
         note(
@@ -453,9 +485,14 @@ def _report(stats: CompactStats, fmt: str) -> None:
     if warning is not None:
         note(warning)
     if stats.tokens_before:
+        stream = (
+            f"; {stats.tokens_after / stats.tokens_read:.1%} of the {stats.tokens_read} tokens of all {stats.read} examples"
+            if stats.tokens_read != stats.tokens_before
+            else ""
+        )
         note(
             f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
-            f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
+            f"({stats.tokens_after / stats.tokens_before:.1%}{stream}), {stats.supervised} supervised of "
             f"{stats.response_tokens} response tokens"
         )
 
@@ -477,5 +514,7 @@ def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> 
             tokens_executed=stats.tokens_after,
             tokens_original=stats.tokens_before,
             supervised=stats.supervised,
+            examples_read=stats.read,
+            tokens_read=stats.tokens_read,
         ),
     )

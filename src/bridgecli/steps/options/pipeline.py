@@ -176,8 +176,9 @@ class SelectOptions:
         None,
         (
             "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's. "
-            "Not given: the --preset's, else the default."
+            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md), a selection of whole "
+            "examples (example-importance, rho-loss; docs/method.md) or a plugin's. Not given: the --preset's, "
+            "else the default."
         ),
         fallback=DEFAULT_METHOD,
     )
@@ -199,7 +200,8 @@ class SelectOptions:
         0.75,
         (
             "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "
-            "`bridge close` the supervised share can end well below rho_r (see below)."
+            "`bridge close` the supervised share can end well below rho_r (see below). For the selections of "
+            "whole examples, the share of examples kept: ceil(rho_r * examples with a response)."
         ),
         "--rho-r",
         range=RETENTION,
