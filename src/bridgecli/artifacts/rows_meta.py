@@ -49,6 +49,9 @@ class RowsMeta(msgspec.Struct, kw_only=True):
     #: leaves out whole examples)
     examples_read: int | None = None
     tokens_read: int | None = None
+    #: ``compact --trim-tail``: rows cut after their last supervised response token, and the tokens cut
+    trim_tail: bool = False
+    tokens_trimmed: int | None = None
 
 
 def rows_meta_path(rows: str | Path) -> Path:

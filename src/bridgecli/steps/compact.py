@@ -34,6 +34,7 @@ from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
 from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
 from ..training.rows import Row, compact_row, weighted_row
+from ..training.trim import tail_cut, trim_row
 from .common import now, require_stage, selection_of
 from .options import FORMATS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
@@ -58,6 +59,9 @@ class CompactStats:
     response_tokens: int = 0
     #: rows with per-token loss weights (a sampled selection)
     weighted: int = 0
+    #: ``--trim-tail``: rows cut after their last supervised response token, and the tokens cut from them
+    trimmed_rows: int = 0
+    trimmed: int = 0
     #: the longest row training takes (the model's limit; None: not known here) and what it is
     limit: int | None = None
     limit_source: str = ""
@@ -247,8 +251,9 @@ def explain_drops(stats: "CompactStats") -> str:
     return "; ".join(f"{n} with {REASONS[r]}" for r, n in sorted(stats.reasons.items(), key=lambda kv: -kv[1]))
 
 
-def render_text(example: Example, row: Row, supervise: list[int]) -> str:
-    """A human view: the executed prompt, then the response with supervised runs in [[ ]]. Control
+def render_text(example: Example, row: Row, supervise: list[int], end: int | None = None) -> str:
+    """A human view: the executed prompt, then the response with supervised runs in [[ ]] (up to
+    position ``end`` when the row's tail was cut there, ``--trim-tail``). Control
     characters of the data are shown escaped (:func:`~bridgecli.display.printable`): the id on its
     ``###`` line wholly (a newline in an id cannot start a line of its own), the text all but its line
     breaks and tabs."""
@@ -258,6 +263,8 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     sup = set(supervise)
     prompt_parts, resp_parts, open_ = [], [], False
     for pos, kind in enumerate(kinds):
+        if end is not None and pos > end:
+            break
         s, e = spans[pos]
         piece = example.text[s:e]
         if kind == RESPONSE:
@@ -275,6 +282,8 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
             prompt_parts.append(piece)
     if open_:
         resp_parts.append("]]")
+    if end is not None:
+        resp_parts.append(f" [tail cut: {len(kinds) - 1 - end} tokens not executed]")
     n_p = int((kinds == PROMPT).sum())
     n_r = int((kinds == RESPONSE).sum())
     head = (
@@ -355,11 +364,12 @@ def _open_stream(reader, stats: CompactStats):
 
 def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: str) -> tuple:
     """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
-    weighted) of one example; jsonl lines are encoded here (in the workers with --workers)."""
+    weighted, tokens cut by --trim-tail) of one example; jsonl lines are encoded here (in the workers
+    with --workers)."""
     supervise = supervision_of(ex)
     sel = selection_of(ex)
     if not supervise:
-        return ex.id, drop_reason(ex), len(ex.tokens.input_ids), 0, 0, 0, None, False
+        return ex.id, drop_reason(ex), len(ex.tokens.input_ids), 0, 0, 0, None, False, 0
     row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if sel.response_weights is not None:
         if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
@@ -370,9 +380,15 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
                 record=ex.index,
             )
         row = weighted_row(row, ex.tokens, sel.prompt_keep, loss_weights(ex))
+    end = tail_cut(ex.tokens, supervise) if opts.trim_tail else None
+    cut = 0
+    if end is not None:
+        untrimmed = len(row.input_ids)
+        row = trim_row(row, ex.tokens, sel.prompt_keep, end)
+        cut = untrimmed - len(row.input_ids)
     output: str | dict
     if opts.format == "text":
-        output = render_text(ex, row, supervise) + "\n"
+        output = render_text(ex, row, supervise, end) + "\n"
     else:
         columns = columns_of(row, opts.columns, fingerprint)
         output = _jsonl(columns, row=True) if opts.format == "jsonl" else columns
@@ -385,6 +401,7 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
         len(supervise),
         output,
         row.weights is not None,
+        cut,
     )
 
 
@@ -425,7 +442,7 @@ def _results(reader, one: Callable[[Example], tuple], workers: int) -> Iterator[
 
 def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> None:
     """Count each result in ``stats`` and write the output of each row kept to ``sink``."""
-    for id_, reason, before, response, after, supervised, output, weighted in results:
+    for id_, reason, before, response, after, supervised, output, weighted, cut in results:
         stats.read += 1
         stats.tokens_read += before
         stats.weighted += weighted
@@ -438,6 +455,8 @@ def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> Non
         stats.response_tokens += response
         stats.tokens_after += after
         stats.supervised += supervised
+        stats.trimmed += cut
+        stats.trimmed_rows += cut > 0
         if after > stats.longest[0]:
             stats.longest = (after, id_)
         if stats.limit is not None and after > stats.limit:
@@ -484,6 +503,11 @@ def _report(stats: CompactStats, fmt: str) -> None:
     warning = long_rows_warning(stats)
     if warning is not None:
         note(warning)
+    if stats.trimmed_rows:
+        note(
+            f"--trim-tail cut {stats.trimmed} executed tokens from {stats.trimmed_rows} rows "
+            f"({stats.trimmed / (stats.tokens_after + stats.trimmed):.1%} of what they would execute)"
+        )
     if stats.tokens_before:
         stream = (
             f"; {stats.tokens_after / stats.tokens_read:.1%} of the {stats.tokens_read} tokens of all {stats.read} examples"
@@ -516,5 +540,7 @@ def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> 
             supervised=stats.supervised,
             examples_read=stats.read,
             tokens_read=stats.tokens_read,
+            trim_tail=opts.trim_tail,
+            tokens_trimmed=stats.trimmed,
         ),
     )

@@ -289,6 +289,16 @@ class CompactOptions:
     )
     #: a trainer's column layout (bridgecli/training/layouts.py)
     columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
+    #: cut each row after its last supervised response token (training/trim.py)
+    trim_tail: bool = option(
+        False,
+        (
+            "Cut each row after its last supervised response token: the rest of the response and the EOS are "
+            "then neither executed nor supervised. A row whose last response token is supervised stays whole. "
+            "Saves executed tokens where the tail is unsupervised; the summary reports how many."
+        ),
+        "--trim-tail",
+    )
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
     #: processes for the per-example work (runtime/workers.py)
