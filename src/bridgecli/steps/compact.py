@@ -222,7 +222,7 @@ def _quiet_datasets(datasets):
 #: why a row keeps no supervised response token, worded for the warning compact prints
 REASONS = {
     "no-response": "an empty response",
-    "left-out": "the selection keeps no token of the example (an example-level selection left it out)",
+    "left-out": "the selection left the whole example out (a selection of whole examples)",
     "selection": "the selection supervises no response token (b_r = 0: is --rho-r 0 or too small?)",
     "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
     "--segmenter, e.g. step or sentence, or a larger --rho-r keeps them)",
@@ -230,12 +230,13 @@ REASONS = {
 }
 
 
-def drop_reason(example: Example) -> str:
-    """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`."""
+def drop_reason(example: Example, whole_examples: bool = False) -> str:
+    """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`. ``whole_examples``:
+    the stream's selection keeps or leaves out whole examples (:func:`selects_whole_examples`)."""
     if len(example.tokens.response_positions()) == 0:
         return "no-response"
     sel = selection_of(example)
-    if sel.b_p == sel.b_r == 0 and not sel.prompt_keep and not sel.response_keep:
+    if whole_examples and not sel.prompt_keep and not sel.response_keep:
         return "left-out"
     if not sel.response_keep or sel.b_r == 0:
         return "selection"
@@ -245,6 +246,14 @@ def drop_reason(example: Example) -> str:
         if min(sizes) > sel.b_r:
             return "too-long"
     return "no-gain"
+
+
+def selects_whole_examples(header) -> bool:
+    """Whether the stream's (last) select step chose whole examples: its record says so
+    (``budgets.unit == "example"``, what ``select --method example-importance`` and ``rho-loss`` write)."""
+    steps = [s for s in header.steps if s.step == "select"]
+    budgets = steps[-1].params.get("budgets") if steps else None
+    return isinstance(budgets, dict) and budgets.get("unit") == "example"
 
 
 def explain_drops(stats: "CompactStats") -> str:
@@ -329,7 +338,11 @@ def run_compact(opts: CompactOptions) -> CompactStats:
     with open_reader(opts.inp) as reader:
         header = _open_stream(reader, stats)
         one = functools.partial(
-            _compact_one, opts=opts, file=reader.name, fingerprint=header.model.tokenizer_fingerprint or ""
+            _compact_one,
+            opts=opts,
+            file=reader.name,
+            fingerprint=header.model.tokenizer_fingerprint or "",
+            whole_examples=selects_whole_examples(header),
         )
         with contextlib.ExitStack() as stack:
             sink = _open_sink(stack, opts)
@@ -362,14 +375,16 @@ def _open_stream(reader, stats: CompactStats):
     return header
 
 
-def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: str) -> tuple:
+def _compact_one(
+    ex: Example, *, opts: CompactOptions, file: str, fingerprint: str, whole_examples: bool = False
+) -> tuple:
     """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
     weighted, tokens cut by --trim-tail) of one example; jsonl lines are encoded here (in the workers
     with --workers)."""
     supervise = supervision_of(ex)
     sel = selection_of(ex)
     if not supervise:
-        return ex.id, drop_reason(ex), len(ex.tokens.input_ids), 0, 0, 0, None, False, 0
+        return ex.id, drop_reason(ex, whole_examples), len(ex.tokens.input_ids), 0, 0, 0, None, False, 0
     row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if sel.response_weights is not None:
         if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
