@@ -94,10 +94,13 @@ class ScorerFactory(Protocol):
 @dataclass(frozen=True)
 class Plan:
     """What a selector's first pass over the whole stream decided: the budgets (b_p, b_r) of every
-    example, by example index, and a summary that ``select`` records in the step parameters."""
+    example, by example index, a summary that ``select`` records in the step parameters, and
+    ``options``: what the per-example calls need from the first pass (merged over the parsed options
+    of every call; keys start with ``_``, as the step's own do)."""
 
     budgets: dict[int, tuple[int, int]]
     summary: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     def budgets_of(self, example: Example) -> tuple[int, int]:
         if example.index not in self.budgets:
@@ -137,8 +140,8 @@ class Selector(Protocol):
        later call.
     2. when ``needs_plan(options)``, ``prepare(examples, rho_p, rho_r, options)``: a first pass over
        the whole stream for budgets that depend on it (budget matching, global or batch ranking).
-       The :class:`Plan` it returns gives each example its budgets (stdin is then copied to a
-       temporary file, to be read twice).
+       The :class:`Plan` it returns gives each example its budgets, and in ``Plan.options`` what the
+       per-example calls need from it (stdin is then copied to a temporary file, to be read twice).
     3. per example, the budgets: the plan's, else ``budgets(example, rho_p, rho_r, options)``
        (default: b = ceil(rho * eligible) per side);
     4. then ``selector(example, b_p, b_r, options)``.

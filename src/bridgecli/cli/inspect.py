@@ -50,7 +50,7 @@ def inspect(opts: InspectOptions) -> None:
         t.add_row(key, _fmt(info[key]))
     for key, val in info["model"].items():
         t.add_row(f"model.{markup(key)}", _fmt(val))
-    for section in ("scores", "selection", "closure"):
+    for section in ("scores", "selection", "closure", "rows"):
         for key, val in (info.get(section) or {}).items():
             t.add_row(f"{section}.{markup(key)}", _fmt(val))
     console.print(t)

@@ -27,12 +27,6 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
     """The closure of one selected example; with ``fill``, the budget the knapsack leaves is spent
     (:func:`~bridgecli.core.closure.fill_cuts`)."""
     sel = selection_of(example)
-    if sel.response_weights is not None:
-        raise UsageError(
-            f"the selection ('{sel.method}') carries per-token loss weights: closing it onto whole units "
-            "would drop them",
-            hint="compact the selection directly (bridge compact)",
-        )
     resp = example.tokens.response_positions()
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
@@ -73,6 +67,14 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
         supervise += positions[cuts[k] : cuts[k + 1]]
     if filled:
         supervise = sorted(supervise + filled)
+    if sel.response_weights is not None and supervise != sel.response_keep:
+        # the weights belong to the drawn tokens: a closure that keeps exactly those (a whole example) keeps them
+        raise UsageError(
+            f"the selection ('{sel.method}') carries per-token loss weights: closing it onto whole units "
+            "would drop them",
+            record=example.index,
+            hint="compact the selection directly (bridge compact)",
+        )
     closure = Closure(
         segmenter=name,
         alpha=alpha,

@@ -63,6 +63,8 @@ def select_example(
     resp = example.tokens.response_positions()
     if plan is not None:
         b_p, b_r = plan.budgets_of(example)
+        if plan.options:
+            options = {**options, **plan.options}
     else:
         b_p, b_r = (int(b) for b in selector.budgets(example, rho_p, rho_r, options))
     f_p, f_r = protected_sets(example, *protect)

@@ -176,8 +176,9 @@ class SelectOptions:
         None,
         (
             "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's. "
-            "Not given: the --preset's, else the default."
+            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md), a selection of whole "
+            "examples (example-importance, rho-loss; docs/method.md) or a plugin's. Not given: the --preset's, "
+            "else the default."
         ),
         fallback=DEFAULT_METHOD,
     )
@@ -199,7 +200,8 @@ class SelectOptions:
         0.75,
         (
             "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "
-            "`bridge close` the supervised share can end well below rho_r (see below)."
+            "`bridge close` the supervised share can end well below rho_r (see below). For the selections of "
+            "whole examples, the share of examples kept: ceil(rho_r * examples with a response)."
         ),
         "--rho-r",
         range=RETENTION,
@@ -287,6 +289,16 @@ class CompactOptions:
     )
     #: a trainer's column layout (bridgecli/training/layouts.py)
     columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
+    #: cut each row after its last supervised response token (training/trim.py)
+    trim_tail: bool = option(
+        False,
+        (
+            "Cut each row after its last supervised response token: the rest of the response and the EOS are "
+            "then neither executed nor supervised. A row whose last response token is supervised stays whole. "
+            "Saves executed tokens where the tail is unsupervised; the summary reports how many."
+        ),
+        "--trim-tail",
+    )
     #: writing 0 rows: an error unless set
     allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
     #: processes for the per-example work (runtime/workers.py)
