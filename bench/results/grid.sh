@@ -581,7 +581,7 @@ for job in $GRID_JOBS; do
         matched=$sel
         prepare full 1 "$seed"
         row_steps=$("$PYTHON" "$here/grid_cost.py" match "$out/$sel/train.jsonl" "$out/$matched/train.jsonl" \
-          "$out/warmup/config.json" "$EPOCHS" $(( BATCH_SIZE * GRAD_ACCUM )))
+          "$out/warmup/checkpoint/config.json" "$EPOCHS" $(( BATCH_SIZE * GRAD_ACCUM )))
         schedule=(--epochs "$EPOCHS" --max-steps "$row_steps")
         echo "== $method: full SFT for $row_steps steps (the training FLOPs of ${method#full-match-})" >&2
       else
