@@ -1,7 +1,7 @@
-"""The common direction of a_j (``debias=common``) against brute force on tiny random models: a_j by
-one backward pass per token through the plain HF model, u_j = d . (w_y - W^T p) from its logits; the
-warm-up's d and beta; the run-folder file and its checks; and ``bridge warmup`` / ``bridge score`` end
-to end."""
+"""The common direction of a_j (``debias=common``) and a_j's split into target and anchor parts,
+against brute force on tiny random models: a_j by one backward pass per token through the plain HF
+model, u_j = d . (w_y - W^T p) from its logits; the warm-up's d and beta; the run-folder file and its
+checks; and ``bridge warmup`` / ``bridge score`` / ``bridge analyze decompose`` end to end."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from bridgecli.data.shapes import to_pair
 from bridgecli.data.tokenize import tokenize_pair
 from bridgecli.errors import ModelError, UsageError
 from bridgecli.format.records import Example
+from bridgecli.modeling.direction import combine
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
@@ -143,6 +144,39 @@ def test_debias_refusals(tokenizer):
         ExactScorer(ctx)
     ctx.options = {"scorer_options": {"debias": "none"}}
     assert BridgeScorer(ctx).header_params is None
+
+
+def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
+    from bridgecli.modeling.parts import score_parts, split_direction
+
+    model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
+    exs = examples(tokenizer)
+    torch.manual_seed(5)
+    tail = tail_parameters(model, 2)
+    g_target = {n: torch.randn_like(p) for n, p in tail.items()}
+    g_anchor = {n: 0.01 * torch.randn_like(p) for n, p in tail.items()}
+    lam, eps = 0.3, 1e-8
+    v, stats = combine(g_target, g_anchor, lam=lam, eps=eps)
+    v = {n: t.double() for n, t in v.items()}
+    split = split_direction(v, g_anchor, lam, eps)
+    assert split.anchor_norm == pytest.approx(stats.g_anchor_norm)
+    d = torch.randn(model.config.hidden_size, dtype=torch.float64)
+    ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v)
+    parts = score_parts(ctx, split, exs, d=d, batch_size=2)
+    whole = BridgeScorer(ctx).score(exs)
+    names = list(v)
+    for ex, p, w in zip(exs, parts, whole):
+        a = w.a.numpy().astype(np.float64)
+        np.testing.assert_allclose(p.target + p.anchor, a, rtol=0, atol=1e-6 * np.abs(a).max())
+        grads = per_token_grads(model, ex, names)
+        na = np.sqrt(sum(float((g.double() ** 2).sum()) for g in g_anchor.values()))
+        anchor_ref = np.array([lam * dot(g, g_anchor) / (na + eps) for g in grads])
+        nt = np.sqrt(sum(float((g.double() ** 2).sum()) for g in g_target.values()))
+        target_ref = np.array([(1 - lam) * dot(g, g_target) / (nt + eps) for g in grads])
+        np.testing.assert_allclose(p.anchor, anchor_ref, rtol=0, atol=1e-6 * np.abs(anchor_ref).max())
+        np.testing.assert_allclose(p.target, target_ref, rtol=0, atol=1e-6 * np.abs(target_ref).max())
+        u_ref = (residuals(model, ex, ex.tokens.response_positions()) @ d).numpy()
+        np.testing.assert_allclose(p.u, u_ref, rtol=0, atol=1e-7 * np.abs(u_ref).max())
 
 
 def test_warmup_fit_is_d_over_g_targets_tokens_and_the_least_squares_slope(tokenizer):
@@ -273,3 +307,42 @@ def test_an_old_run_scores_plainly_and_refuses_debias_in_one_line(run, tmp_path)
     r = bridge("score", run / "data.jsonl", "--from", moved, "--scorer-option", "debias=common",
                "-o", tmp_path / "m.bridge", code=5)
     assert "not this run's common direction: it was made with another checkpoint" in r.output
+
+
+def test_analyze_decompose_with_and_without_the_common_direction(run, tmp_path):
+    import shutil
+
+    d = run
+    out = bridge("analyze", "decompose", d / "data.jsonl", "--from", d / "warm", "--n", "3", "--min-id-count", "2",
+                 "-o", tmp_path / "dec.json").stdout
+    assert "sign set by anchor" in out and "debiased" in out
+    rep = json.loads((tmp_path / "dec.json").read_text())
+    assert rep["command"] == "analyze decompose" and rep["examples_used"] == 3
+    assert rep["direction"]["g_anchor_norm_rebuilt"] == pytest.approx(rep["direction"]["g_anchor_norm"], rel=1e-5)
+    total = sum(len(e["target"]) for e in rep["examples"])
+    assert rep["tokens"] == total == rep["a"]["classes"]["all"]["tokens"]
+    assert sum(v["tokens"] for k, v in rep["a"]["classes"].items() if k != "all") == total
+    t = np.concatenate([e["target"] for e in rep["examples"]])
+    n = np.concatenate([e["anchor"] for e in rep["examples"]])
+    u = np.concatenate([e["u"] for e in rep["examples"]])
+    assert rep["a"]["classes"]["all"]["share_sign_set_by_anchor"] == pytest.approx(
+        np.mean(np.sign(t + n) != np.sign(t)))
+    beta = rep["common_direction"]["beta"]
+    assert rep["debiased"]["beta"] == beta
+    assert rep["debiased"]["classes"]["all"]["share_positive"] == pytest.approx(np.mean(t + n - beta * u > 0), abs=1e-6)
+    # the stream's own a_j, as `bridge score` stores it, is the sum of the two parts (same examples, in order)
+    bridge("score", d / "data.jsonl", "--from", d / "warm", "-o", tmp_path / "s.bridge")
+    _, scores = read(tmp_path / "s.bridge")
+    a = np.concatenate([s.a.numpy() for s in scores])
+    np.testing.assert_allclose(t + n, a, rtol=0, atol=1e-5 * np.abs(a).max())
+
+    old = tmp_path / "old"
+    shutil.copytree(d / "warm", old)
+    (old / "common_direction.safetensors").unlink()
+    out = bridge("analyze", "decompose", d / "data.jsonl", "--from", old, "--n", "3", "-o", tmp_path / "old.json").stdout
+    assert "no common direction in this warm-up run" in out
+    rep = json.loads((tmp_path / "old.json").read_text())
+    assert "debiased" not in rep and rep["common_direction"] is None
+    bad = bridge("analyze", "decompose", d / "data.jsonl", "--from", d / "warm", "--base-model", tmp_path / "nowhere",
+                 code=5)
+    assert "no such model folder" in bad.output
