@@ -66,6 +66,9 @@ class Scorer(Protocol):
 
     #: one line shown before the first batch (a scorer that compiles first says so); None: nothing
     startup_note: str | None = None
+    #: what ``bridge score`` records in the stream's header beside the scorer options (the score step's
+    #: ``scorer_params``), e.g. the slope ``debias=common`` subtracts with; None: nothing
+    header_params: dict[str, Any] | None = None
     #: the padded tokens of one pass on a GPU, the default of ``--max-tokens`` there; None: 32768
     max_tokens_cuda: int | None = None
     #: queue a batch's device work and return at once, a :class:`PendingScores` whose ``result()`` is what

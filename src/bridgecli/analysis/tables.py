@@ -110,3 +110,62 @@ def robustness_table(report: dict):
         "optimal for every opposite subset of that size; robust from q: kappa_q' >= 0 for all q' >= q"
     )
     return t
+
+
+def _share(x) -> str:
+    return "—" if x is None else f"{x:.1%}"
+
+
+def _num(x, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def decompose_table(report: dict):
+    """Per token class: the share of a_j > 0, of the target part > 0 (no anchor), the signs the anchor
+    decides and the median |anchor| / |target|; with a common direction the debiased a_j's too."""
+    from rich.table import Table
+
+    lam = report["direction"].get("lambda")
+    deb = report.get("debiased")
+    t = Table(
+        title=f"a_j = target part + anchor part (lambda {lam:g}), by token class, "
+        f"{report['tokens']:,} response tokens of {report['examples_used']} examples"
+    )
+    columns = ["class", "tokens", "a_j > 0", "target > 0 (lambda 0)", "sign set by anchor", "median |anchor|/|target|"]
+    if deb is not None:
+        columns += ["debiased > 0", "debiased: sign set by anchor"]
+    for col in columns:
+        t.add_column(col, justify="left" if col == "class" else "right", style="bold" if col == "class" else None)
+    for cls, row in report["a"]["classes"].items():
+        cells = [
+            cls,
+            f"{row['tokens']:,}",
+            _share(row["share_positive"]),
+            _share(row["share_target_positive"]),
+            _share(row["share_sign_set_by_anchor"]),
+            _share(row["median_anchor_over_target"]),
+        ]
+        if deb is not None:
+            d = deb["classes"].get(cls, {})
+            cells += [_share(d.get("share_positive")), _share(d.get("share_sign_set_by_anchor"))]
+        t.add_row(*cells)
+        if cls == "all":
+            t.add_section()
+    ids = report["a"]["ids"]
+    lines = [
+        f"token id ({ids['ids']} ids with >= {ids['min_count']} tokens, {_share(ids['share_of_tokens'])} of the tokens): "
+        f"explains {_share(ids['r2_on_id'])} of a_j's variance and {_share(ids['r2_sign_on_id'])} of its sign's; "
+        f"{_share(ids['majority_sign_share'])} of tokens carry their id's majority sign"
+    ]
+    if deb is not None:
+        di = deb["ids"]
+        lines.append(
+            f"debiased a_j - beta u_j (beta {deb['beta']:.4g} from the warm-up's D_val; these tokens' own slope "
+            f"{deb['beta_of_these_tokens']:.4g}): the id explains {_share(di['r2_on_id'])} of its variance and "
+            f"{_share(di['r2_sign_on_id'])} of its sign's; {_share(di['majority_sign_share'])} carry the majority sign; "
+            f"Pearson with u_j {_num(deb['pearson_a_u'])} for a_j, {_num(deb['pearson_debiased_u'])} debiased"
+        )
+    else:
+        lines.append("no common direction in this warm-up run (rerun `bridge warmup` for the debiased a_j)")
+    t.caption = "\n".join(lines)
+    return t

@@ -3,6 +3,8 @@
 
     <run>/checkpoint/            theta_bar as an HF model folder (+ tokenizer)
     <run>/direction.safetensors  v over the final K blocks, with its metadata (:mod:`.direction_file`)
+    <run>/common_direction.safetensors  D_val's mean output residual d and the slope beta of a_j on
+                                 u_j = d . (w_y - W^T p) (:mod:`.common_file`; runs made before it lack it)
     <run>/warmup.json            parameters, base model, warm/val ids, losses (:class:`WarmupMeta`)
     <run>/metrics.jsonl          one line per optimizer step
 
@@ -20,6 +22,7 @@ from typing import Any
 
 
 from ..errors import ModelError, UsageError
+from .common_file import CommonDirection, CommonFit, common_path, load_common, save_common
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
 from .json_file import RunRecord, read_struct
 
@@ -48,9 +51,19 @@ class WarmupMeta(RunRecord, kw_only=True):
     val_tokens: int | None = None
     direction_layers: int | None = None
     direction: DirectionStats | None = None
+    #: the common direction's fit on D_val (``common_direction.safetensors`` holds d itself)
+    common_direction: CommonFit | None = None
     sft: dict[str, Any] | None = None
     steps: int | None = None
     final_train_loss: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON values; without ``common_direction`` when there is none, so that a
+        record of an earlier version is written back as it was."""
+        out = super().to_dict()
+        if out.get("common_direction") is None:
+            out.pop("common_direction", None)
+        return out
 
     def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
         """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
@@ -95,8 +108,17 @@ class WarmupRun:
             )
         return meta
 
+    @property
+    def common_path(self) -> Path:
+        return common_path(self.root)
+
     def direction(self) -> Direction:
         return load_direction(self.root)
+
+    def common_direction(self) -> CommonDirection | None:
+        """D_val's mean residual and beta (:mod:`.common_file`); None for a run made before warmup
+        stored them."""
+        return load_common(self.root)
 
     @staticmethod
     def is_run(path: str | Path) -> bool:
@@ -141,16 +163,33 @@ def check_warmup_dir(out: str | Path, *, overwrite: bool) -> None:
 
 
 def write_warmup_run(
-    out: str | Path, *, model, tokenizer, meta: WarmupMeta, direction: Direction, history: list[dict]
+    out: str | Path,
+    *,
+    model,
+    tokenizer,
+    meta: WarmupMeta,
+    direction: Direction,
+    history: list[dict],
+    common: CommonDirection | None = None,
 ) -> WarmupRun:
     """Write the whole run folder ``out``: it appears complete, or not at all (an earlier run there
-    is replaced only once the new one is written)."""
+    is replaced only once the new one is written). ``common`` is bound to the checkpoint written here
+    (its fingerprint) before it is saved."""
+    import msgspec
+
     from ..io import atomic_dir
 
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp / CHECKPOINT)
         tokenizer.save_pretrained(tmp / CHECKPOINT)
         save_direction(direction, tmp)
+        if common is not None:
+            from ..modeling.loading import fingerprint, resolve
+
+            bound = msgspec.structs.replace(
+                common.meta, checkpoint_fingerprint=fingerprint(resolve(str(tmp / CHECKPOINT)))
+            )
+            save_common(CommonDirection(common.d, bound), tmp)
         (tmp / META).write_text(json.dumps(meta.to_dict(), indent=2))
         with open(tmp / METRICS, "w") as fh:
             for rec in history:

@@ -1,4 +1,4 @@
-"""``bridge analyze``: a Typer sub-app (fidelity, shift, robustness)."""
+"""``bridge analyze``: a Typer sub-app (fidelity, shift, robustness, decompose)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import Callable
 
 import typer
 
-from ..steps.options import FidelityOptions, RobustnessOptions, ShiftOptions
+from ..steps.options import DecomposeOptions, FidelityOptions, RobustnessOptions, ShiftOptions
 from .build import command
 from .labels import Command
 
 HELP = (
     "Check BRIDGE's claims on your own checkpoint and data: surrogate fidelity (paper Table 2), "
-    "ranking shift (Finding 2), full-state selection robustness (Theorem 1)."
+    "ranking shift (Finding 2), full-state selection robustness (Theorem 1), and what a_j is made of."
 )
 
 
@@ -49,6 +49,16 @@ def robustness(opts: RobustnessOptions) -> None:
     _print(robustness_table(run_robustness(opts)), opts.out)
 
 
+@command(DecomposeOptions)
+def decompose(opts: DecomposeOptions) -> None:
+    """a_j split into its target and anchor parts by token class: the signs the anchor decides, and (with the
+    warm-up's common direction) the same for the debiased a_j - beta u_j."""
+    from ..analysis.tables import decompose_table
+    from ..steps.analyze import run_decompose
+
+    _print(decompose_table(run_decompose(opts)), opts.out)
+
+
 def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
     """The sub-app; ``reporting(name, fn)`` wraps each command the way the top-level ones are."""
     sub = typer.Typer(
@@ -59,6 +69,6 @@ def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
         pretty_exceptions_enable=False,
         rich_markup_mode="rich",
     )
-    for name, fn in (("fidelity", fidelity), ("shift", shift), ("robustness", robustness)):
+    for name, fn in (("fidelity", fidelity), ("shift", shift), ("robustness", robustness), ("decompose", decompose)):
         sub.command(name, cls=Command)(reporting(f"analyze {name}", fn))
     return sub

@@ -207,6 +207,8 @@ def _score_with(
     if leave_out is not None:
         data_opts = dataclasses.replace(data_opts, exclude_ids=leave_out)
     params = _params(opts, ck, dtype, device, data_opts, digest, max_tokens)
+    if scorer.header_params:  # e.g. debias=common's beta: a reader of the stream sees what a_j is
+        params["scorer_params"] = scorer.header_params
     if dist.world > 1:
         params["shard"] = [dist.rank, dist.world]
     header = _header(opts, ck, data_opts, params, started)

@@ -7,7 +7,7 @@ errors as the command line.
 
 The types live in four modules by the commands they serve: :mod:`.pipeline` (warmup, score, reference,
 select, close, compact, train), :mod:`.streams` (show, inspect, merge), :mod:`.evaluation` (eval,
-compare) and :mod:`.analysis` (analyze fidelity, shift, robustness); every name is importable from here.
+compare) and :mod:`.analysis` (analyze fidelity, shift, robustness, decompose); every name is importable from here.
 The step modules re-export their type (``from bridgecli.steps.score import ScoreOptions`` works)."""
 
 from .analysis import (
@@ -19,6 +19,7 @@ from .analysis import (
     FidelityOptions,
     ShiftOptions,
     RobustnessOptions,
+    DecomposeOptions,
 )
 from .evaluation import CompareOptions, EvalRunOptions
 from .pipeline import (
@@ -63,4 +64,5 @@ __all__ = [
     "FidelityOptions",
     "ShiftOptions",
     "RobustnessOptions",
+    "DecomposeOptions",
 ]

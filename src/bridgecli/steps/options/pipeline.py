@@ -95,7 +95,8 @@ class ScoreOptions:
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
         None,
-        "KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.",
+        "KEY=VALUE passed to the scorer (repeatable), e.g. debias=common (bridge, atp: a_j less its common "
+        "direction, from the warm-up run) or chunks=4 (atp).",
         "--scorer-option",
         factory=dict,
         parse=KEY_VALUES,
