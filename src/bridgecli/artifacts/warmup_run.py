@@ -52,17 +52,11 @@ class WarmupMeta(RunRecord, kw_only=True):
     steps: int | None = None
     final_train_loss: float | None = None
 
-    def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
-        """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
-        or analysed; None when ``data`` is not the file warmup read (compared by content digest;
-        ``digest`` is that of ``data`` when the caller has it)."""
-        if not self.data_digest:
-            return None
-        if digest is None:
-            from ..data.examples import file_digest
-
-            digest = file_digest(data)
-        if digest != self.data_digest:
+    def leave_out(self, digest: str) -> frozenset[str] | None:
+        """The ids that warmup used (warm and validation) of the data whose content digest is ``digest``
+        (:func:`bridgecli.data.examples.file_digest`), to leave out of what is scored or analysed; None
+        when that data is not the file warmup read."""
+        if not self.data_digest or digest != self.data_digest:
             return None
         return frozenset(self.warm_ids or ()) | frozenset(self.val_ids or ())
 

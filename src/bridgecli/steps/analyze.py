@@ -78,7 +78,7 @@ def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     """``n`` examples of DATA (a seeded uniform sample, or the first ``n`` with ``first``), leaving
     out the ids warmup used when DATA is the file it read, and those over ``--max-length``."""
     opts = src.data_opts
-    leave_out = meta.leave_out(src.data)
+    leave_out = meta.leave_out(file_digest(src.data))
     if leave_out is not None and meta.warm_ids is None:
         note(
             "warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "

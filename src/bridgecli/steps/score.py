@@ -203,7 +203,7 @@ def _score_with(
 
     data_opts = with_model_limit(opts.data_opts, ck.model)  # --max-length defaults to the model's limit
     digest = file_digest(opts.data)
-    leave_out = ck.meta.leave_out(opts.data, digest)
+    leave_out = ck.meta.leave_out(digest)
     if leave_out is not None:
         data_opts = dataclasses.replace(data_opts, exclude_ids=leave_out)
     params = _params(opts, ck, dtype, device, data_opts, digest, max_tokens)

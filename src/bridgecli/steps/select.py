@@ -7,7 +7,7 @@ from contextlib import nullcontext
 import msgspec
 import numpy as np
 
-from ..core.protect import compile_patterns, protected_tokens, region
+from ..core.protect import compile_patterns, protected_sets
 from ..core.select import SelectionResult
 from ..errors import FormatError, UsageError
 from ..io import is_stdio
@@ -19,29 +19,6 @@ from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import SelectOptions
 from .presets import Expanded, expand
-
-
-_NONE = np.zeros(0, dtype=np.int64)
-_NONE.flags.writeable = False  # shared by every example without protected tokens
-
-
-def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
-    """Indices into the eligible prompt / response positions of the tokens the patterns protect; each
-    side's patterns run on that side's own text (first token's start to last token's end)."""
-    if not finders_p and not finders_r:
-        return _NONE, _NONE
-    spans = example.tokens.spans()
-    out = []
-    for finders, pos in (
-        (finders_p, example.tokens.prompt_positions()),
-        (finders_r, example.tokens.response_positions()),
-    ):
-        if not finders or len(pos) == 0:
-            out.append(np.zeros(0, dtype=np.int64))
-            continue
-        text, shifted = region(example.text, spans[pos])
-        out.append(protected_tokens(text, shifted, finders))
-    return out[0], out[1]
 
 
 def select_example(

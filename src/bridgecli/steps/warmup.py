@@ -12,7 +12,7 @@ from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_ru
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import check_input
-from ..modeling import direction as direction_mod
+from ..training import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
