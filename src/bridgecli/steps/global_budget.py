@@ -22,7 +22,8 @@ from ..errors import FormatError
 from ..format.reader import open_reader
 from ..io import reporting_write_errors
 from ..format.records import Example
-from ..hookspecs import Plan, Selector, first_pass_sees
+from ..contracts import first_pass_sees
+from ..hookspecs import Plan, Selector
 from .common import naming, require_stage
 
 #: --budget choice -> allocate pool
