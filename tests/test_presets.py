@@ -122,11 +122,11 @@ def test_flags_given_win_even_at_their_default_value(tmp_path, scores):
     assert params["method"] == "random" and params["rho_p"] == 1.0 and params["preset"] == "random-resp"
 
 
-def test_no_preset_records_what_it_always_did(tmp_path, scores):
+def test_no_preset_records_the_defaults(tmp_path, scores):
     r, _, params, _ = _select(tmp_path, scores)
     assert r.exit_code == 0, r.output
-    assert params["method"] == "bridge" and params["rho_p"] == 0.75 and "preset" not in params
-    assert "options" not in params
+    assert params["method"] == "bridge" and params["rho_p"] == 0.75 and params["preset"] is None
+    assert params["options"] == {}
 
 
 def test_a_python_caller_gets_the_same_expansion(tmp_path, scores):

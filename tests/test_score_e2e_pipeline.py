@@ -224,6 +224,11 @@ def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
     assert len(read_all(from_stdin)[1]) == len(read_all(from_file)[1]) > 0
     header = read_all(from_stdin)[0]  # it names the data as the user gave it, not the temporary copy
     assert header.source == "<stdin>" and header.steps[-1].params["data"] == "<stdin>"
+    from test_step_records import unrecorded
+
+    params = header.steps[-1].params
+    assert unrecorded(ScoreOptions, params) == []  # every field of its options, or marked not to be
+    assert params["run"] == str(run) and params["device"] == "cpu" and "resume" not in params
 
 
 def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):

@@ -5,13 +5,17 @@ options type (the data options, the SFT settings, fidelity's source) is declared
 its option fields are flags of the same command. ``cli/build.py`` makes each command from its options
 type alone, the way TRL's ``HfArgumentParser`` makes a parser from dataclasses; the step checks the
 values with :func:`check`, so a Python caller of a step gets the same one-line :class:`UsageError`
-(exit 2) as the command line. Torch-free and import-light: the CLI builds its help from it."""
+(exit 2) as the command line. The step's record in the stream it writes (its parameters) comes from
+the same fields (:func:`recorded`): every field is recorded unless its declaration says ``record=False``
+(a field that does not change what the step writes: where it writes, how many processes). Torch-free
+and import-light: the CLI builds its help from it."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import MISSING, dataclass
 from numbers import Integral, Real
 from typing import Any, Callable, Mapping
@@ -173,9 +177,11 @@ class Spec:
     parse: Parse | None = None
     #: a field that is None unless given, filled in by a rule of the step (select's --preset): what it
     #: stands for when the rule sets nothing, which --help shows as its default. The command line
-    #: passes None where the flag is not given (click's parameter source), not this value, so the
-    #: step tells "not given" from a value equal to it. None: no fallback.
+    #: passes None where the flag is not given, not this value, so the step tells "not given" from a
+    #: value equal to it. None: no fallback.
     fallback: Any = None
+    #: whether the step records the field in what it writes (:func:`recorded`)
+    record: bool = True
 
     def label(self, name: str) -> str:
         """How errors name the option: ``-T/--rounds``, ``--rho-p``."""
@@ -198,9 +204,11 @@ def option(
     show_range: bool = False,
     parse: Parse | None = None,
     fallback: Any = None,
+    record: bool = True,
 ) -> Any:
     """A dataclass field that is also a command-line option (see the module docstring); with
-    ``fallback``, one whose default is None = "not given" (see :attr:`Spec.fallback`)."""
+    ``fallback``, one whose default is None = "not given" (see :attr:`Spec.fallback`); with
+    ``record=False``, one the step's record leaves out (:func:`recorded`)."""
     assert fallback is None or default is None, "a field with a fallback defaults to None (not given)"
     spec = Spec(
         help=help,
@@ -214,10 +222,20 @@ def option(
         show_range=show_range,
         parse=parse,
         fallback=fallback,
+        record=record,
     )
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata={"option": spec})
     return dataclasses.field(default=default, metadata={"option": spec})
+
+
+def internal(default: Any = MISSING, *, factory: Any = MISSING, record: bool = True) -> Any:
+    """A dataclass field of an options type that is no command-line option (a Python caller's, or one a
+    step fills in); with ``record=False``, one the step's record leaves out (:func:`recorded`)."""
+    metadata = {"record": record}
+    if factory is not MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -238,6 +256,8 @@ class Group:
     #: default to None (shown as "16 with --lora"), and ``build(on, **values)`` makes the field's value
     switch: Spec | None = None
     build: Callable[..., Any] | None = None
+    #: whether the step records the group's fields (:func:`recorded`)
+    record: bool = True
 
     def fields(self, cls: type) -> list[dataclasses.Field]:
         """The option fields and groups of ``cls`` that are flags here, in their order."""
@@ -262,6 +282,7 @@ def group(
     panel: str | None = None,
     switch: Spec | None = None,
     build: Callable[..., Any] | None = None,
+    record: bool = True,
 ) -> Any:
     """A dataclass field holding the options type ``cls`` (see :class:`Group`): its default is
     ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
@@ -274,6 +295,7 @@ def group(
         panel=panel,
         switch=switch,
         build=build,
+        record=record,
     )
     if cls is not None:
         return dataclasses.field(default_factory=functools.partial(cls, **spec.defaults), metadata={"group": spec})
@@ -310,6 +332,79 @@ def check(opts: Any, *, prefix: str = "") -> None:
             spec.range.check(flag, value)
         if spec.choices is not None and value not in spec.choices:
             _fail(flag, value, f"one of {', '.join(spec.choices)}")
+
+
+# -- the step's record -------------------------------------------------------------------------
+
+
+def _records(f: dataclasses.Field) -> bool:
+    """Whether the field ``f`` is recorded: what its declaration says (:func:`option`, :func:`group`,
+    :func:`internal`); a field declared otherwise is recorded."""
+    spec = f.metadata.get("option") or f.metadata.get("group")
+    return spec.record if spec is not None else bool(f.metadata.get("record", True))
+
+
+def _holds_options(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def recorded_names(cls: type) -> list[str]:
+    """The keys :func:`recorded` gives an options object of type ``cls``: each recorded field's name, a
+    recorded group's fields in its place (by their own names)."""
+    hints = None
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        if not _records(f):
+            continue
+        if "group" in f.metadata:
+            if hints is None:
+                import typing
+
+                hints = typing.get_type_hints(cls)
+            tp = hints[f.name]
+            args = [a for a in getattr(tp, "__args__", ()) if a is not type(None)] or [tp]
+            out += recorded_names(args[0])
+        else:
+            out.append(f.name)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as the record keeps it (JSON's kinds: a path as text, a set sorted, ...)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if _holds_options(value):
+        return recorded(value)
+    return value
+
+
+def recorded(opts: Any, **resolved: Any) -> dict[str, Any]:
+    """The step record of the options object ``opts``: every field, by its name, unless its declaration
+    says ``record=False``; a group's fields in its place (a group that is None: its fields left out).
+    ``resolved`` gives what the step made of a field (``dtype="bfloat16"`` for ``auto``) and what it adds
+    (a fingerprint); a resolved value replaces the field's."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(opts):
+        if not _records(f):
+            continue
+        value = getattr(opts, f.name)
+        if "group" in f.metadata:
+            if value is None:
+                continue
+            for key, item in recorded(value).items():
+                assert key not in out, f"{type(opts).__name__}: two recorded fields named {key!r}"
+                out[key] = item
+        else:
+            assert f.name not in out, f"{type(opts).__name__}: two recorded fields named {f.name!r}"
+            out[f.name] = _plain(value)
+    out.update({key: _plain(value) for key, value in resolved.items()})
+    return out
 
 
 # -- what the command line reads as text --------------------------------------------------------
@@ -356,18 +451,20 @@ OUTPUT_HELP = "Output bridge stream ('-' for stdout)."
 
 
 def stream_input() -> Any:
-    """The input bridge stream: the command's argument INPUT, stdin by default."""
-    return option("-", INPUT_HELP, "input", argument=True)
+    """The input bridge stream: the command's argument INPUT, stdin by default (the stream itself
+    records where it came from: not recorded)."""
+    return option("-", INPUT_HELP, "input", argument=True, record=False)
 
 
 def stream_output() -> Any:
-    """The output bridge stream: ``-o/--output``, stdout by default."""
-    return option("-", OUTPUT_HELP, "--output", "-o")
+    """The output bridge stream: ``-o/--output``, stdout by default (not recorded)."""
+    return option("-", OUTPUT_HELP, "--output", "-o", record=False)
 
 
 def workers(help: str = WORKERS_HELP) -> Any:
-    """``--workers N``: processes for the per-example work."""
-    return option(1, help, "--workers", range=count(), show_range=True)
+    """``--workers N``: processes for the per-example work (the output is the same for any number: not
+    recorded)."""
+    return option(1, help, "--workers", range=count(), show_range=True, record=False)
 
 
 __all__ = [
@@ -397,12 +494,15 @@ __all__ = [
     "field_of",
     "group",
     "integer",
+    "internal",
     "key_values",
     "names",
     "number",
     "number_list",
     "option",
     "real",
+    "recorded",
+    "recorded_names",
     "stream_input",
     "stream_output",
     "switch",

@@ -9,7 +9,7 @@ from ..core.closure import fill_cuts, project_cuts, unit_cuts
 from ..errors import FormatError, PluginError, UsageError
 from ..format.records import Closure, Example, Header
 from ..format.spec import MAX_RESULT
-from ..optionspec import check
+from ..optionspec import check, recorded
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import CloseOptions
@@ -88,9 +88,7 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
 def run_close(opts: CloseOptions) -> int:
     check(opts)
     entry = get("segmenter", opts.segmenter)
-    params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
-    if opts.fill:
-        params["fill"] = True
+    params = recorded(opts, plugin=entry.plugin)
 
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha, opts.fill)

@@ -29,7 +29,7 @@ from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
-from ..optionspec import check
+from ..optionspec import check, recorded
 from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
 from ..progress import note
 from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
@@ -471,7 +471,7 @@ def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> 
             model=header.model.source,
             model_fingerprint=header.model.fingerprint,
             tokenizer_fingerprint=header.model.tokenizer_fingerprint,
-            steps=[StepParams(s.step, s.params) for s in header.steps],
+            steps=[*(StepParams(s.step, s.params) for s in header.steps), StepParams("compact", recorded(opts))],
             rows=stats.rows,
             dropped=stats.dropped,
             tokens_executed=stats.tokens_after,

@@ -27,6 +27,7 @@ from ..modeling.loading import (
     resolve_device,
     tokenizer_fingerprint,
 )
+from ..optionspec import recorded
 from ..progress import note, progress_bar
 from .common import next_header, step_record
 from .options import ReferenceOptions
@@ -103,18 +104,14 @@ def run_reference(opts: ReferenceOptions) -> int:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         from ..baselines.reference import reference_batch
 
-        params = {
-            "as": name,
-            "model": spec,
-            "fingerprint": model_fp,
-            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-            "attention": opts.attention,
-            "grad_norms": opts.grad_norms,
-            "batch_size": opts.batch_size,
-            "dtype": opts.dtype,
-            "device": device,
-            "tokenizer_check": opts.tokenizer_check,
-        }
+        params = recorded(
+            opts,
+            name=name,
+            model=spec,
+            device=device,
+            fingerprint=model_fp,
+            tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        )
         out_header = next_header(header, header.stage, step_record("reference", params))
         replaced = 0
         with open_writer(opts.out, out_header) as writer, progress_bar() as bar:

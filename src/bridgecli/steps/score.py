@@ -47,6 +47,7 @@ from ..io import (
 from ..modeling import kernel_warmup
 from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
 from ..modeling.scoring import ScoringCheckpoint, load_scoring_checkpoint
+from ..optionspec import recorded
 from ..progress import note
 from ..registry import Entry, get
 from ..runtime import ranks
@@ -233,31 +234,24 @@ def _params(
     digest: str,
     max_tokens: int,
 ) -> dict[str, Any]:
-    """The ``score`` step's parameters, recorded in the stream's header."""
+    """The ``score`` step's parameters, recorded in the stream's header: every recorded field of its
+    options (:func:`~bridgecli.optionspec.recorded`), as resolved here, and what identifies the
+    checkpoint, the direction and the data."""
     direction = ck.direction
-    return {
-        "scorer": opts.scorer,
-        "scorer_options": dict(opts.scorer_options),
-        "from": str(ck.run.root),
-        "checkpoint_fingerprint": fingerprint(resolve(str(ck.run.checkpoint))),
-        "direction_layers": direction.meta.layers,
-        "lambda": direction.meta.lam,
-        "attention_layers": opts.attention_layers,
-        "dtype": dtype,
-        "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
-        "device": device.split(":")[0],
-        "max_tokens": max_tokens,
-        "batch_size": opts.batch_size,
-        "window": opts.window,
-        "data": opts.source or str(opts.data),
-        "data_digest": digest,
-        "chat_template": data_opts.chat_template,
-        "max_length": data_opts.max_length,
-        "limit": data_opts.limit,
-        "prompt_field": data_opts.prompt_field,
-        "response_field": data_opts.response_field,
-        "excluded_warmup_ids": len(data_opts.exclude_ids),
-    }
+    return recorded(
+        dataclasses.replace(opts, data_opts=data_opts),
+        data=opts.source or str(opts.data),
+        run=str(ck.run.root),
+        dtype=dtype,
+        tf32=opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
+        device=device.split(":")[0],
+        max_tokens=max_tokens,
+        checkpoint_fingerprint=fingerprint(resolve(str(ck.run.checkpoint))),
+        direction_layers=direction.meta.layers,
+        data_digest=digest,
+        excluded_warmup_ids=len(data_opts.exclude_ids),
+        **{"lambda": direction.meta.lam},
+    )
 
 
 def _header(

@@ -14,6 +14,7 @@ from ..io import is_stdio
 from ..format.records import Array, Example, Header, Selection
 from ..contracts import as_selector, plan_budgets
 from ..format.spec import MAX_RESULT
+from ..optionspec import recorded
 from ..hookspecs import Plan, Selector
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
@@ -189,29 +190,16 @@ def _selector_of(opts: SelectOptions, method: str):
 
 
 def _step_params(opts: SelectOptions, run: Expanded, plugin, selector: Selector) -> dict:
-    """The parameters the output's step record keeps: what ran (the preset expanded, and its name);
-    protected tokens refused for a selector that cannot keep them."""
-    params = {
-        "method": run.method,
-        "rho_p": run.rho_p,
-        "rho_r": opts.rho_r,
-        "rounds": opts.rounds,
-        "plugin": plugin,
-    }
-    if run.options:
-        params["options"] = dict(run.options)
-    if run.preset is not None:
-        params["preset"] = run.preset
-    if opts.protect_prompt or opts.protect_response:
-        if not selector.protects:
-            raise UsageError(
-                f"selector '{run.method}' cannot keep protected tokens (--protect-prompt/"
-                f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
-                f"declare `protects`"
-            )
-        params["protect_prompt"] = list(opts.protect_prompt)
-        params["protect_response"] = list(opts.protect_response)
-    return params
+    """The parameters the output's step record keeps: every recorded field of the options
+    (:func:`~bridgecli.optionspec.recorded`), with what ran (the preset expanded); protected tokens
+    refused for a selector that cannot keep them."""
+    if (opts.protect_prompt or opts.protect_response) and not selector.protects:
+        raise UsageError(
+            f"selector '{run.method}' cannot keep protected tokens (--protect-prompt/"
+            f"--protect-response): it ranks both sides jointly or is a plugin's that does not "
+            f"declare `protects`"
+        )
+    return recorded(opts, method=run.method, rho_p=run.rho_p, options=dict(run.options), plugin=plugin)
 
 
 def _plan(

@@ -20,6 +20,7 @@ from ...optionspec import (
     RETENTION,
     count,
     group,
+    internal,
     number,
     option,
     stream_input,
@@ -90,8 +91,8 @@ class ScoreOptions:
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
     #: what the stream's header names as the data (default ``data``; ``<stdin>`` for data on stdin,
-    #: which is scored from a temporary copy)
-    source: str | None = None
+    #: which is scored from a temporary copy): recorded as ``data``
+    source: str | None = internal(None, record=False)
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
         None,
@@ -113,7 +114,8 @@ class ScoreOptions:
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
-    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
+    #: not recorded: a resumed run's header is the interrupted run's
+    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume", record=False)
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     device: str = option("auto", DEVICE_HELP)
     #: bfloat16 on CUDA, float32 on CPU
@@ -127,7 +129,7 @@ class ScoreOptions:
     tf32: bool = option(True, "float32 on a GPU: TensorFloat-32 matmuls.", "--tf32/--no-tf32")
     data_opts: DataOptions = group(DataOptions)
     #: an input with no example, or nothing scored: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -288,7 +290,7 @@ class CompactOptions:
     #: a trainer's column layout (bridgecli/training/layouts.py)
     columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
     #: writing 0 rows: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
     #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 
