@@ -411,14 +411,29 @@ def recorded(opts: Any, **resolved: Any) -> dict[str, Any]:
 
 
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
-    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item is a usage error."""
+    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item, or a key given
+    twice (which value was meant?), is a usage error."""
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise UsageError(
+                f"{flag} gives {key.strip()} twice ({out[key.strip()]!r} and {value.strip()!r}): give each key once"
+            )
         out[key.strip()] = value.strip()
     return out
+
+
+def single(values: list[str] | None, flag: str) -> str | None:
+    """The one value of a flag read as a list (:data:`ONCE`): None when not given; given twice, a usage
+    error (which one was meant?), not the last one silently."""
+    values = list(values or [])
+    if len(values) > 1:
+        shown = ", ".join(repr(v) for v in values)
+        raise UsageError(f"{flag} given {len(values)} times ({shown}): give it once")
+    return values[0] if values else None
 
 
 def number_list(text: str, flag: str) -> tuple[float, ...]:
@@ -439,6 +454,8 @@ def names(values: list[str] | None) -> list[str]:
 
 #: a repeatable ``--flag KEY=VALUE`` read into a dict
 KEY_VALUES = Parse(list[str], key_values)
+#: a flag given at most once (``--preset``): a second one is a usage error, not the last one winning
+ONCE = Parse(list[str], single)
 #: comma-separated numbers (``--levels 1.0,0.5``), shown as such
 NUMBERS = Parse(str, number_list, lambda values: ",".join(map(str, values)))
 #: comma-separated or repeated names (``--task gsm8k,math --task mmlu``)
@@ -480,6 +497,7 @@ __all__ = [
     "MODEL_HELP",
     "NAMES",
     "NUMBERS",
+    "ONCE",
     "OUTPUT_HELP",
     "RETENTION",
     "SEED",
@@ -502,6 +520,7 @@ __all__ = [
     "option",
     "real",
     "recorded",
+    "single",
     "recorded_names",
     "stream_input",
     "stream_output",

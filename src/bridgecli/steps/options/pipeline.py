@@ -17,6 +17,7 @@ from ...optionspec import (
     MAX_LAYERS,
     MAX_ROUNDS,
     MODEL_HELP,
+    ONCE,
     RETENTION,
     count,
     group,
@@ -184,7 +185,7 @@ class SelectOptions:
         fallback=DEFAULT_METHOD,
     )
     #: a named setting of method, rho_p and options (steps/presets.py); what is given wins
-    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME")
+    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME", parse=ONCE)
     #: None: the --preset's, else 0.75
     rho_p: float | None = option(
         None,
