@@ -213,6 +213,15 @@ def test_no_module_imports_a_layer_above_its_own():
     assert not bad, "\n".join(bad)
 
 
+def test_the_cli_calls_the_steps_only():
+    """cli/ parses, calls a step and reports: of the package it imports only steps/ and the base layer."""
+    bad = []
+    for module, targets in import_graph().items():
+        if part_of(module) in ("cli", "__main__"):
+            bad += [f"{module} imports {t}" for t in targets if LEVEL[part_of(t)] not in (0, LEVEL["steps"], LEVEL["cli"])]
+    assert not bad, "\n".join(bad)
+
+
 def test_no_two_modules_import_each_other():
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)

@@ -164,7 +164,7 @@ def test_help_lists_the_presets_from_the_table():
     for name, p in PRESETS.items():
         assert f"{name}: {p.flags()}" in text, name
     assert presets.SECTION in text
-    assert "[default: bridge]" in text and "[default: 0.75]" in text  # the defaults still show
+    assert "[default: (bridge)]" in text and "[default: (0.75)]" in text  # the defaults still show (Typer: "(...)")
 
 
 def test_the_docs_table_is_the_presets():

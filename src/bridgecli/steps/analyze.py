@@ -27,6 +27,7 @@ from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
+from ..analysis.tables import fidelity_table, robustness_table, shift_table  # noqa: F401  (re-exported: what `bridge analyze` prints)
 from ..contracts import as_selector, build_scorer
 from ..core.budgets import budget
 from ..data.examples import file_digest, iter_pairs

@@ -13,6 +13,25 @@ from ..optionspec import check, names
 from ..progress import note
 from .options import CompareOptions, EvalRunOptions
 
+
+def render_table(results: list[dict[str, Any]]):
+    """The table ``bridge eval`` prints of its results (:func:`bridgecli.evaluation.run.render_table`)."""
+    from ..evaluation.run import render_table as table
+
+    return table(results)
+
+
+def render_comparison(comparison, differences, title: str) -> list:
+    """The tables ``bridge compare`` prints: the runs side by side and, with ``--paired``, each run's
+    differences from the first (:mod:`bridgecli.evaluation.compare`)."""
+    from ..evaluation.compare import render, render_paired
+
+    tables = [render(comparison, title=title)]
+    if differences is not None:
+        tables.append(render_paired(differences, comparison.rows[0]["name"], title=title))
+    return tables
+
+
 __all__ = [
     "CompareOptions",
     "EvalRunOptions",

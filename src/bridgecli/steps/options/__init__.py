@@ -20,7 +20,7 @@ from .analysis import (
     ShiftOptions,
     RobustnessOptions,
 )
-from .evaluation import CompareOptions, EvalRunOptions
+from .evaluation import CompareOptions, EvalCommand, EvalRunOptions
 from .pipeline import (
     FORMATS,
     TOKENIZER_CHECKS,
@@ -54,6 +54,7 @@ __all__ = [
     "InspectOptions",
     "MergeOptions",
     "EvalRunOptions",
+    "EvalCommand",
     "CompareOptions",
     "SCORE_KINDS",
     "PERTURB_HELP",
