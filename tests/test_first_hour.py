@@ -341,7 +341,7 @@ def test_quick_step_in_a_pipe_prints_one_summary_line():
 
 def test_score_bar_advances_per_scoring_pass():
     from bridgecli.format.records import Example, Tokens
-    from bridgecli.steps.score_loop import score_window
+    from bridgecli.modeling.score_loop import score_window
 
     class Scorer:
         def score(self, batch):

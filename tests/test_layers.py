@@ -263,8 +263,8 @@ def test_the_check_finds_a_cycle(graph, found):
 def test_a_function_level_import_of_a_module_by_name_is_an_edge():
     source = "def f():\n    from ..training import checkpoint\n"
     assert imports(source, "bridgecli.artifacts.train_run") == [(2, "bridgecli.training.checkpoint")]
-    assert imports("from . import score_loop, nothing_here\n", "bridgecli.steps.score") == [
-        (1, "bridgecli.steps.score_loop"),
+    assert imports("from . import score_torchrun, nothing_here\n", "bridgecli.steps.score") == [
+        (1, "bridgecli.steps.score_torchrun"),
         (1, "bridgecli.steps"),
     ]
 

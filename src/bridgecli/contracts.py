@@ -230,7 +230,21 @@ def build_scorer(factory: Callable[[Any], Any], ctx: Any, flag: str, plugin: str
         raise PluginError(
             f"{flag}: plugin {plugin} built a scorer without '{lacks[0]}'", hint="see bridgecli.hookspecs.Scorer"
         )
-    return cast(Scorer, complete(scorer, Scorer))
+    return cast(Scorer, _BuiltScorer(scorer))
+
+
+class _BuiltScorer:
+    """A built scorer with every member of :class:`Scorer` as a plain attribute, read once: its own, else
+    the Protocol's value (the scoring loop reads them for every batch)."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer
+        for name, value in members(Scorer)[1].items():
+            setattr(self, name, getattr(scorer, name, value))
+        self.score = scorer.score
+
+    def __repr__(self) -> str:
+        return f"<{self.scorer!r} as its contract>"
 
 
 __all__ = [

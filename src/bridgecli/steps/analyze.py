@@ -66,9 +66,7 @@ def load(src: Source) -> Loaded:
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
-    device = resolve_device(src.device)
-    claim_device(device)
-    src.device = device
+    src.device = device = claim_device(resolve_device(src.device))
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)
     ctx = ck.context(src.attention_layers, device)

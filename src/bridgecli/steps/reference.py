@@ -17,8 +17,6 @@ from ..artifacts.warmup_run import WarmupRun
 from ..errors import ModelError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Array, Example, Header, Reference
-from ..format.writer import open_writer
-from ..io import refuse_terminal
 from ..modeling.loading import (
     fingerprint,
     load_model,
@@ -29,6 +27,7 @@ from ..modeling.loading import (
 )
 from ..optionspec import recorded
 from ..progress import note, progress_bar
+from ..runtime.stream_output import StreamOutput
 from .common import next_header, step_record
 from .options import ReferenceOptions
 
@@ -78,7 +77,7 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 
 def run_reference(opts: ReferenceOptions) -> int:
-    refuse_terminal(opts.out)
+    output = StreamOutput(opts.out)  # its checks before anything loads
     from ..runtime.params import check, check_device
 
     check(opts)
@@ -114,7 +113,8 @@ def run_reference(opts: ReferenceOptions) -> int:
         )
         out_header = next_header(header, header.stage, step_record("reference", params))
         replaced = 0
-        with open_writer(opts.out, out_header) as writer, progress_bar() as bar:
+        with output.writing(out_header) as writer, progress_bar() as bar:
+            assert writer is not None  # a plain output: always a writer
             task = bar.add_task(f"reference {name}", total=None, unit="ex")
             pending: list[Example] = []
 
