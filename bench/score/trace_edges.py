@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 from provenance import header, result_parser, write_json  # noqa: E402
 from test_layers import LAYERS, LEVEL, part_of  # noqa: E402  (the layers the tests hold the package to)
+from tiny import tiny_llama_config, tiny_model  # noqa: E402  (the tests' tiny random Llama)
 
 SAMPLE = ROOT / "examples" / "data" / "train.jsonl"
 
@@ -34,25 +35,13 @@ def make_run(folder: Path) -> Path:
     """A warmup run folder over a tiny random Llama (the default model's tokenizer): a random unit v over
     its last 4 blocks, as tests/test_score_e2e_pipeline.py makes one."""
     import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
 
     from bridgecli.artifacts.direction_file import Direction, DirectionMeta, save_direction
     from bridgecli.modeling.loading import load_tokenizer
     from bridgecli.modeling.params import tail_parameters
 
     tokenizer = load_tokenizer(None)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=5,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-    )
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = tiny_model(tiny_llama_config(len(tokenizer), layers=5, hidden=48))  # tests/conftest.py's CLI model
     checkpoint = folder / "checkpoint"
     model.save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)

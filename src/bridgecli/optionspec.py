@@ -195,38 +195,20 @@ def option(
     help: str = "",
     *flags: str,
     factory: Any = MISSING,
-    range: Range | None = None,
     choices: tuple[str, ...] | list[str] | None = None,
     optional: bool | None = None,
-    argument: bool = False,
-    metavar: str | None = None,
-    panel: str | None = None,
-    show_range: bool = False,
-    parse: Parse | None = None,
-    fallback: Any = None,
-    record: bool = True,
+    **spec: Any,
 ) -> Any:
-    """A dataclass field that is also a command-line option (see the module docstring); with
-    ``fallback``, one whose default is None = "not given" (see :attr:`Spec.fallback`); with
-    ``record=False``, one the step's record leaves out (:func:`recorded`)."""
-    assert fallback is None or default is None, "a field with a fallback defaults to None (not given)"
-    spec = Spec(
-        help=help,
-        flags=tuple(flags),
-        range=range,
-        choices=tuple(choices) if choices else None,
-        optional=(default is None and factory is MISSING) if optional is None else optional,
-        argument=argument,
-        metavar=metavar,
-        panel=panel,
-        show_range=show_range,
-        parse=parse,
-        fallback=fallback,
-        record=record,
-    )
+    """A dataclass field that is also a command-line option (see the module docstring): its default (or
+    ``factory``), its help and flags, and the rest of its :class:`Spec` by name (``range``, ``argument``,
+    ``metavar``, ``panel``, ``show_range``, ``parse``); with ``fallback``, one whose default is None = "not
+    given" (:attr:`Spec.fallback`); with ``record=False``, one the step's record leaves out (:func:`recorded`)."""
+    assert spec.get("fallback") is None or default is None, "a field with a fallback defaults to None (not given)"
+    optional = (default is None and factory is MISSING) if optional is None else optional
+    made = Spec(help=help, flags=tuple(flags), choices=tuple(choices) if choices else None, optional=optional, **spec)
     if factory is not MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"option": spec})
-    return dataclasses.field(default=default, metadata={"option": spec})
+        return dataclasses.field(default_factory=factory, metadata={"option": made})
+    return dataclasses.field(default=default, metadata={"option": made})
 
 
 def internal(default: Any = MISSING, *, factory: Any = MISSING, record: bool = True) -> Any:
@@ -270,33 +252,11 @@ class Group:
         ]
 
 
-def group(
-    cls: type | None = None,
-    *,
-    default: Any = MISSING,
-    only: tuple[str, ...] | None = None,
-    exclude: tuple[str, ...] = (),
-    defaults: Mapping[str, Any] | None = None,
-    help: Mapping[str, str] | None = None,
-    prefix: str = "",
-    panel: str | None = None,
-    switch: Spec | None = None,
-    build: Callable[..., Any] | None = None,
-    record: bool = True,
-) -> Any:
-    """A dataclass field holding the options type ``cls`` (see :class:`Group`): its default is
-    ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
-    spec = Group(
-        only=only,
-        exclude=exclude,
-        defaults=dict(defaults or {}),
-        help=dict(help or {}),
-        prefix=prefix,
-        panel=panel,
-        switch=switch,
-        build=build,
-        record=record,
-    )
+def group(cls: type | None = None, *, default: Any = MISSING, **settings: Any) -> Any:
+    """A dataclass field holding the options type ``cls``, with the :class:`Group` ``settings`` (``only``,
+    ``exclude``, ``defaults``, ``help``, ``prefix``, ``panel``, ``switch``, ``build``, ``record``): its default
+    is ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
+    spec = Group(**settings)
     if cls is not None:
         return dataclasses.field(default_factory=functools.partial(cls, **spec.defaults), metadata={"group": spec})
     return dataclasses.field(default=default, metadata={"group": spec})

@@ -73,15 +73,8 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
         supervise += positions[cuts[k] : cuts[k + 1]]
     if filled:
         supervise = sorted(supervise + filled)
-    closure = Closure(
-        segmenter=name,
-        alpha=alpha,
-        units=flat_units,
-        chosen=chosen,
-        supervise=supervise,
-        protected_units=forced,
-        filled=filled,
-    )
+    # the closure's fields in order: segmenter, alpha, units, chosen, supervise, protected_units, filled
+    closure = Closure(name, alpha, flat_units, chosen, supervise, forced, filled)
     return msgspec.structs.replace(example, closure=closure)
 
 
