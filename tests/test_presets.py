@@ -176,3 +176,12 @@ def test_the_docs_table_is_the_presets():
             if line.startswith("| `")}
     for name, p in PRESETS.items():
         assert f"`{p.flags()}`" in rows.get(name, ""), name
+
+
+def test_a_preset_given_twice_is_a_usage_error(tmp_path, scores):
+    """Issue 40: not the last one silently; one line, exit 2, before the input is read."""
+    r, out, _, _ = _select(tmp_path, scores, "--preset", "random-resp", "--preset", "importance-loss-resp")
+    assert r.exit_code == UsageError.exit_code and not out.exists()
+    assert r.stderr.strip() == (
+        "bridge select: error: --preset given 2 times ('random-resp', 'importance-loss-resp'): give it once"
+    )

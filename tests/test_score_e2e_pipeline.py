@@ -246,7 +246,7 @@ def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):
     assert not (tmp_path / "o.bridge").exists()
 
 
-def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_dir):
+def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_dir, capfdbinary):
     """A warmup checkpoint whose weights went NaN scores NaN: score refuses before writing, naming the data
     file, the record, its id and the field, as the reader would refuse the stream later."""
     from transformers import AutoModelForCausalLM
@@ -269,6 +269,11 @@ def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_di
     assert "field 'scores.a': holds NaN at index 0 (values must lie within +-2^48" in text, text
     assert f"the checkpoint of {run}: did its warmup diverge?" in text
     assert not out.exists() and not list(tmp_path.glob("o.bridge*"))  # nothing committed: nothing kept
+    capfdbinary.readouterr()
+    with pytest.raises(ModelError, match="holds NaN") as info:  # on stdout: no prefix that looks like a stream
+        run_score(ScoreOptions(data=str(SAMPLE), out="-", run=str(run), window=4, max_tokens=300, batch_size=2,
+                               device="cpu"))
+    assert capfdbinary.readouterr().out == b"" and "incomplete" not in str(info.value)
 
 
 class _Poisoned:
