@@ -56,7 +56,9 @@ def _commands(group=None, prefix: str = "") -> set[str]:
     """Every leaf command of the app, as typed after `bridge`."""
     import typer
 
-    group = group or typer.main.get_command(app)
+    if group is None:
+        group = typer.main.get_command(app)
+        group.load_all()  # the root builds a command when it runs (cli/app.py, LazyGroup)
     out: set[str] = set()
     for name, cmd in group.commands.items():
         if hasattr(cmd, "commands"):

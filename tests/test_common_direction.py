@@ -21,7 +21,7 @@ from bridgecli.data.shapes import to_pair
 from bridgecli.data.tokenize import tokenize_pair
 from bridgecli.errors import ModelError, UsageError
 from bridgecli.format.records import Example
-from bridgecli.modeling.direction import combine
+from bridgecli.training.direction import combine
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
@@ -147,7 +147,7 @@ def test_debias_refusals(tokenizer):
 
 
 def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
-    from bridgecli.modeling.parts import score_parts, split_direction
+    from bridgecli.analysis.parts import score_parts, split_direction
 
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
     exs = examples(tokenizer)
@@ -180,7 +180,7 @@ def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
 
 
 def test_warmup_fit_is_d_over_g_targets_tokens_and_the_least_squares_slope(tokenizer):
-    from bridgecli.modeling.common_direction import fit
+    from bridgecli.training.common_direction import fit
     from bridgecli.training.rows import full_response_row
 
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=3), dtype=torch.float64)

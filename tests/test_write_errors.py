@@ -197,7 +197,7 @@ def test_a_full_temporary_folder_names_the_temporary_file(work, small_disk, monk
     result = CliRunner().invoke(app, ["score", "-", "--from", str(work / "warm"), "-o", str(work / "never.bridge")],
                                 input=(work / "data.jsonl").read_bytes())
     assert result.exit_code == 7, result.output
-    assert result.stderr.startswith(f"bridge score: error: {small_disk}/bridge-score-"), result.stderr
+    assert result.stderr.startswith(f"bridge score: error: {small_disk}/bridge-stdin-"), result.stderr
     assert "stdin.jsonl: cannot write: No space left on device" in result.stderr
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"] and not (work / "never.bridge").exists()
 

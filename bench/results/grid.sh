@@ -481,6 +481,8 @@ prepare() {
   input=$(input_of "$method")
   local args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
   for o in $IMPORTANCE_OPTIONS; do imp_opts+=(--option "$o"); done
+  # importance-loss-resp tilts by=loss: IMPORTANCE_OPTIONS' own by= is left out (select refuses a key given twice)
+  local loss_opts=(); for o in $IMPORTANCE_OPTIONS; do [[ $o == by=* ]] || loss_opts+=(--option "$o"); done
   case "$method" in
     full) args=(--method random --rho-p 1 --rho-r 1) ;;
     random) args+=(--option "seed=$seed") ;;
@@ -500,7 +502,7 @@ prepare() {
     tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                 --option "seed=$seed") ;;
     importance-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
-    importance-loss-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option by=loss
+    importance-loss-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${loss_opts[@]}" --option by=loss
                                 --option "seed=$seed") ;;
     tilt-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option weights=none
                      --option "seed=$seed") ;;

@@ -7,8 +7,8 @@ A Protocol declares every member a step reads. A member given a value here is op
 that leaves it out gets that value (:func:`bridgecli.contracts.complete`). The registry checks each
 object against its Protocol when it is registered (:mod:`bridgecli.contracts`), and names the plugin
 and the member it lacks. A plugin raises :class:`~bridgecli.errors.UsageError` for an option the user
-got wrong (the step adds which flag it came with); the helpers that implement the defaults live in
-:mod:`bridgecli.contracts`, not here.
+got wrong (the step adds which flag it came with). This module holds declarations only: the helpers
+that implement the defaults and read a :class:`Plan` live in :mod:`bridgecli.contracts`.
 
 A plugin module implements any of the hooks with ``@bridgecli.hookimpl`` and is published under the
 ``bridgecli`` entry-point group (see plugins/ for a complete example package)::
@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
 import pluggy
-
-from .errors import FormatError
 
 if TYPE_CHECKING:
     from .core.select import SelectionResult
@@ -104,23 +102,6 @@ class Plan:
     budgets: dict[int, tuple[int, int]]
     summary: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
-
-    def budgets_of(self, example: Example) -> tuple[int, int]:
-        if example.index not in self.budgets:
-            raise FormatError("this example was not in the stream's first pass", record=example.index)
-        return self.budgets[example.index]
-
-
-def first_pass_sees(seen: set[int], example: Example) -> None:
-    """In a first pass that builds a :class:`Plan`: add ``example``'s index to ``seen``. An index seen
-    before is an error, since a plan keeps the budgets by index."""
-    if example.index in seen:
-        raise FormatError(
-            f"two examples with index {example.index} in one stream",
-            record=example.index,
-            hint="select each input file's stream on its own",
-        )
-    seen.add(example.index)
 
 
 class SelectorFunction(Protocol):

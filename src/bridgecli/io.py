@@ -356,6 +356,16 @@ def check_output_file(path: str | os.PathLike | None) -> None:
         raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
 
 
+def check_output(path: str | os.PathLike | None, *, what: str = "a bridge stream", binary: bool = True) -> bool:
+    """Fail early (before any expensive work), one line, when the output ``path`` cannot be written
+    (:func:`check_output_file`) or, for ``binary`` output, when it is standard output on a terminal
+    (:func:`refuse_terminal`); returns whether it is standard output (``-``/None)."""
+    check_output_file(path)
+    if binary:
+        refuse_terminal(path, what=what)
+    return is_stdio(path)
+
+
 def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> None:
     """Fail early (before any expensive work) when binary output would go to a terminal."""
     if is_stdio(path) and sys.stdout.isatty():
@@ -366,11 +376,15 @@ def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge str
 
 
 @contextlib.contextmanager
-def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> Iterator[BinaryIO]:
+def open_binary_output(
+    path: str | os.PathLike | None, *, what: str = "a bridge stream", refuse: bool = True
+) -> Iterator[BinaryIO]:
     """Open ``path`` for binary writing, atomically (temp file + rename). ``-``/None is stdout,
-    refused when stdout is a terminal so binary data never lands on a screen (a failed write to stdout
-    is reported by the command line's guard, :func:`guarded_stdout`)."""
-    refuse_terminal(path, what=what)
+    refused when stdout is a terminal so binary data never lands on a screen (unless ``refuse`` is
+    false: text bytes); a failed write to stdout is reported by the command line's guard,
+    :func:`guarded_stdout`."""
+    if refuse:
+        refuse_terminal(path, what=what)
     if is_stdio(path):
         out = sys.stdout.buffer
         yield out

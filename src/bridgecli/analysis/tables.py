@@ -1,4 +1,5 @@
-"""Rich tables of the ``bridge analyze`` reports (the JSON reports hold every number)."""
+"""Rich tables of the ``bridge analyze`` reports (the JSON reports hold every number) and of ``bridge inspect``'s
+summary of a stream."""
 
 from __future__ import annotations
 
@@ -169,3 +170,65 @@ def decompose_table(report: dict):
         lines.append("no common direction in this warm-up run (rerun `bridge warmup` for the debiased a_j)")
     t.caption = "\n".join(lines)
     return t
+
+
+# -- bridge inspect ------------------------------------------------------------------------------
+
+_SUMMARY_KEYS = (
+    "producer",
+    "created",
+    "source",
+    "examples",
+    "tokens",
+    "eligible_prompt_tokens",
+    "eligible_response_tokens",
+)
+
+
+def _cell(v) -> str:
+    """A value of the summary as a table cell: the stream's strings are data, shown with no markup and
+    no control character (bridgecli.display)."""
+    import json
+
+    from ..display import markup
+
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return markup(json.dumps(v) if isinstance(v, (dict, list)) else v)
+
+
+def _short(v, width: int = 48) -> str:
+    """:func:`_cell`, cut to ``width`` characters (before markup is escaped, so no escape is cut)."""
+    import json
+
+    from ..display import markup, printable
+
+    text = printable(f"{v:.4g}" if isinstance(v, float) else json.dumps(v) if isinstance(v, (dict, list)) else v)
+    return markup(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def summary_tables(info: dict) -> list:
+    """``bridge inspect``'s tables of a stream's summary (:func:`bridgecli.steps.inspect.summarize`): the
+    header and totals, then every step with its parameters."""
+    from rich.table import Table
+
+    from ..display import markup
+
+    t = Table(title=markup(f"{info['file']}  (format {info['format']}, stage {info['stage']})"), show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for key in _SUMMARY_KEYS:
+        t.add_row(key, _cell(info[key]))
+    for key, val in info["model"].items():
+        t.add_row(f"model.{markup(key)}", _cell(val))
+    for section in ("scores", "selection", "closure", "rows"):
+        for key, val in (info.get(section) or {}).items():
+            t.add_row(f"{section}.{markup(key)}", _cell(val))
+    steps = Table(title="steps", show_lines=True)
+    steps.add_column("step", style="bold")
+    steps.add_column("by / at")
+    steps.add_column("parameters")
+    for s in info["steps"]:
+        params = "\n".join(f"{markup(k)} = {_short(v)}" for k, v in s["params"].items())
+        steps.add_row(_cell(s["step"]), f"{_cell(s['producer'])}\n{_cell(s['time'])}", params)
+    return [t, steps]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable, Any
 
 
 from ..errors import ModelError, UsageError
@@ -65,17 +65,11 @@ class WarmupMeta(RunRecord, kw_only=True):
             out.pop("common_direction", None)
         return out
 
-    def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
-        """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
-        or analysed; None when ``data`` is not the file warmup read (compared by content digest;
-        ``digest`` is that of ``data`` when the caller has it)."""
-        if not self.data_digest:
-            return None
-        if digest is None:
-            from ..data.examples import file_digest
-
-            digest = file_digest(data)
-        if digest != self.data_digest:
+    def leave_out(self, digest: str) -> frozenset[str] | None:
+        """The ids that warmup used (warm and validation) of the data whose content digest is ``digest``
+        (:func:`bridgecli.data.examples.file_digest`), to leave out of what is scored or analysed; None
+        when that data is not the file warmup read."""
+        if not self.data_digest or digest != self.data_digest:
             return None
         return frozenset(self.warm_ids or ()) | frozenset(self.val_ids or ())
 
@@ -171,10 +165,12 @@ def write_warmup_run(
     direction: Direction,
     history: list[dict],
     common: CommonDirection | None = None,
+    fingerprint: Callable[[Path], str] | None = None,
 ) -> WarmupRun:
     """Write the whole run folder ``out``: it appears complete, or not at all (an earlier run there
     is replaced only once the new one is written). ``common`` is bound to the checkpoint written here
-    (its fingerprint) before it is saved."""
+    before it is saved: ``fingerprint`` (the model loader's, which this layer does not import) maps the
+    written checkpoint folder to its fingerprint."""
     import msgspec
 
     from ..io import atomic_dir
@@ -184,11 +180,9 @@ def write_warmup_run(
         tokenizer.save_pretrained(tmp / CHECKPOINT)
         save_direction(direction, tmp)
         if common is not None:
-            from ..modeling.loading import fingerprint, resolve
-
-            bound = msgspec.structs.replace(
-                common.meta, checkpoint_fingerprint=fingerprint(resolve(str(tmp / CHECKPOINT)))
-            )
+            if fingerprint is None:
+                raise ValueError("a common direction is bound to its checkpoint: pass fingerprint")
+            bound = msgspec.structs.replace(common.meta, checkpoint_fingerprint=fingerprint(tmp / CHECKPOINT))
             save_common(CommonDirection(common.d, bound), tmp)
         (tmp / META).write_text(json.dumps(meta.to_dict(), indent=2))
         with open(tmp / METRICS, "w") as fh:

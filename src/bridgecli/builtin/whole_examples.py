@@ -23,7 +23,8 @@ from ..core.whole_examples import draw_examples, kept_count, top_share
 from ..core.sampling import ipw_weights
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import Plan, first_pass_sees, hookimpl
+from ..contracts import first_pass_sees
+from ..hookspecs import Plan, hookimpl
 
 #: the tag of the example-level draw's seed sequences: example k's sort key comes from ``(seed, index_k, 3)``
 #: (``random`` uses sides 0 and 1, ``importance`` 2), the start from ``SeedSequence(seed, spawn_key=(3,))``
@@ -40,8 +41,6 @@ class WholeExamples:
     name = ""
     protects = False
     surrogate = False
-    #: its indices are ranges: ascending and distinct, so select need not check them
-    ascending_indices = True
     OPTIONS: dict[str, Opt] = {}
 
     def __init__(self) -> None:

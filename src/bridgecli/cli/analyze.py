@@ -6,14 +6,9 @@ from typing import Callable
 
 import typer
 
+from ..steps.catalog import ANALYZE, COMMANDS
 from ..steps.options import DecomposeOptions, FidelityOptions, RobustnessOptions, ShiftOptions
-from .build import command
-from .labels import Command
-
-HELP = (
-    "Check BRIDGE's claims on your own checkpoint and data: surrogate fidelity (paper Table 2), "
-    "ranking shift (Finding 2), full-state selection robustness (Theorem 1), and what a_j is made of."
-)
+from .build import Command, command, escaped
 
 
 def _print(table, out: str | None) -> None:
@@ -24,51 +19,46 @@ def _print(table, out: str | None) -> None:
 
 @command(FidelityOptions)
 def fidelity(opts: FidelityOptions) -> None:
-    """Surrogate vs exact state-conditioned scores at the selected states (paper Table 2)."""
-    from ..analysis.tables import fidelity_table
-    from ..steps.analyze import run_fidelity
+    from ..steps.analyze import fidelity_table, run_fidelity
 
     _print(fidelity_table(run_fidelity(opts)), opts.out)
 
 
 @command(ShiftOptions)
 def shift(opts: ShiftOptions) -> None:
-    """Ranking shift (1 - Spearman with full retention) as the opposite side's retention falls (Finding 2)."""
-    from ..analysis.tables import shift_table
-    from ..steps.analyze import run_shift
+    from ..steps.analyze import run_shift, shift_table
 
     _print(shift_table(run_shift(opts)), opts.out)
 
 
 @command(RobustnessOptions)
 def robustness(opts: RobustnessOptions) -> None:
-    """kappa_q (q = 1..n) of each example's full-state top-b selection, per side (Theorem 1), from a scores stream."""
-    from ..analysis.tables import robustness_table
-    from ..steps.analyze import run_robustness
+    from ..steps.analyze import robustness_table, run_robustness
 
     _print(robustness_table(run_robustness(opts)), opts.out)
 
 
 @command(DecomposeOptions)
 def decompose(opts: DecomposeOptions) -> None:
-    """a_j split into its target and anchor parts by token class: the signs the anchor decides, and (with the
-    warm-up's common direction) the same for the debiased a_j - beta u_j."""
-    from ..analysis.tables import decompose_table
-    from ..steps.analyze import run_decompose
+    from ..steps.analyze import decompose_table, run_decompose
 
     _print(decompose_table(run_decompose(opts)), opts.out)
 
 
 def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
     """The sub-app; ``reporting(name, fn)`` wraps each command the way the top-level ones are."""
+    from .app import Group
+
     sub = typer.Typer(
+        cls=Group,
         name="analyze",
-        help=HELP,
+        help=escaped(dict(COMMANDS)["analyze"]),
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode="rich",
     )
-    for name, fn in (("fidelity", fidelity), ("shift", shift), ("robustness", robustness), ("decompose", decompose)):
-        sub.command(name, cls=Command)(reporting(f"analyze {name}", fn))
+    commands = {"fidelity": fidelity, "shift": shift, "robustness": robustness, "decompose": decompose}
+    for name, text in ANALYZE:
+        sub.command(name, cls=Command, help=escaped(text))(reporting(f"analyze {name}", commands[name]))
     return sub

@@ -91,7 +91,10 @@ def continuation_scores(logits: torch.Tensor, conts: Sequence[tuple[int, Sequenc
     whether every token is its position's argmax. Computed where ``logits`` are; only the picked values
     move to the host."""
     tail = logits.shape[1]
-    rows, cols, targets, owner = [], [], [], []
+    rows: list[int] = []
+    cols: list[int] = []
+    targets: list[int] = []
+    owner: list[int] = []
     for k, (b, cont) in enumerate(conts):
         n = len(cont)
         rows += [b] * n

@@ -62,6 +62,21 @@ class ScoringCheckpoint:
     model: PreTrainedModel
     direction: Direction
 
+    def identity(self) -> dict[str, Any]:
+        """What names this checkpoint in a scores stream: the base model and its fingerprint (warmup's, else
+        computed), the tokenizer's fingerprint, the checkpoint's own fingerprint, v's blocks and lambda."""
+        from .loading import fingerprint, resolve
+
+        meta = self.meta
+        return {
+            "base_model": meta.base_model,
+            "base_fingerprint": meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "checkpoint_fingerprint": fingerprint(resolve(str(self.run.checkpoint))),
+            "direction_layers": self.direction.meta.layers,
+            "lambda": self.direction.meta.lam,
+        }
+
     def context(self, attention_layers: int, device: str, options: dict | None = None) -> ScoringContext:
         """What a scorer gets from this checkpoint: its model, tokenizer and v, with the settings, and
         the run's common direction on demand."""

@@ -28,6 +28,12 @@ from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
+from ..analysis.tables import (  # noqa: F401  (re-exported: what `bridge analyze` prints)
+    decompose_table,
+    fidelity_table,
+    robustness_table,
+    shift_table,
+)
 from ..contracts import as_selector, build_scorer
 from ..core.budgets import budget
 from ..data.examples import file_digest, iter_pairs
@@ -66,9 +72,7 @@ def load(src: Source) -> Loaded:
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
-    device = resolve_device(src.device)
-    claim_device(device)
-    src.device = device
+    src.device = device = claim_device(resolve_device(src.device))
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)
     ctx = ck.context(src.attention_layers, device)
@@ -79,7 +83,7 @@ def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     """``n`` examples of DATA (a seeded uniform sample, or the first ``n`` with ``first``), leaving
     out the ids warmup used when DATA is the file it read, and those over ``--max-length``."""
     opts = src.data_opts
-    leave_out = meta.leave_out(src.data)
+    leave_out = meta.leave_out(file_digest(src.data))
     if leave_out is not None and meta.warm_ids is None:
         note(
             "warning: DATA is the file warmup read, and warmup recorded no warm ids (no --warm-fraction): "
@@ -437,7 +441,7 @@ def run_decompose(opts: DecomposeOptions) -> dict:
     examples, by token class; with the run's common direction, the same for a_j - beta u_j."""
     from ..analysis import decompose as dec
     from ..analysis.tokenclass import response_strata
-    from ..modeling.parts import anchor_of, score_parts, split_direction
+    from ..analysis.parts import anchor_of, score_parts, split_direction
     from ..runtime.params import check
 
     check(opts)

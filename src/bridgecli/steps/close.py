@@ -9,7 +9,7 @@ from ..core.closure import fill_cuts, project_cuts, unit_cuts
 from ..errors import FormatError, PluginError, UsageError
 from ..format.records import Closure, Example, Header
 from ..format.spec import MAX_RESULT
-from ..optionspec import check
+from ..optionspec import check, recorded
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import CloseOptions
@@ -75,24 +75,15 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
             record=example.index,
             hint="compact the selection directly (bridge compact)",
         )
-    closure = Closure(
-        segmenter=name,
-        alpha=alpha,
-        units=flat_units,
-        chosen=chosen,
-        supervise=supervise,
-        protected_units=forced,
-        filled=filled,
-    )
+    # the closure's fields in order: segmenter, alpha, units, chosen, supervise, protected_units, filled
+    closure = Closure(name, alpha, flat_units, chosen, supervise, forced, filled)
     return msgspec.structs.replace(example, closure=closure)
 
 
 def run_close(opts: CloseOptions) -> int:
     check(opts)
     entry = get("segmenter", opts.segmenter)
-    params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
-    if opts.fill:
-        params["fill"] = True
+    params = recorded(opts, plugin=entry.plugin)
 
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha, opts.fill)

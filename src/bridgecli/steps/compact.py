@@ -29,8 +29,9 @@ from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
-from ..optionspec import check
-from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
+from ..optionspec import check, recorded
+from ..io import atomic_dir, atomic_path, is_stdio
+from ..runtime.stream_output import StreamOutput
 from ..progress import note
 from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
 from ..training.rows import Row, compact_row, weighted_row
@@ -127,7 +128,7 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
     whole when the block ends and not at all when it fails. With ``lines`` (jsonl only) it takes the
     record's line, already encoded by :func:`_jsonl`."""
     if fmt == "jsonl":
-        with open_text_output(out) as fh:
+        with StreamOutput(out, binary=False).text() as fh:
             yield fh.write if lines else (lambda record: fh.write(_jsonl(record)))
         return
     assert out is not None, "run_compact refuses parquet and hf to stdout before reading anything"
@@ -442,7 +443,7 @@ def loss_weights(example: Example) -> dict[int, float]:
 def _open_sink(stack: contextlib.ExitStack, opts: CompactOptions) -> Callable:
     """The function taking each output of :func:`_compact_one`, its file (or folder) held by ``stack``."""
     if opts.format == "text":
-        return stack.enter_context(open_text_output(opts.out)).write
+        return stack.enter_context(StreamOutput(opts.out, binary=False).text()).write
     return stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=opts.format == "jsonl"))
 
 
@@ -547,7 +548,7 @@ def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> 
             model=header.model.source,
             model_fingerprint=header.model.fingerprint,
             tokenizer_fingerprint=header.model.tokenizer_fingerprint,
-            steps=[StepParams(s.step, s.params) for s in header.steps],
+            steps=[*(StepParams(s.step, s.params) for s in header.steps), StepParams("compact", recorded(opts))],
             rows=stats.rows,
             dropped=stats.dropped,
             tokens_executed=stats.tokens_after,

@@ -11,6 +11,21 @@ from ..format.reader import open_reader
 from ..format.records import Example
 
 
+def summary_tables(info: dict) -> list:
+    """The tables ``bridge inspect`` prints of a summary (:func:`bridgecli.analysis.tables.summary_tables`)."""
+    from ..analysis.tables import summary_tables as tables
+
+    return tables(info)
+
+
+def run_stats(path: str | None, *, as_json: bool = False, png: str | None = None) -> dict:
+    """``bridge inspect --stats``: the distributions of the stream at ``path`` printed (a table, or JSON),
+    their histograms drawn into ``png`` (:func:`bridgecli.analysis.stats.run_stats`)."""
+    from ..analysis.stats import run_stats as print_stats
+
+    return print_stats(path, as_json=as_json, png=png)
+
+
 def summarize(path: str | None) -> dict:
     """What ``bridge inspect`` prints of the stream at ``path``: its header and totals over its examples."""
     totals = _Totals()

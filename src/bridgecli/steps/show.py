@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analysis.render import ExampleView, build_view, render_html
+from ..analysis.render import ExampleView, build_view, render_html, render_plain, render_terminal
 from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example, Header
 from ..io import atomic_path
 from .options import ShowOptions
+
+__all__ = ["ExampleView", "ShowOptions", "find_example", "render_plain", "render_terminal", "run_show"]
 
 
 def find_example(path: str | None, index: int | None = None, id: str | None = None) -> tuple[Header, Example]:

@@ -12,7 +12,7 @@ from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_ru
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
 from ..io import check_input
-from ..modeling import direction as direction_mod
+from ..training import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
@@ -90,7 +90,14 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         final_train_loss=history[-1]["loss"] if history else None,
     )
     write_warmup_run(
-        opts.out, model=model, tokenizer=tokenizer, meta=meta, direction=direction, history=history, common=common
+        opts.out,
+        model=model,
+        tokenizer=tokenizer,
+        meta=meta,
+        direction=direction,
+        history=history,
+        common=common,
+        fingerprint=lambda folder: fingerprint(resolve(str(folder))),
     )
     del model
     if torch.cuda.is_available():
@@ -103,7 +110,7 @@ def _common_direction(opts: WarmupOptions, model, tokenizer, direction: Directio
     ``bridge score --scorer-option debias=common`` subtracts (docs/method.md, "The common direction"):
     a forward pass and a scoring pass over D_val."""
     from ..artifacts.common_file import CommonDirection
-    from ..modeling import common_direction
+    from ..training import common_direction
 
     val_rows = [full_response_row(e.id, e.tokens) for e in val]
     with progress_bar() as bar:

@@ -16,31 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
+from ..artifacts.train_run import CHECKPOINT_STATE as STATE
 from ..artifacts.train_run import CHECKPOINTS
+from ..artifacts.train_run import checkpoint_name as name
+from ..artifacts.train_run import complete_checkpoints as complete
 
-STATE = "trainer_state.json"
-_NAME = re.compile(r"^step-(\d{6,})$")
-
-
-def name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
-def complete(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints of a run folder, oldest first."""
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = []
-    for p in root.iterdir():
-        m = _NAME.match(p.name)
-        if m and p.is_dir() and (p / STATE).is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+__all__ = ["STATE", "complete", "latest", "load", "name", "prune", "save"]
 
 
 def latest(run_dir: str | Path) -> tuple[int, Path] | None:

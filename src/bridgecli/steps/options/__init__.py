@@ -21,7 +21,7 @@ from .analysis import (
     RobustnessOptions,
     DecomposeOptions,
 )
-from .evaluation import CompareOptions, EvalRunOptions
+from .evaluation import CompareOptions, EvalCommand, EvalRunOptions
 from .pipeline import (
     FORMATS,
     TOKENIZER_CHECKS,
@@ -55,6 +55,7 @@ __all__ = [
     "InspectOptions",
     "MergeOptions",
     "EvalRunOptions",
+    "EvalCommand",
     "CompareOptions",
     "SCORE_KINDS",
     "PERTURB_HELP",

@@ -17,9 +17,11 @@ from ...optionspec import (
     MAX_LAYERS,
     MAX_ROUNDS,
     MODEL_HELP,
+    ONCE,
     RETENTION,
     count,
     group,
+    internal,
     number,
     option,
     stream_input,
@@ -90,8 +92,8 @@ class ScoreOptions:
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
     #: what the stream's header names as the data (default ``data``; ``<stdin>`` for data on stdin,
-    #: which is scored from a temporary copy)
-    source: str | None = None
+    #: which is scored from a temporary copy): recorded as ``data``
+    source: str | None = internal(None, record=False)
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
         None,
@@ -114,7 +116,8 @@ class ScoreOptions:
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
-    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
+    #: not recorded: a resumed run's header is the interrupted run's
+    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume", record=False)
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     device: str = option("auto", DEVICE_HELP)
     #: bfloat16 on CUDA, float32 on CPU
@@ -128,7 +131,7 @@ class ScoreOptions:
     tf32: bool = option(True, "float32 on a GPU: TensorFloat-32 matmuls.", "--tf32/--no-tf32")
     data_opts: DataOptions = group(DataOptions)
     #: an input with no example, or nothing scored: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -184,7 +187,7 @@ class SelectOptions:
         fallback=DEFAULT_METHOD,
     )
     #: a named setting of method, rho_p and options (steps/presets.py); what is given wins
-    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME")
+    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME", parse=ONCE)
     #: None: the --preset's, else 0.75
     rho_p: float | None = option(
         None,
@@ -301,7 +304,7 @@ class CompactOptions:
         "--trim-tail",
     )
     #: writing 0 rows: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
     #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 

@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import torch
 
-from ..analysis.decompose import pearson, slope
+from ..core.fit import pearson, slope
 from ..artifacts.common_file import CommonDirection, CommonFit, CommonMeta
 from ..artifacts.direction_file import DirectionMeta
 from ..errors import ModelError
-from .ce_tangent import loss_and_residual, residual_projection
-from .params import decoder_of
+from ..modeling.ce_tangent import loss_and_residual, residual_projection
+from ..modeling.params import decoder_of
 
 if TYPE_CHECKING:
     from ..format.records import Example
-    from ..training.rows import Row
+    from .rows import Row
 
 
 @torch.no_grad()
@@ -40,7 +40,7 @@ def mean_residual(
     """(d, tokens): the mean of w_{y_t} - W^T p_t over every loss position of ``rows`` (float64
     accumulation, returned as float32 on the host), p_t the model's next-token distribution read
     from the final-normed hidden state through its LM head."""
-    from ..training.batching import collate_padded
+    from .batching import collate_padded
 
     head = model.get_output_embeddings()
     total = torch.zeros(head.weight.shape[1], dtype=torch.float64, device=device)
@@ -107,7 +107,7 @@ def fit(
     """d over ``val_rows``' loss tokens, then a_j (along ``v``) and u_j of ``val``'s response tokens
     by the bridge scorer, and beta by least squares. The model's attention implementation is the
     scorer's meanwhile and restored after. ``on_batch(n)`` after each scoring pass of n examples."""
-    from .scoring import BridgeScorer, ScoringContext
+    from ..modeling.scoring import BridgeScorer, ScoringContext
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     d, n_res = mean_residual(model, list(val_rows), pad_id=pad, device=device, batch_size=batch_size)

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 
 from ..errors import ModelError
-from .direction import flat_norm
+from ..training.direction import flat_norm
 
 if TYPE_CHECKING:
     from ..artifacts.warmup_run import WarmupMeta
     from ..format.records import Example
-    from .scoring import ScoringContext
+    from ..modeling.scoring import ScoringContext
 
 #: |g_anchor| rebuilt from theta_old must match the warm-up's record to this relative difference
 ANCHOR_TOLERANCE = 1e-4
@@ -55,7 +55,7 @@ def anchor_of(meta: WarmupMeta, theta_bar: dict[str, torch.Tensor], base: str | 
     """g_anchor = theta_bar - theta_old over ``theta_bar``'s parameters, theta_old loaded from ``base``
     (default: the base model the warm-up recorded), on the host. One :class:`ModelError` line when
     that model is not the warm-up's (its fingerprint, or |g_anchor| against the recorded norm)."""
-    from .loading import fingerprint, load_model, resolve
+    from ..modeling.loading import fingerprint, load_model, resolve
 
     spec = base or meta.base_model
     ref = resolve(spec)
@@ -106,8 +106,8 @@ def score_parts(
     direction is not used), and u_j on ``d`` from the target pass when ``d`` is given."""
     import dataclasses
 
-    from .common_direction import Projections
-    from .scoring import BridgeScorer
+    from ..training.common_direction import Projections
+    from ..modeling.scoring import BridgeScorer
 
     plain = {k: v for k, v in ctx.options.items() if k != "scorer_options"}
     # a_j as the paper defines it (no scorer options), and no attention rows beyond one layer's
