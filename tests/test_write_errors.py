@@ -105,6 +105,8 @@ CASES = [
 ]
 IDS = [c[1].split(" {")[0] + (" " + c[1].split("--format ")[1].split()[0] if "--format" in c[1] else "")
        + (" --overwrite" if "--overwrite" in c[1] else "") for c in CASES]
+#: an earlier output of compact --format hf: the files that tell it is one (its side file lies beside it)
+EARLIER_HF = ("state.json", "dataset_info.json", "data-00000-of-00001.arrow")
 #: an earlier finished run of the command (kinds warmup-run and train-run): its files
 FINISHED = {"warmup-run": {"warmup.json": "{}", "checkpoint/earlier.txt": "the earlier output\n"},
             "train-run": {"bridge_train.json": "{}", "earlier.txt": "the earlier output\n"}}
@@ -158,9 +160,11 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
     out = small_disk / name
     if kind == "file":
         out.write_text("the earlier output\n")
-    elif kind == "dir":
+    elif kind == "dir":  # an earlier output of compact --format hf (a foreign folder is refused at once)
         out.mkdir()
-        (out / "earlier.txt").write_text("the earlier output\n")
+        for rel in EARLIER_HF:
+            (out / rel).write_text("the earlier output\n")
+        (small_disk / f"{name}.bridge.json").write_text("{}")
     elif kind in FINISHED:  # replaced (--overwrite) only once the new run is written
         for rel, text in FINISHED[kind].items():
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +185,7 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
     if kind == "file":
         assert out.read_text() == "the earlier output\n"
     elif kind == "dir":
-        assert _tree(out) == {"earlier.txt"} and (out / "earlier.txt").read_text() == "the earlier output\n"
+        assert _tree(out) == set(EARLIER_HF) and (out / "state.json").read_text() == "the earlier output\n"
     elif kind in FINISHED:
         assert {p: (out / p).read_text() for p in _tree(out) if (out / p).is_file()} == FINISHED[kind]
 

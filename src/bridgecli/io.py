@@ -1,6 +1,13 @@
-"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, and the one
-place where a failed write (a full disk, a file over the size limit, a broken device) becomes one line
-naming the output (:class:`~bridgecli.errors.WriteError`, exit 7).
+"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, the one
+check of what an output may replace (:func:`check_output`), and the one place where a failed write (a
+full disk, a file over the size limit, a broken device) becomes one line naming the output and why
+(:class:`~bridgecli.errors.WriteError`, exit 7).
+
+Outputs only create or replace regular files (and, for folder outputs, folders): a path that is, or
+whose links lead to, a device, a FIFO, a socket, a folder where a file is expected, a link to nothing
+or a loop of links is refused, and so is an output that is one of the command's inputs (the same
+file, through any link), or a folder holding one. ``-``, ``/dev/stdout`` (and, for inputs,
+``/dev/stdin``) name the standard streams.
 
 An output given as a symbolic link is written through it: the temporary file or folder lies next to
 the file or folder the link names, which is replaced, and the link stays. Locks are taken on that real
@@ -13,17 +20,20 @@ import errno
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from .errors import BridgeError, InputError, UsageError, WriteError
 
 STDIO = "-"
 #: how errors name standard output
 STDOUT = "<stdout>"
+#: other names of the standard streams: what a path that says so means, not the device behind it
+STDIO_ALIASES = frozenset({STDIO, "/dev/stdout", "/dev/stdin"})
 
 
 def _umask() -> int:
@@ -214,7 +224,8 @@ def real_path(path: str | os.PathLike) -> Path:
 
 
 def is_stdio(path: str | os.PathLike | None) -> bool:
-    return path is None or str(path) == STDIO
+    """Whether ``path`` names standard input or output: None, ``-``, ``/dev/stdout`` or ``/dev/stdin``."""
+    return path is None or str(path) in STDIO_ALIASES
 
 
 def describe(path: str | os.PathLike | None) -> str:
@@ -245,6 +256,142 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
         raise UsageError(f"{p}: a folder, not a file")
     with open(p, "rb") as fh:
         yield fh
+
+
+# -- what an output may replace ------------------------------------------------------------------
+
+_NOT_REGULAR = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+_ONLY_FILES = "bridge writes only regular files; for standard output pass -o - (or /dev/stdout)"
+
+
+def _kind(st: os.stat_result) -> str:
+    """What a ``stat`` says a path is, in words."""
+    for test, kind in _NOT_REGULAR:
+        if test(st.st_mode):
+            return kind
+    return "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
+
+
+def _link_trail(path: Path) -> str:
+    """`` -> TARGET`` when ``path`` is a symbolic link (what it says), else ""."""
+    try:
+        return f" -> {os.readlink(path)}"
+    except OSError:
+        return ""
+
+
+def output_target(path: str | os.PathLike, *, folder: bool = False) -> os.stat_result | None:
+    """What the output ``path`` names, symbolic links followed: its ``stat``, or None where nothing is
+    yet (and it can be made: no link to nothing on the way to it). A :class:`UsageError` naming it
+    (exit 2, one line) when it is a link to nothing, a loop of links, a device, a FIFO or a socket, a
+    folder where a file is expected (``folder`` False) or a file where a folder is (``folder`` True),
+    or when a folder on the way to it is a link to nothing or a file."""
+    target = Path(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        if os.path.islink(target):
+            raise UsageError(
+                f"{target}: a link to nothing{_link_trail(target)}",
+                hint="bridge does not create what a dangling link names: remove the link or pass another -o",
+            ) from None
+        _check_missing_parents(target)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{target}: a loop of symbolic links", hint="pass another -o") from None
+        if exc.errno == errno.ENOTDIR:
+            _check_missing_parents(target)  # names the one in the way
+            raise UsageError(f"{target}: a folder on the way to it is not one", hint="pass another -o") from None
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+    where = f" ({os.path.realpath(target)})" if os.path.islink(target) else ""
+    for test, kind in _NOT_REGULAR:
+        if test(st.st_mode):
+            raise UsageError(f"{target}: {kind}{where}, not a file bridge may replace", hint=_ONLY_FILES)
+    if stat.S_ISDIR(st.st_mode) and not folder:
+        raise UsageError(f"{target}{where}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    if not stat.S_ISDIR(st.st_mode) and folder:
+        raise UsageError(f"{target}{where}: exists and is not a folder", hint="pass another -o")
+    return st
+
+
+def _check_missing_parents(target: Path) -> None:
+    """The folders on the way to a missing output that are missing too (they will be made): none may
+    be a link to nothing (it would make the folder it names, wherever that is), and the first that
+    exists must be a folder."""
+    parent = target.absolute().parent
+    while not os.path.exists(parent):
+        if os.path.islink(parent):
+            raise UsageError(
+                f"{target}: {parent} is a link to nothing{_link_trail(parent)}",
+                hint="bridge does not create what a dangling link names: remove the link or pass another -o",
+            )
+        if parent == parent.parent:
+            break
+        parent = parent.parent
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise UsageError(f"{target}: {parent} is {_kind(os.stat(parent))}, not a folder", hint="pass another -o")
+
+
+def _refuse_stdout(path: str | os.PathLike) -> None:
+    raise UsageError(f"{path}: standard output cannot take this output", hint="pass a file path")
+
+
+def _empty(folder: str | os.PathLike) -> bool:
+    with os.scandir(os.fspath(folder)) as entries:
+        return next(entries, None) is None
+
+
+def check_output(
+    path: str | os.PathLike | None,
+    *,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    folder: bool = False,
+    ours: Callable[[Path], bool] | None = None,
+    stdout: bool = True,
+) -> None:
+    """Refuse, before any work (:class:`UsageError`, exit 2, one line naming it), an output that a
+    command must not write: what :func:`output_target` refuses; one that is the same file as one of
+    ``inputs`` (device and inode compared, so through any link, hard links too), or, for a ``folder``
+    output, a folder that holds one of them (replacing it would delete it); and, for a ``folder``
+    output with ``ours``, a non-empty folder that ``ours`` does not recognise as one this command
+    wrote (``ours=None``: the command judges the contents itself). Standard output passes where the
+    command can write there (``stdout``; never for a ``folder``)."""
+    if is_stdio(path):
+        if path is not None and (folder or not stdout):
+            _refuse_stdout(path)
+        return
+    assert path is not None
+    st = output_target(path, folder=folder)
+    if st is None:
+        return
+    real = os.path.realpath(path)
+    for inp in inputs:
+        if inp is None or is_stdio(inp):
+            continue
+        try:
+            ist = os.stat(inp)
+        except OSError:
+            continue  # a missing input is the input check's to report
+        if (st.st_dev, st.st_ino) == (ist.st_dev, ist.st_ino):
+            raise UsageError(
+                f"{path}: the same file as the input {inp}: writing it would destroy the input",
+                hint="pass another -o",
+            )
+        if folder and os.path.commonpath([real, os.path.realpath(inp)]) == real:
+            raise UsageError(
+                f"{path}: holds the input {inp}: replacing the folder would delete it", hint="pass another -o"
+            )
+    if folder and ours is not None and not _empty(path) and not ours(Path(path)):
+        raise UsageError(
+            f"{path}: a folder that is not empty and was not written by this command",
+            hint="pass another -o, or empty it",
+        )
 
 
 #: a temporary file or folder is only swept when it is at least this old (seconds) and nobody holds it
@@ -310,9 +457,10 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     place that were killed before they could clean up are removed first. A failed write in the block
     (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier file there is kept. A
     ``path`` that is a symbolic link stays one: the file it names is replaced."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    output_target(target)
     real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
@@ -336,15 +484,14 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         os.close(fd)
 
 
-def check_output_file(path: str | os.PathLike | None) -> None:
-    """Fail early (before any expensive work) when ``path`` is a folder or cannot be written where
-    it lies; ``-``/None (stdout) passes."""
+def check_output_file(path: str | os.PathLike | None, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Fail early (before any expensive work) when ``path`` may not be written (:func:`check_output`)
+    or cannot be written where it lies; ``-``/None (stdout) passes."""
     if path is None or is_stdio(path):
         return
+    check_output(path, inputs=inputs)
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
-    parent = target.parent
+    parent = real_path(target).parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     try:
@@ -403,9 +550,10 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     folder is moved aside first and removed after), on failure it is removed. A failed write in the
     block (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier folder there is kept.
     A ``path`` that is a symbolic link stays one: the folder it names is replaced."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise UsageError(f"{target}: exists and is not a folder", hint="pass another -o")
+    output_target(target, folder=True)
     real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
@@ -480,7 +628,10 @@ def folder_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     real folder (:func:`real_path`), so a run through a symbolic link to the folder takes the same
     lock. A failed write in the block that no inner writer reported is a :class:`WriteError` naming
     the folder."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
+    output_target(target, folder=True)
     real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)

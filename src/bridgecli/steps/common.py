@@ -15,6 +15,7 @@ from ..format.reader import frame_records, open_reader
 from ..format.records import Example, Header, Selection, Step
 from ..format.spec import RECORDS_PER_FRAME, STAGES
 from ..format.writer import compress_frame, encode_record, open_writer
+from ..io import check_output
 from ..optionspec import key_values, number_list  # noqa: F401  (re-exported: the steps' text parsers)
 from ..progress import progress_bar
 
@@ -94,6 +95,7 @@ def map_stream(inp, out, **args: Unpack[MapArgs]) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
     Returns the number of examples written."""
     fn = args["fn"]
+    check_output(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         where = args.get("display") or reader.name
@@ -130,6 +132,7 @@ def map_stream_parallel(
 
     workers = cap_workers(workers)
     fn = args["fn"]
+    check_output(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         source = reader.header

@@ -18,7 +18,7 @@ from ..errors import ModelError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Array, Example, Header, Reference
 from ..format.writer import open_writer
-from ..io import refuse_terminal
+from ..io import check_output, refuse_terminal
 from ..modeling.loading import (
     fingerprint,
     load_model,
@@ -78,6 +78,7 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 def run_reference(opts: ReferenceOptions) -> int:
     refuse_terminal(opts.out)
+    check_output(opts.out, inputs=(opts.inp,))
     from ..runtime.params import check, check_device
 
     check(opts)

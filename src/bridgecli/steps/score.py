@@ -139,7 +139,7 @@ def run_score(opts: ScoreOptions) -> int:
     if is_stdio(opts.data):
         return _score_stdin(opts)
     check_score_options(opts)
-    check_output_file(opts.out)
+    check_output_file(opts.out, inputs=(opts.data,))
     refuse_terminal(opts.out)
     check_input(opts.data)  # missing or empty data, missing warmup run: one line before any model loads
     require_records(opts.data, opts.data_opts.split, allow_empty=opts.allow_empty)

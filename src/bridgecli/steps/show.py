@@ -8,7 +8,7 @@ from ..analysis.render import ExampleView, build_view, render_html
 from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example, Header
-from ..io import atomic_path
+from ..io import atomic_path, check_output
 from .options import ShowOptions
 
 
@@ -40,6 +40,8 @@ def find_example(path: str | None, index: int | None = None, id: str | None = No
 def run_show(opts: ShowOptions) -> ExampleView:
     if opts.index is not None and opts.id is not None:
         raise UsageError("pass --index or --id, not both")
+    if opts.html:
+        check_output(opts.html, inputs=(opts.inp,), stdout=False)  # the view goes there
     header, ex = find_example(opts.inp, opts.index, opts.id)
     view = build_view(ex, header)
     if opts.html:

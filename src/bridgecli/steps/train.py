@@ -34,7 +34,7 @@ from ..artifacts.train_run import (
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..io import check_input, replace_dir
+from ..io import check_input, check_output, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
 from ..training.config import config_dict
@@ -210,6 +210,7 @@ def run_train(opts: TrainOptions) -> dict:
     if opts.resume and opts.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
     check_input(opts.data)  # before anything loads
+    check_output(opts.out, inputs=(opts.data,), folder=True)
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
     with folder_lock(opts.out, "training run folder"):
