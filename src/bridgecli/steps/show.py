@@ -14,7 +14,8 @@ from .options import ShowOptions
 
 def find_example(path: str | None, index: int | None = None, id: str | None = None) -> tuple[Header, Example]:
     """The example whose ``index`` (its position in the input data) or ``id`` matches; the first one
-    when neither is given."""
+    when neither is given. The rest of the stream is read too (not decoded): a stream that is cut short,
+    or has anything after its end record, is refused as every step refuses it."""
     seen: list[int | str] = []
     with open_reader(path) as reader:
         for ex in reader:
@@ -23,6 +24,7 @@ def find_example(path: str | None, index: int | None = None, id: str | None = No
                 or (index is not None and ex.index == index)
                 or (id is not None and ex.id == id)
             ):
+                reader.check_rest()  # a stream every other step refuses is refused here too
                 return reader.header, ex
             if len(seen) < 8:
                 seen.append(ex.index if id is None else ex.id)

@@ -229,7 +229,7 @@ def _run_train(opts: TrainOptions) -> dict:
     limit = row_limit(opts.max_length, opts.clip_long_rows, model_limit(ref))
     rows = read_rows(opts.data, None, limit=limit)  # read (and checked) before the model loads
     clip_note = limit.summary() if limit is not None else None
-    if not any(r.supervised for r in rows):
+    if not any(r.loss_weight > 0 for r in rows):
         return _nothing_to_train(opts, rows, limit)
     cfg = opts.sft
     acc, device = _accelerator(opts)
@@ -343,7 +343,9 @@ def _base_meta(ref) -> dict:
 def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | None) -> dict:
     """The result of a run whose rows hold no supervised token (with --allow-empty; refused without)."""
     what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
-    if limit is not None and limit.dropped:
+    if any(r.supervised for r in rows):  # supervised tokens, every one of weight 0
+        what = f"every supervised token of its {len(rows)} rows has loss weight 0 (loss_weights)"
+    elif limit is not None and limit.dropped:
         what = f"no row keeps a supervised token after clipping to {limit.what}"
     if not opts.allow_empty:
         raise EmptyResultError(
@@ -415,9 +417,9 @@ def _rows_for_model(opts: TrainOptions, model, tokenizer, ref, limit: RowLimit |
     if late and limit is not None:
         if main and limit.summary():
             note(str(limit.summary()))
-        if not any(r.supervised for r in rows):
+        if not any(r.loss_weight > 0 for r in rows):
             raise EmptyResultError(
-                f"nothing to train on: no row keeps a supervised token after clipping to {limit.what}",
+                f"nothing to train on: no row keeps a supervised token of loss weight > 0 after clipping to {limit.what}",
                 file=str(opts.data),
             )
     empty = [r.id for r in rows if r.supervised == 0]
