@@ -67,11 +67,16 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
 
 
+#: torch's serializer's own words after the "[enforce fail at inline_container.cc:N] ." it starts with
+_TORCH_WORDS = re.compile(r"^\s*\[enforce fail at inline_container\.cc:\d+\]\s*\.?\s*")
+
+
 def failed_write(exc: BaseException) -> tuple[int | None, str] | None:
     """``(errno, reason)`` when ``exc`` is (or was raised from) a write that failed for want of room or
     of a working device: an ``OSError`` with an errno in :data:`WRITE_ERRNOS`, safetensors' error
-    wrapping one, or torch's serializer failing to write (its errno is lost: None). None otherwise,
-    and always for a :class:`BridgeError` (already the user's one line)."""
+    wrapping one, or torch's serializer failing to write a file it opened itself (its errno is lost:
+    None, and the reason is its own words). None otherwise, and always for a :class:`BridgeError`
+    (already the user's one line)."""
     for cause in _causes(exc):
         if isinstance(cause, BridgeError):
             return None
@@ -83,30 +88,78 @@ def failed_write(exc: BaseException) -> tuple[int | None, str] | None:
             if code in WRITE_ERRNOS:
                 return code, os.strerror(code)
         if isinstance(cause, RuntimeError) and "inline_container.cc" in text:  # torch.save's writer
-            return None, "the write failed"
+            words = _TORCH_WORDS.sub("", text.strip().splitlines()[0] if text.strip() else "").strip()
+            return None, f"torch's writer failed ({words or 'no reason given'})"
     return None
 
 
-def _free_bytes(path: Path) -> int | None:
-    for folder in (path, *path.parents):
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes an unprivileged writer may still put on the file system that holds ``path`` (or its
+    nearest existing folder above it); None when none can be asked."""
+    start = Path(path).absolute()
+    for folder in (start, *start.parents):
         with contextlib.suppress(OSError):
             st = os.statvfs(folder)
             return st.f_bavail * st.f_frsize
     return None
 
 
+def human_bytes(n: float) -> str:
+    """``n`` bytes in words: 512 B, 3.4 MB, 18.0 GB (powers of 1000, as df -H)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+#: the probe write that finds the errno a writer lost (:func:`probe_errno`)
+_PROBE_BYTES = 1 << 20
+
+
+def probe_errno(path: str | os.PathLike) -> int | None:
+    """Why a write next to ``path`` fails now, found by trying one (a temporary file of 1 MiB, synced and
+    removed, in its nearest existing folder): the errno of :data:`WRITE_ERRNOS` it fails with, or None
+    when it goes through (or fails otherwise)."""
+    start = Path(path).absolute()
+    folder = next((f for f in (start, *start.parents) if f.is_dir()), None)
+    if folder is None:
+        return None
+    try:
+        with tempfile.TemporaryFile(dir=folder) as fh:
+            chunk = b"\0" * 65536
+            for _ in range(_PROBE_BYTES // len(chunk)):
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        return exc.errno if exc.errno in WRITE_ERRNOS else None
+    return None
+
+
 def write_error(exc: BaseException, path: str | os.PathLike | None) -> WriteError | None:
     """The one-line :class:`WriteError` for ``exc`` when it is a failed write (:func:`failed_write`) of
     the output ``path`` (``-``: standard output; None: the file the OS error names, if any); None when it
-    is something else."""
+    is something else. It says why: the OS's reason and its errno's name (ENOSPC, EDQUOT, EIO, ...); for
+    a full disk or quota, the room left there; where the writer lost the errno (torch's serializer), the
+    errno of a probe write next to the output (:func:`probe_errno`), else the writer's own words. Call it
+    before the failed write's files are removed (they hold the room it took)."""
     found = failed_write(exc)
     if found is None:
         return None
     code, reason = found
     if path is None:
         path = next((c.filename for c in _causes(exc) if isinstance(c, OSError) and c.filename), None)
-    if code is None and path is not None and _free_bytes(Path(path).absolute()) == 0:
-        code, reason = errno.ENOSPC, os.strerror(errno.ENOSPC)  # what torch's writer does not say
+    on_disk = path is not None and str(path) != STDIO
+    if code is None and on_disk:
+        assert path is not None
+        probed = probe_errno(path)
+        if probed is not None:
+            code, reason = probed, os.strerror(probed)
+    if code is not None:
+        reason = f"{reason} ({errno.errorcode.get(code, code)}"
+        free = free_bytes(path) if on_disk and code in (errno.ENOSPC, errno.EDQUOT) else None  # type: ignore[arg-type]
+        reason += f", {human_bytes(free)} free there)" if free is not None else ")"
     return WriteError(
         f"cannot write: {reason}",
         file=None if path is None else STDOUT if str(path) == STDIO else str(path),
@@ -475,9 +528,10 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         yield tmp_path
         os.replace(tmp_path, real)
     except BaseException as exc:
+        err = write_error(exc, target) if isinstance(exc, Exception) else None  # before the room is given back
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        if (err := write_error(exc, target)) is not None:
+        if err is not None:
             raise err from None
         raise
     finally:
@@ -571,8 +625,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         replace_dir(tmp, real)
     except BaseException as exc:
+        err = write_error(exc, target) if isinstance(exc, Exception) else None  # before the room is given back
         shutil.rmtree(tmp, ignore_errors=True)
-        if (err := write_error(exc, target)) is not None:
+        if err is not None:
             raise err from None
         raise
     finally:

@@ -221,6 +221,7 @@ def run_train(opts: TrainOptions) -> dict:
 
 def _run_train(opts: TrainOptions) -> dict:
     out = Path(opts.out)
+    existed = out.exists()
     action = check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite)  # before anything is read
     side = read_rows_meta(opts.data)
     model_spec = opts.model or (side.model if side is not None else None)
@@ -249,7 +250,27 @@ def _run_train(opts: TrainOptions) -> dict:
     except BaseException:
         if run_dir != out and main:  # --overwrite: the earlier run stays as it was
             shutil.rmtree(run_dir, ignore_errors=True)
+        elif main:
+            _keep_only_resumable(out, existed)
         raise
+
+
+def _keep_only_resumable(out: Path, existed: bool) -> None:
+    """After a run into ``out`` failed: keep what it wrote when ``--resume`` can continue it (a complete
+    checkpoint), else remove it: the folder when this run made it, else its contents (a folder a run may
+    train in holds nothing else: :func:`check_run_dir`)."""
+    from ..training import checkpoint
+
+    if not out.is_dir() or checkpoint.complete(out):
+        return
+    if not existed and not out.is_symlink():
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def _train_into(
