@@ -152,10 +152,16 @@ def numeric_flags(cls: type) -> list[Flag]:
     return out
 
 
+#: values a flag's range refuses that it takes by design, as its help says: (flag, value)
+DOCUMENTED = {("--keep-checkpoints", "0"), ("--keep-checkpoints", "-0")}  # "0: all"
+
+
 def valid(flag: Flag, text: str) -> bool:
     """Whether the flag's declaration takes ``text``."""
     from bridgecli.errors import UsageError
 
+    if (flag.flag, text) in DOCUMENTED:
+        return True
     try:
         value: typing.Any = int(text) if flag.integer else float(text)
     except ValueError:
@@ -317,6 +323,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("-o", "--output", type=Path, help="write the summary as JSON here")
     parser.add_argument("--only", help="the commands to sweep, comma-separated (default: all)")
     args = parser.parse_args(argv)
+    if args.output is not None:
+        args.output = args.output.absolute()
     os.environ.setdefault("BRIDGE_NO_PROGRESS", "1")
     if args.only:
         keep = set(args.only.split(","))
@@ -331,8 +339,12 @@ def main(argv: list[str] | None = None) -> dict:
         w = _inputs(Path(tmp) / "inputs")
         scratch = Path(tmp) / "scratch"
         scratch.mkdir()
+        here = os.getcwd()
         os.chdir(scratch)  # a default output lands here, never in the checkout
-        summary = sweep(w, scratch)
+        try:
+            summary = sweep(w, scratch)
+        finally:
+            os.chdir(here)
     summary = {
         "commit": code,
         "date": started,
