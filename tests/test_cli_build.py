@@ -143,7 +143,7 @@ def test_no_flag_is_the_options_types_default(monkeypatch, args, module, name, e
 def test_python_callers_get_the_derived_defaults():
     assert SFTConfig().lr == LR_FULL and SFTConfig(lora=LoraSettings()).lr == LR_LORA
     assert SFTConfig(lr=1e-3, lora=LoraSettings()).lr == 1e-3
-    assert SFTConfig(keep_checkpoints=0).keep_checkpoints is None and SFTConfig().keep_checkpoints == 2
+    assert SFTConfig(keep_checkpoints=0).keep_checkpoints is None and SFTConfig().keep_checkpoints == 1
     assert o.WarmupOptions(data="x").sft == SFTConfig(epochs=1.0, grad_accum=1)
 
 

@@ -14,7 +14,9 @@ from .build import Command, command, escaped
 def _print(table, out: str | None) -> None:
     from rich.console import Console
 
-    Console(stderr=out == "-", highlight=False).print(table)
+    from ..io import is_stdio
+
+    Console(stderr=out is not None and is_stdio(out), highlight=False).print(table)
 
 
 @command(FidelityOptions)

@@ -22,14 +22,14 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, cast
+from typing import Any, BinaryIO, Iterable, Iterator, cast
 
 from ..errors import BridgeError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Header
 from ..format.spec import RECORDS_PER_FRAME
 from ..format.writer import StreamWriter
-from ..io import check_output, open_binary_output, open_text_output, reporting_write_errors
+from ..io import check_stream_output, open_binary_output, open_text_output, reporting_write_errors
 from ..progress import note
 from . import ranks
 from .ranks import Dist
@@ -87,7 +87,8 @@ class StreamOutput:
     window by window that ``resume`` continues, this rank's shard under ``torchrun`` (the ranks'
     shards merged into frames of ``frame`` records); ``inputs_one_for_one``: the stream's records are
     its inputs one for one, so an interrupted run keeps every record written. ``what``: how errors name
-    what is written; ``binary``: refused on a terminal (text, :meth:`text`, is not)."""
+    what is written; ``binary``: refused on a terminal (text, :meth:`text`, is not); ``inputs``: the
+    files it must not replace (:func:`bridgecli.io.check_output`)."""
 
     def __init__(
         self,
@@ -99,8 +100,10 @@ class StreamOutput:
         inputs_one_for_one: bool = False,
         what: str = "a bridge stream",
         binary: bool = True,
+        inputs: Iterable[str | os.PathLike | None] = (),
     ):
-        self.out, self.stdout = out, check_output(out, what=what, binary=binary)  # one line before anything is read
+        # one line before anything is read: what it would replace (an input, through links too), a terminal
+        self.out, self.stdout = out, check_stream_output(out, inputs=inputs, what=what, binary=binary)
         self.dist = Dist.from_env() if resumable else Dist()
         self.resumable, self.resume, self.frame, self.one_for_one = resumable, resume, frame, inputs_one_for_one
         if self.stdout and self.dist.world > 1:

@@ -42,7 +42,7 @@ from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..hookspecs import Selector
-from ..io import atomic_path, is_stdio
+from ..io import atomic_path, check_output, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
 from .common import now, plugin_spec, require_stage
@@ -211,6 +211,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
 
     check(opts)
     check_source(opts.src)
+    check_output(opts.out, inputs=(opts.src.data,))
     _check_perturb(opts.perturb)
     selector = as_selector(get("selector", opts.method).obj, opts.method)
     options = selector.parse({"rounds": opts.rounds})
@@ -312,11 +313,20 @@ def _fidelity_example(
 # --------------------------------------------------------------------------------------------- shift
 
 
+def _shift_png(opts: ShiftOptions) -> str | None:
+    """Where the shift plot goes: ``--png``, else the JSON report's path with ``.png``."""
+    if opts.png is None and opts.out is not None and not is_stdio(opts.out):
+        return str(Path(opts.out).with_suffix(".png"))
+    return opts.png
+
+
 def run_shift(opts: ShiftOptions) -> dict:
     from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
+    check_output(opts.out, inputs=(opts.src.data,))
+    check_output(_shift_png(opts), inputs=(opts.src.data,), stdout=False)
     if not opts.levels:
         raise UsageError("--levels is empty")
     # each level a retention ratio, but not 0: an empty opposite side leaves nothing to rank against
@@ -382,9 +392,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     )
     report = report_json.clean(report)
     write_report(report, opts.out)
-    png = opts.png
-    if png is None and opts.out is not None and not is_stdio(opts.out):
-        png = str(Path(opts.out).with_suffix(".png"))
+    png = _shift_png(opts)
     if png:
         from ..analysis.plots import shift_plot
 
@@ -401,6 +409,7 @@ def run_robustness(opts: RobustnessOptions) -> dict:
     from ..runtime.params import check
 
     check(opts)
+    check_output(opts.out, inputs=(opts.inp,))
     examples = []
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "scores", reader.name, "run `bridge score` first")

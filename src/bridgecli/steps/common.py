@@ -103,7 +103,7 @@ def map_stream(inp, out, **args: Unpack[MapArgs]) -> int:
     """Read a stream, apply ``fn`` to every example (None drops it), write the next stage to ``out``
     (:class:`~bridgecli.runtime.stream_output.StreamOutput`). Returns the number of examples written."""
     fn = args["fn"]
-    output = StreamOutput(out)
+    output = StreamOutput(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         where = args.get("display") or reader.name
@@ -140,7 +140,7 @@ def map_stream_parallel(
 
     workers = cap_workers(workers)
     fn = args["fn"]
-    output = StreamOutput(out)
+    output = StreamOutput(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         source = reader.header

@@ -23,14 +23,15 @@ from typing import Callable, Iterator
 import msgspec
 import numpy as np
 
-from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
+from ..artifacts.rows_meta import RowsMeta, StepParams, rows_meta_path, write_rows_meta
+
 from ..display import printable
 from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
 from ..optionspec import check, recorded
-from ..io import atomic_dir, atomic_path, is_stdio
+from ..io import atomic_dir, atomic_path, check_output, is_stdio
 from ..runtime.stream_output import StreamOutput
 from ..progress import note
 from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
@@ -335,6 +336,7 @@ def long_rows_warning(stats: CompactStats) -> str | None:
 def run_compact(opts: CompactOptions) -> CompactStats:
     check(opts)
     _check_format(opts)
+    _check_outputs(opts)
     stats = CompactStats()
     with open_reader(opts.inp) as reader:
         header = _open_stream(reader, stats)
@@ -362,6 +364,24 @@ def _check_format(opts: CompactOptions) -> None:
         raise UsageError("--columns applies to jsonl, parquet and hf; --format text is a human view")
     if opts.format in ("parquet", "hf") and is_stdio(opts.out):
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
+
+
+def _check_outputs(opts: CompactOptions) -> None:
+    """What the rows and their side file may replace (:func:`bridgecli.io.check_output`), before
+    anything is read: ``--format hf`` replaces a folder only when it holds rows it wrote."""
+    hf = opts.format == "hf"
+    check_output(opts.out, inputs=(opts.inp,), folder=hf, ours=_compacted_folder if hf else None)
+    if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
+        check_output(rows_meta_path(opts.out), inputs=(opts.inp,))
+
+
+def _compacted_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds rows of ``compact --format hf``: a saved dataset and its side file."""
+    return (
+        (folder / "state.json").is_file()
+        and (folder / "dataset_info.json").is_file()
+        and (rows_meta_path(folder).is_file())
+    )
 
 
 def _open_stream(reader, stats: CompactStats):

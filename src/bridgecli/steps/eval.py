@@ -119,7 +119,7 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     from .. import registry
     from ..contracts import as_eval_task
     from ..evaluation.code_tasks import check_code_options
-    from ..io import check_input
+    from ..io import check_input, check_output, is_stdio
 
     tasks = opts.tasks
     if not tasks:
@@ -142,6 +142,10 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
     for name in tasks:  # missing data: one line before the model loads
         check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
+    if opts.output is not None and is_stdio(opts.output):  # a file or a folder of results; the table goes there
+        raise UsageError(f"-o {opts.output}: eval writes result files", hint="pass -o FILE.json or -o FOLDER")
+    for out in outputs.values():
+        check_output(out, inputs=paths.values())
     return paths, outputs
 
 

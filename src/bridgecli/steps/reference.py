@@ -77,7 +77,7 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 
 def run_reference(opts: ReferenceOptions) -> int:
-    output = StreamOutput(opts.out)  # its checks before anything loads
+    output = StreamOutput(opts.out, inputs=(opts.inp,))  # its checks before anything loads
     from ..runtime.params import check, check_device
 
     check(opts)

@@ -99,7 +99,7 @@ def check_score_options(opts: ScoreOptions) -> None:
 def run_score(opts: ScoreOptions) -> int:
     check_score_options(opts)
     output = StreamOutput(
-        opts.out, resumable=True, resume=opts.resume, frame=opts.window, inputs_one_for_one=True
+        opts.out, resumable=True, resume=opts.resume, frame=opts.window, inputs_one_for_one=True, inputs=(opts.data,)
     )  # the output's checks, and the ranks'
     torchrun.check_data(output.dist, opts.data)
     # missing, unreadable or empty data, stdin copied: one line before any model loads

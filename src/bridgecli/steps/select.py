@@ -132,6 +132,8 @@ def run_select(opts: SelectOptions) -> int:
     checks.check(opts)
     run = expand(opts.preset, opts.method, opts.rho_p, opts.options)  # what runs: the preset under the flags given
     entry, selector = _selector_of(opts, run.method)
+    if "rounds" in run.options:  # -T would win over it unseen
+        raise UsageError("--option rounds=...: the rounds are -T/--rounds", hint=f"pass -T {run.options['rounds']}")
     options = selector.parse({**run.options, "rounds": opts.rounds})  # once, before reading anything
     protect = _finders(opts)
     params = _step_params(opts, run, entry.plugin, selector)

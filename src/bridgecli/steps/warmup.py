@@ -11,7 +11,7 @@ from ..artifacts.direction_file import Direction, DirectionMeta
 from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_run
 from ..data.examples import DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
-from ..io import check_input
+from ..io import check_input, check_output
 from ..training import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
@@ -49,6 +49,7 @@ def run_warmup(opts: WarmupOptions) -> dict:
     from ..io import folder_lock
 
     check_warmup_options(opts)
+    check_output(opts.out, inputs=(opts.data, opts.val), folder=True)
     with folder_lock(opts.out, "warmup run folder"):
         return _run_warmup(opts)
 
