@@ -252,6 +252,14 @@ def test_extract_code():
     assert extract_code("```text\nnot code\n```\n```py\nz = 3\n```") == "z = 3\n"
     assert extract_code("```python\nunterminated = 1\n") == "unterminated = 1\n"
     assert extract_code("plain") == "plain"
+    # a reply that closes a block it never opened (models fine-tuned on plain-text answers write the code,
+    # then the closing fence): the code before the fence, whatever follows it
+    assert extract_code("def f():\n    return 1\n```") == "def f():\n    return 1\n"
+    assert extract_code("def f():\n    return 1\n```\nThis returns one.") == "def f():\n    return 1\n"
+    # balanced fences, or an odd count whose first fence opens a block, keep the earlier rules
+    assert extract_code("Intro\n```python\nx = 1\n```\nthen ```") == "x = 1\n"
+    assert extract_code("```\ny = 2\n```\n```") == "y = 2\n"
+    assert extract_code("```\n") == ""
 
 
 @pytest.mark.integration  # runs programs in the sandbox

@@ -9,7 +9,8 @@ HumanEval (``HumanEval.jsonl[.gz]``: task_id, prompt, entry_point, canonical_sol
 - plain (no chat template): the prompt as is; the completion stops at ``\\nclass``, ``\\ndef``,
   ``\\n#``, ``\\nif`` or ``\\nprint`` (the Codex paper's stop set); program = prompt + completion.
 - chat: one user turn asking to complete the function, the prompt in a ``python`` fence; the
-  code is the reply's first fenced block (the whole reply when there is none). When it defines
+  code is the reply's first fenced block (the whole reply when there is none; the text before a lone
+  closing fence when the reply closes a block it never opened). When it defines
   the entry point it is appended after the prompt (so the prompt's imports and helpers stay
   available); otherwise it is taken as the function body and appended to the prompt.
 - then the task's ``test`` and ``check(<entry_point>)``, run in the sandbox's checker process, apart
@@ -51,9 +52,17 @@ HUMANEVAL_INSTRUCTION = (
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
 
+_FENCE_MARK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)")
+
+
 def extract_code(text: str) -> str:
     """The first fenced code block (a python one preferred; an unterminated fence runs to the end);
-    the whole text when there is no fence."""
+    the whole text when there is no fence. A reply that closes a block it never opened (an odd number of
+    fences, the first a bare one after some text: code, then a lone closing fence) is code up to that
+    fence, the mirror of an unterminated one."""
+    marks = list(_FENCE_MARK.finditer(text))
+    if len(marks) % 2 == 1 and not marks[0].group(1) and text[: marks[0].start()].strip():
+        return text[: marks[0].start()]
     blocks = _FENCE_RE.findall(text)
     if not blocks:
         return text
