@@ -287,3 +287,49 @@ def test_task_mean_is_the_mean_of_task_scores_and_pairs_each_task_on_its_own():
     assert d2 == pytest.approx(expected)
     assert gt.task_mean(a, 300, against=b[:2]) is None
     assert gt.task_mean(a, 300, against=[b[0], b[1][:, :5], b[2]]) is None
+
+
+@pytest.mark.integration  # runs the script as a process
+def test_general_capability_cost_and_verdict_tables(tmp_path):
+    """The retention columns (each task, General Avg. as the mean of the task scores, minus full SFT and minus
+    base, paired), each task minus full SFT, the cost table against full SFT's FLOPs and pipeline seconds, and
+    the verdict table, on three rows whose scores are set by hand."""
+    sizes = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
+    share = {"base": (0.5, 0.5, 0.5, 0.5), "full": (0.6, 0.5, 0.25, 0.25), "example-importance": (0.6, 0.5, 0.5, 0.5)}
+    cost = {"base": None, "full": (4e15, 400, 100), "example-importance": (2e15, 250, 150)}
+    runs = {}
+    for method, scores in share.items():
+        general = {}
+        for (task, n), s in zip(sizes.items(), scores):
+            items = [1] * round(s * n) + [0] * (n - round(s * n))
+            general[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+        correct = [1] * (30 if method == "full" else 20) + [0] * (50 if method == "full" else 60)
+        rho = 0.5 if method == "example-importance" else 1.0
+        run = {"method": method, "rho": rho, "seed": None if method == "base" else 42, "general": general,
+               "gsm8k_accuracy": {"accuracy": sum(correct) / 80, "n": 80, "items": correct},
+               "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+        if cost[method]:
+            flops, train_s, shared_s = cost[method]
+            run["cost"] = {"train_steps": 10, "train_executed": 1000, "train_computed": 1200, "train_flops": flops,
+                           "pipeline_seconds": {"warmup": shared_s, "select": 5, "close": 0, "compact": 5,
+                                                "train": train_s},
+                           "pipeline_total": shared_s + 10 + train_s}
+        runs[f"{method}/{rho:g}/{run['seed'] or '-'}"] = run
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    general = proc.stdout.split("| method | rho | seeds | ARC-C % |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in general.splitlines()[2:]}
+    # General Avg.: the tasks' mean, each task weighing the same whatever its size
+    assert " | 50.0 [" in lines["base"] and " | 40.0 [" in lines["full"] and " | 52.5 [" in lines["example-importance"]
+    assert lines["example-importance"].endswith(" | 12.5 [" + lines["example-importance"].split(" | 12.5 [")[1])
+    per_task = proc.stdout.split("| minus full | rho | seeds | ARC-C (paired) |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | 0.0 [0.0, 0.0] | 0.0 [0.0, 0.0] | 25.0 [" in per_task
+    costs = proc.stdout.split("| method | rho | seeds | train steps |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | 10 | 1,000 | 1,200 | 2e+15 | 0.50 | 410 | 150 | 0.80 |" in costs
+    verdict = proc.stdout.split("| method | rho | seeds | GSM8K acc minus full SFT |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | -12.5 [" in verdict and " | 0.50 | 0.80 |" in verdict
+    base = next(line for line in verdict.splitlines() if line.startswith("| base |"))
+    assert base.startswith("| base | - | 1 | -12.5 [") and " | 10.0 [" in base and base.endswith("| 0 | 0 |")

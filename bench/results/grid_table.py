@@ -365,6 +365,23 @@ def general_table(groups: dict, resamples: int) -> str:
     return "\n".join(lines)
 
 
+def general_versus(groups: dict, resamples: int, ref: str) -> str:
+    """Each general task of every row minus ``ref``'s (full SFT or base), paired over items, in points."""
+    other = groups.get((ref, 1.0))
+    tasks = [(t, label) for t, label in GENERAL if other is not None and other.general(t) is not None]
+    if not tasks:
+        return ""
+    head = [f"minus {ref}", "rho", "seeds"] + [f"{label} (paired)" for _, label in tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in sorted(groups, key=lambda k: (_order(k[0]), -k[1])):
+        g = groups[key]
+        if g is other or all(g.general(t) is None for t, _ in tasks):
+            continue
+        cells = [_pct(item_paired(g.general(t), other.general(t), resamples)) for t, _ in tasks]
+        lines.append("| " + " | ".join([g.method, _rho(g), str(len(g.runs)), *cells]) + " |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def _cost(g: Group, *keys: str) -> float | None:
     return g.mean_of("cost", *keys)
 
@@ -569,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         differences(groups, args.resamples),
         costs(results, groups),
         general_table(groups, args.resamples),
+        general_versus(groups, args.resamples, "full"),
+        general_versus(groups, args.resamples, "base"),
         cost_table(groups),
         verdict(groups, args.resamples),
     ):
