@@ -4,7 +4,9 @@ items (4 endings each) with a random model of a given vocabulary, on the device 
 batch, and a 0.5B model's full HellaSwag ran at about 20 requests a second on an H200 (2026-11-28 grid).
 
     python bench/eval/loglik_speed.py DATA/hellaswag/hellaswag_val_full.txt.bz2 [--n 200] [--vocab 151936]
-        [--hidden 64] [--layers 2] [--batch-size 32] [--device cpu] [--repeats 3]
+        [--hidden 64] [--layers 2] [--batch-size 32] [--device cpu] [--repeats 3] [--model MODEL [--dtype float32]]
+
+``--model`` times a real model (a folder, a .gguf file, as ``bridge eval`` loads it) instead of the random one.
 
 Prints one JSON line: requests, seconds (min and median of the repeats), requests per second.
 """
@@ -36,20 +38,31 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--model", help="a real model instead of the random one")
+    ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    if args.model:
+        from bridgecli.modeling.loading import load_model, resolve
 
-    tok = load_tokenizer(None)
-    cfg = LlamaConfig(
-        vocab_size=max(args.vocab, len(tok)),
-        hidden_size=args.hidden,
-        intermediate_size=4 * args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(args.device).eval()
+        ref = resolve(args.model)
+        model = load_model(ref, device=args.device, dtype=getattr(torch, args.dtype)).eval()
+        tok = load_tokenizer(ref)
+        vocab = model.config.vocab_size
+    else:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        tok = load_tokenizer(None)
+        vocab = max(args.vocab, len(tok))
+        cfg = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=args.hidden,
+            intermediate_size=4 * args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+        )
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).to(args.device).eval()
     items = load_hellaswag(args.data)[: args.n]
     requests = [(it.query, c) for it in items for c in it.choices]
     times = []
@@ -63,7 +76,8 @@ def main() -> None:
         json.dumps(
             {
                 "requests": len(requests),
-                "vocab": cfg.vocab_size,
+                "vocab": vocab,
+                "model": args.model or "random",
                 "device": args.device,
                 "seconds_min": round(min(times), 3),
                 "seconds_median": round(statistics.median(times), 3),
