@@ -17,6 +17,16 @@ from bridgecli.analysis import grid_stats as gt
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tables(tmp_path: Path, runs: dict) -> subprocess.CompletedProcess:
+    """grid_table.py on a results file of ``runs`` (100 resamples), as a process that must succeed."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def _groups(results: dict) -> dict:
     """(method, rho) -> per-file [seeds, examples, 2] arrays, seeds in order (as grid_table groups them)."""
     by: dict = {}
@@ -160,11 +170,7 @@ def test_rows_against_full_sft_and_rank_agreement(tmp_path):
             "gsm8k_accuracy": {"accuracy": float(correct.mean()), "n": n, "items": correct.tolist()},
             "answer_loss": {"gsm8k": {"loss": loss, "n": n, "items": (loss + rng.normal(0, 0.01, n)).tolist()}},
             "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({"runs": runs}))
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
-                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    proc = _tables(tmp_path, runs)
     versus_full = proc.stdout.split("| minus full |")[1].split("\n\n")[0]
     lines = {line.split(" | ")[0].strip("| "): line for line in versus_full.splitlines()[2:]}
     assert sorted(lines) == ["base", "bridge", "random", "tilt"]  # base: what training adds; full is the reference
@@ -315,11 +321,7 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
                                                 "train": train_s},
                            "pipeline_total": shared_s + 10 + train_s}
         runs[f"{method}/{rho:g}/{run['seed'] or '-'}"] = run
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({"runs": runs}))
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
-                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    proc = _tables(tmp_path, runs)
     general = proc.stdout.split("| method | rho | seeds | ARC-C % |")[1].split("\n\n")[0]
     lines = {line.split(" | ")[0].strip("| "): line for line in general.splitlines()[2:]}
     # General Avg.: the tasks' mean, each task weighing the same whatever its size

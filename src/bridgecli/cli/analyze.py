@@ -19,32 +19,24 @@ def _print(table, out: str | None) -> None:
     Console(stderr=out is not None and is_stdio(out), highlight=False).print(table)
 
 
-@command(FidelityOptions)
-def fidelity(opts: FidelityOptions) -> None:
-    from ..steps.analyze import fidelity_table, run_fidelity
+def _report(options: type, name: str) -> Callable:
+    """The command ``bridge analyze NAME``: ``steps.analyze.run_NAME`` on the options, its table printed."""
 
-    _print(fidelity_table(run_fidelity(opts)), opts.out)
+    def run(opts) -> None:
+        from ..steps import analyze
 
+        _print(getattr(analyze, f"{name}_table")(getattr(analyze, f"run_{name}")(opts)), opts.out)
 
-@command(ShiftOptions)
-def shift(opts: ShiftOptions) -> None:
-    from ..steps.analyze import run_shift, shift_table
-
-    _print(shift_table(run_shift(opts)), opts.out)
+    run.__name__ = name
+    return command(options)(run)
 
 
-@command(RobustnessOptions)
-def robustness(opts: RobustnessOptions) -> None:
-    from ..steps.analyze import robustness_table, run_robustness
-
-    _print(robustness_table(run_robustness(opts)), opts.out)
-
-
-@command(DecomposeOptions)
-def decompose(opts: DecomposeOptions) -> None:
-    from ..steps.analyze import decompose_table, run_decompose
-
-    _print(decompose_table(run_decompose(opts)), opts.out)
+REPORTS = {
+    "fidelity": _report(FidelityOptions, "fidelity"),
+    "shift": _report(ShiftOptions, "shift"),
+    "robustness": _report(RobustnessOptions, "robustness"),
+    "decompose": _report(DecomposeOptions, "decompose"),
+}
 
 
 def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
@@ -60,7 +52,6 @@ def build(reporting: Callable[[str, Callable], Callable]) -> typer.Typer:
         pretty_exceptions_enable=False,
         rich_markup_mode="rich",
     )
-    commands = {"fidelity": fidelity, "shift": shift, "robustness": robustness, "decompose": decompose}
     for name, text in ANALYZE:
-        sub.command(name, cls=Command, help=escaped(text))(reporting(f"analyze {name}", commands[name]))
+        sub.command(name, cls=Command, help=escaped(text))(reporting(f"analyze {name}", REPORTS[name]))
     return sub
