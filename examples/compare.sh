@@ -7,7 +7,8 @@
 # Then, per method: select -> close (BRIDGE's schedules only; see below) -> compact -> train -> eval.
 #
 # Tiny CPU settings by default (a smoke comparison, not the paper's numbers); override with env vars:
-#   RHO_P, RHO_R (0.75)        retention ratios (single-side methods get the matched total: docs/compared-methods.md)
+#   RHO_P, RHO_R (0.75)        retention ratios (single-side methods get the matched total: docs/compared-methods.md;
+#                              example-importance and rho-loss keep the share RHO_R of whole examples, RHO_P 1)
 #   LIMIT (16)                 training examples scored and selected
 #   MAX_STEPS (2)              optimizer steps per method (`bridge train --max-steps`; empty: EPOCHS epochs)
 #   EPOCHS (3), BATCH_SIZE (4), GRAD_ACCUM (1)   the rest of `bridge train`'s schedule
@@ -42,7 +43,7 @@ WARM=${WARM:-$data/warm.jsonl}
 VAL=${VAL:-$data/val.jsonl}
 TRAIN=${TRAIN:-$data/train.jsonl}
 TEST=${TEST:-$data/test.jsonl}
-METHODS=${METHODS-"bridge one-pass independent importance stratified random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx"}
+METHODS=${METHODS-"bridge one-pass independent importance stratified random rho1 tokencleaning sstoken llmlingua1 llm+tc tokenseek-approx example-importance rho-loss"}
 CLOSE_ALL=${CLOSE_ALL:-0}
 mkdir -p "$out"
 start=$(date +%s)
@@ -61,7 +62,9 @@ for method in $METHODS; do
   mkdir -p "$d"
   [ -f "$d/eval.json" ] && { echo "== $method: done (remove $d/eval.json to redo)" >&2; continue; }
   echo "== $method" >&2
-  bridge select "$out/refs.bridge" --method "$method" --rho-p "$RHO_P" --rho-r "$RHO_R" -o "$d/selected.bridge"
+  rho_p=$RHO_P
+  case "$method" in example-importance|rho-loss) rho_p=1 ;; esac  # whole examples: RHO_R is the share kept
+  bridge select "$out/refs.bridge" --method "$method" --rho-p "$rho_p" --rho-r "$RHO_R" -o "$d/selected.bridge"
   final="$d/selected.bridge"
   case "$method" in
     bridge|one-pass|independent) close=1 ;;

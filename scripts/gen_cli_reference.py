@@ -4,8 +4,9 @@
     python scripts/gen_cli_reference.py            # rewrite the file
     python scripts/gen_cli_reference.py --check    # exit 1 if it is out of date (tests/test_cli_docs.py)
 
-Typer's own generator (`typer ... utils docs`) renders the pages; this script only fixes the title,
-unescapes HTML entities and writes the file atomically.
+Typer's own generator (`typer ... utils docs`) renders the pages from every command (each one built: the
+root group loads them on use); this script only fixes the title, unescapes HTML entities and the Rich
+markup escapes of the help texts (cli/build.py, `escaped`), and writes the file atomically.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def render() -> str:
 
     os.environ.setdefault("COLUMNS", "100")
     command = typer.main.get_command(app)
+    command.load_all()
     body = get_docs_for_click(obj=command, ctx=typer.Context(command), name="bridge")
-    body = html.unescape(body).strip() + "\n"
+    body = html.unescape(body).replace("\\[", "[").strip() + "\n"
     # The top-level title becomes a section; each command's title stays a heading one level down.
     return HEADER + body.replace("# `bridge`\n", "## `bridge`\n", 1)
 

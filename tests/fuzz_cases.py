@@ -126,11 +126,15 @@ def _steps(rng, examples, stage, select_example, close_example, get) -> list[Exa
 # -- bad numbers ------------------------------------------------------------------------------------
 
 def bad_number(rng: random.Random, dtype: str, kind: str) -> float:
-    """A value a stream may not hold in a ``dtype`` array: ``nonfinite`` (NaN or an infinity) or ``huge``
-    (finite, beyond +-2^48 in scores and references, up to the dtype's largest value)."""
+    """A value a stream may not hold in a ``dtype`` array: ``nonfinite`` (NaN or an infinity), ``huge``
+    (finite, beyond +-2^48 in scores and references, up to the dtype's largest value) or ``negative``
+    (below 0 where the quantity is a loss, an attention mass or a gradient norm: from the issue's -0.001 to
+    -2^48)."""
     sign = rng.choice((-1.0, 1.0))
     if kind == "nonfinite":
         return rng.choice((float("nan"), sign * float("inf")))
+    if kind == "negative":
+        return -rng.choice((0.001, 1.0, float(2.0 ** rng.uniform(-14, 12)), min(MAX_QUANTITY, float(np.finfo(dtype).max))))
     top = float(np.finfo(dtype).max)
     exponent = rng.uniform(np.log2(MAX_QUANTITY) + 0.01, np.log2(top))
     return sign * min(float(2.0 ** exponent), top)
@@ -139,7 +143,7 @@ def bad_number(rng: random.Random, dtype: str, kind: str) -> float:
 def _with_value(arr: Array, rng: random.Random, kind: str) -> Array:
     """``arr`` with one value (at a random index) made bad; a ``huge`` value needs a wider dtype than float16,
     so such an array becomes float32 (or float64)."""
-    dtype = arr.dtype if kind == "nonfinite" or arr.dtype != "float16" else "float32"
+    dtype = arr.dtype if kind in ("nonfinite", "negative") or arr.dtype != "float16" else "float32"
     if kind == "huge" and rng.random() < 0.5:
         dtype = "float64"  # values near float64's largest: the issue's case
     values = arr.numpy("float64").reshape(-1).copy()
@@ -402,7 +406,15 @@ MUTATIONS: dict[str, tuple[str, Mutation]] = {
     "index_negative": ("scores", lambda ex, rng: msgspec.structs.replace(ex, index=-rng.randint(1, 2**62))),
 }
 
-# numbers: NaN or an infinity, or a finite value beyond the format's bound, in every float field
+# numbers: NaN or an infinity, or a finite value beyond the format's bound, in every float field; a
+# negative value where the quantity is never negative (a loss, an attention mass, a gradient norm)
+for _kind in ("negative",):
+    MUTATIONS.update({
+        f"c_{_kind}": ("scores", lambda ex, rng, k=_kind: _scores(ex, c=_with_value(ex.scores.c, rng, k))),
+        f"A_{_kind}": ("scores", lambda ex, rng, k=_kind: _scores(ex, A=_with_value(ex.scores.A, rng, k))),
+        f"loss_{_kind}": ("scores", lambda ex, rng, k=_kind: _scores(ex, loss=_with_value(ex.scores.loss, rng, k))),
+        f"reference_{_kind}": ("scores", lambda ex, rng, k=_kind: _response_reference(ex, rng, k)),
+    })
 for _kind in ("nonfinite", "huge"):
     MUTATIONS.update({
         f"a_{_kind}": ("scores", lambda ex, rng, k=_kind: _scores(ex, a=_with_value(ex.scores.a, rng, k))),
@@ -447,7 +459,7 @@ def _applies(name: str, ex: Example) -> bool:
         return len(ex.closure.units) >= 2
     if name == "text_shorter_than_offsets":
         return max(ex.tokens.offsets) > 0
-    if name.startswith(("A_", "B_")) and name.endswith(("nonfinite", "huge")):
+    if name.startswith(("A_", "B_")) and name.endswith(("nonfinite", "huge", "negative")):
         return n_p > 0
     if name == "response_keep_unsorted":
         return len(ex.selection.response_keep) >= 2
@@ -493,8 +505,9 @@ def trailing_bytes(seed: int, name: str) -> bytes:
 
 
 def extreme_stream(seed: int) -> tuple[Header, list[Example], str]:
-    """A consistent stream whose scores and references hold values at +-2^48 (``A`` at float16's +-65504, or
-    float32 at +-2^48), selected and closed by the real steps where its stage asks for it."""
+    """A consistent stream whose scores and references hold values at their bounds: +-2^48, and 0 and 2^48
+    for the quantities that are never negative (``A`` at float16's 0 and 65504, or float32 at 0 and 2^48),
+    selected and closed by the real steps where its stage asks for it."""
     from bridgecli.registry import get
     from bridgecli.steps.close import close_example
     from bridgecli.steps.select import select_example
@@ -503,9 +516,10 @@ def extreme_stream(seed: int) -> tuple[Header, list[Example], str]:
     stage = rng.choice(("scores", "selection", "closure"))
     gen = np.random.default_rng(rng.getrandbits(32))
 
-    def edge(shape) -> np.ndarray:  # every value +-2^48, or a mix of those and ordinary ones
-        values = gen.choice((-MAX_QUANTITY, MAX_QUANTITY), size=shape)
-        return values if rng.random() < 0.5 else np.where(gen.random(shape) < 0.5, values, gen.normal(size=shape))
+    def edge(shape, low=-MAX_QUANTITY) -> np.ndarray:  # every value at a bound, or a mix of those and ordinary ones
+        values = gen.choice((low, MAX_QUANTITY), size=shape)
+        ordinary = gen.normal(size=shape) if low < 0 else np.abs(gen.normal(size=shape))
+        return values if rng.random() < 0.5 else np.where(gen.random(shape) < 0.5, values, ordinary)
 
     examples = []
     for i in range(rng.randint(2, 4)):
@@ -513,13 +527,14 @@ def extreme_stream(seed: int) -> tuple[Header, list[Example], str]:
         s = ex.scores
         n_r, n_p = s.A.shape
         wide_A = rng.random() < 0.5
-        A = Array.of(edge((n_r, n_p)), "float32") if wide_A else Array.of(
-            gen.choice((-65504.0, 65504.0), size=(n_r, n_p)), "float16")
+        # losses, attention masses and gradient norms are never negative: their bounds are 0 and 2^48
+        A = Array.of(edge((n_r, n_p), 0.0), "float32") if wide_A else Array.of(
+            gen.choice((0.0, 65504.0), size=(n_r, n_p)), "float16")
         refs = {name: msgspec.structs.replace(ref, **{
-            f: Array.of(edge(getattr(ref, f).shape), rng.choice(("float32", "float64"))) for f in REFERENCE_FIELDS})
-            for name, ref in ex.references.items()}
+            f: Array.of(edge(getattr(ref, f).shape, 0.0), rng.choice(("float32", "float64")))
+            for f in REFERENCE_FIELDS}) for name, ref in ex.references.items()}
         ex = msgspec.structs.replace(ex, references=refs, scores=msgspec.structs.replace(
-            s, a=Array.of(edge(n_r)), c=Array.of(edge(n_r)), A=A, loss=Array.of(edge(n_r)),
+            s, a=Array.of(edge(n_r)), c=Array.of(edge(n_r, 0.0)), A=A, loss=Array.of(edge(n_r, 0.0)),
             B=None if s.B is None else Array.of(edge((n_r, n_p)))))
         examples.append(ex)
     examples = _steps(rng, examples, stage, select_example, close_example, get)
@@ -567,6 +582,9 @@ def run_case(seed: int, name: str, folder: Path) -> dict:
     for method in methods:
         runs[f"select --method {method}"] = (lambda out, m=method: run_select(SelectOptions(
             inp=str(stream), out=str(out), rounds=2, method=m)), "stream")
+    # the sampling that leans on the per-token loss (issue 40: a negative loss ended in a traceback)
+    runs["select --preset importance-loss-resp"] = (lambda out: run_select(SelectOptions(
+        inp=str(stream), out=str(out), preset="importance-loss-resp")), "stream")
     runs["close"] = (lambda out: run_close(CloseOptions(inp=str(stream), out=str(out))), "stream")
     # an extreme stream may keep no response token (--rho-r 0): no row to write is no failure there
     runs["compact"] = (lambda out: run_compact(CompactOptions(inp=str(stream), out=str(out),

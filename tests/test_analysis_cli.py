@@ -173,5 +173,5 @@ def test_entry_point_lists_the_subcommands():
     proc = subprocess.run([sys.executable, "-m", "bridgecli", "analyze", "--help"], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "120"})
     assert proc.returncode == 0, proc.stderr
-    for name in ("fidelity", "shift", "robustness"):
+    for name in ("fidelity", "shift", "robustness", "decompose"):
         assert name in proc.stdout

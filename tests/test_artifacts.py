@@ -42,7 +42,7 @@ def test_warmup_meta_reads_the_old_layout_and_writes_it_back_unchanged(tmp_path)
 def test_a_record_with_only_the_base_model_reads(tmp_path):
     meta = WarmupRun.open(make_run(tmp_path / "w", {"base_model": "m", "extra": 1})).meta()
     assert meta.base_model == "m" and meta.warm_ids is None and meta.direction is None
-    assert meta.leave_out(tmp_path / "anything") is None  # no digest recorded: nothing to compare
+    assert meta.leave_out("sha256:0") is None  # no digest recorded: nothing to compare
 
 
 @pytest.mark.parametrize("text, why", [("{}", "base_model"), ("{nope", "JSON"),
@@ -70,12 +70,11 @@ def test_leave_out_only_for_the_file_warmup_read(tmp_path):
     data.write_text('{"prompt": "p", "response": "r"}\n')
     other.write_text('{"prompt": "q", "response": "s"}\n')
     meta = WarmupMeta(base_model="m", data_digest=file_digest(data), warm_ids=["a"], val_ids=["b", "a"])
-    assert meta.leave_out(data) == {"a", "b"}
-    assert meta.leave_out(other) is None
-    assert meta.leave_out(other, file_digest(data)) == {"a", "b"}  # the caller's digest is trusted
+    assert meta.leave_out(file_digest(data)) == {"a", "b"}
+    assert meta.leave_out(file_digest(other)) is None
     no_warm = WarmupMeta(base_model="m", data_digest=file_digest(data), val_ids=["b"])
-    assert no_warm.leave_out(data) == {"b"}
-    assert WarmupMeta(base_model="m", data_digest=file_digest(data)).leave_out(data) == frozenset()
+    assert no_warm.leave_out(file_digest(data)) == {"b"}
+    assert WarmupMeta(base_model="m", data_digest=file_digest(data)).leave_out(file_digest(data)) == frozenset()
 
 
 def test_rows_meta_round_trip_and_absence(tmp_path):

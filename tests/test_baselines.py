@@ -285,7 +285,10 @@ def test_reference_matches_a_direct_forward_and_backward(stream, tiny_model_dir,
 
     header, exs = read_all(stream / "ref.bridge")
     assert [s.step for s in header.steps][-2:] == ["reference", "reference"]
-    assert header.steps[-1].params["as"] == "warmup" and header.steps[-2].params["grad_norms"] is True
+    assert header.steps[-1].params["name"] == "warmup" and header.steps[-2].params["grad_norms"] is True
+    from test_step_records import unrecorded
+
+    assert unrecorded(ReferenceOptions, header.steps[-1].params) == []  # every field of its options, or marked not to be
     for name, folder in (("base", tiny_model_dir), ("warmup", warm_dir)):
         model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
         for ex in exs[:3]:

@@ -14,8 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from bridgecli.cli.app import app
-from bridgecli.cli.build import command
-from bridgecli.cli.labels import Command
+from bridgecli.cli.build import Command, command
 from bridgecli.errors import UsageError
 from bridgecli.optionspec import KEY_VALUES, Group, Spec, count, group, option
 from bridgecli.steps import options as o
@@ -26,6 +25,7 @@ CLI = Path(__file__).resolve().parents[1] / "src" / "bridgecli" / "cli"
 
 def _command(words: list[str]):
     cmd = typer.main.get_command(app)
+    cmd.load_all()  # the root group builds a command when it runs (cli/app.py, LazyGroup)
     for word in words:
         cmd = cmd.commands[word]
     return cmd
@@ -89,7 +89,7 @@ def test_the_flags_are_the_fields(words, cls):
 
 
 def test_eval_is_its_options_and_the_compare_spelling():
-    from bridgecli.cli.eval import EvalCommand
+    from bridgecli.steps.options import EvalCommand
 
     cmd = _command(["eval"])
     opts = {name for p in cmd.params if p.param_type_name == "option" for name in (*p.opts, *p.secondary_opts)}
@@ -143,7 +143,7 @@ def test_no_flag_is_the_options_types_default(monkeypatch, args, module, name, e
 def test_python_callers_get_the_derived_defaults():
     assert SFTConfig().lr == LR_FULL and SFTConfig(lora=LoraSettings()).lr == LR_LORA
     assert SFTConfig(lr=1e-3, lora=LoraSettings()).lr == 1e-3
-    assert SFTConfig(keep_checkpoints=0).keep_checkpoints is None and SFTConfig().keep_checkpoints == 2
+    assert SFTConfig(keep_checkpoints=0).keep_checkpoints is None and SFTConfig().keep_checkpoints == 1
     assert o.WarmupOptions(data="x").sft == SFTConfig(epochs=1.0, grad_accum=1)
 
 
@@ -205,7 +205,8 @@ def test_the_builder_walks_groups_parses_and_switches():
     text = CliRunner().invoke(toy, ["run", "--help"], env={"COLUMNS": "200"}).output
     assert "inner: labels." in text and "[default: 5]" in text and "(16 with --lora)" in text
     assert "run [OPTIONS] PATH" in text and "INTEGER RANGE [1<=x<=9]" in text
-    assert not re.search(r"<(list\[|str>|int>|float>|bool>)", text)
+    options = text.split("Options")[1]  # an argument's type is Typer's own (<str>), an option's plain
+    assert not re.search(r"<(list\[|str>|int>|float>|bool>)", options)
 
 
 @dataclass
@@ -233,7 +234,7 @@ def test_a_field_with_a_fallback_is_none_unless_its_flag_is_given():
         assert got.pop() == want, args
     assert _Ruled() == _Ruled(kind=None, level=None)
     text = " ".join(CliRunner().invoke(toy, ["run", "--help"], env={"COLUMNS": "200"}).output.split())
-    assert "[default: plain]" in text and "[default: 0.5]" in text
+    assert "[default: (plain)]" in text and "[default: (0.5)]" in text  # Typer writes a described default in ()
 
 
 def _every_command(cmd, words=()):
@@ -257,14 +258,16 @@ def _source_texts(cmd) -> list[str]:
         texts += [getattr(param, "help", None) or "", getattr(param, "rich_help_panel", None) or ""]
     for sub in getattr(cmd, "commands", {}).values():
         texts.append((sub.short_help or sub.help or "").split("\n\n")[0])
-    return texts
+    return [text.replace("\\[", "[") for text in texts]  # as written: the builder escapes them for rich
 
 
 def test_help_shows_bracketed_words_as_written():
     """Typer's rich mode reads help as markup, where ``[lm-eval]`` is a tag and vanishes: every bracketed
     word of every command's help texts (docstrings, option help, panel names) is in its rendered --help."""
     checked: set[str] = set()
-    for words, cmd in _every_command(typer.main.get_command(app)):
+    root = typer.main.get_command(app)
+    root.load_all()
+    for words, cmd in _every_command(root):
         out = CliRunner().invoke(app, [*words, "--help"], prog_name="bridge", env={"COLUMNS": "1000"})
         assert out.exit_code == 0, (words, out.output)
         shown = " ".join(re.sub(r"[│╭╮╰╯─]", " ", out.stdout).split())
@@ -275,21 +278,48 @@ def test_help_shows_bracketed_words_as_written():
     assert {"[lm-eval]", "[[supervised response]]"} <= checked  # the two that vanished before
 
 
+@dataclass
+class _Bracketed:
+    size: int = option(1, "Size [b] of it.", panel="Panel [p]")
+
+
 def test_escaped_help_covers_panels_and_the_command_list():
     """Where the real commands have no bracket yet: a panel's name, a command's line in its group's list,
-    a group's own help; and the help texts themselves stay as written (docs/cli-reference.md reads them)."""
-    from bridgecli.cli.labels import Group as PlainGroup
+    a group's own help."""
+    from bridgecli.cli.app import Group
+    from bridgecli.cli.build import escaped
 
-    toy = typer.Typer(cls=PlainGroup, help="Toy [group] help.", rich_markup_mode="rich", add_completion=False)
+    toy = typer.Typer(cls=Group, help=escaped("Toy [group] help."), rich_markup_mode="rich", add_completion=False)
 
-    def run(size: int = typer.Option(1, help="Size [b] of it.", rich_help_panel="Panel [p]")):
-        """Run [the toy]."""
+    @command(_Bracketed)
+    def run(opts: _Bracketed) -> None:
+        pass
 
-    toy.command("run", cls=Command)(run)
+    toy.command("run", cls=Command, help=escaped("Run [the toy]."))(run)
     toy.command("other", cls=Command)(lambda: None)
     listing = CliRunner().invoke(toy, ["--help"], env={"COLUMNS": "200"}).stdout
     assert "Toy [group] help." in listing and "Run [the toy]." in listing
     text = CliRunner().invoke(toy, ["run", "--help"], env={"COLUMNS": "200"}).stdout
     assert "Run [the toy]." in text and "Size [b] of it." in text and "Panel [p]" in text
-    cmd = typer.main.get_command(toy)
-    assert cmd.help == "Toy [group] help." and cmd.commands["run"].help == "Run [the toy]."
+
+
+@pytest.mark.integration  # starts Python processes
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["select", "x", "--preset", "a", "--preset", "b"]])
+def test_starting_loads_no_step_it_does_not_run(args):
+    """`bridge --version` and `bridge --help` import at most 25 of the package's modules and no step; a
+    command imports its own (bench/cli/startup.py times them)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bridgecli", *args], capture_output=True,
+                          text=True, env=dict(os.environ, COLUMNS="100"))
+    names = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    ours = {n for n in names if n.split(".")[0] == "bridgecli"}
+    steps = {n for n in ours if n.startswith("bridgecli.steps.") and n != "bridgecli.steps.catalog"}
+    if args[0].startswith("--"):
+        assert proc.returncode == 0 and len(ours) + 1 <= 25 and not steps, sorted(ours)  # + __main__
+        assert not {"torch", "numpy", "pluggy"} & names
+    else:  # a usage error found by the parser: the command's options are built, its step never runs
+        assert proc.returncode == 2 and "--preset given 2 times" in proc.stderr
+        assert "bridgecli.steps.select" not in steps and "torch" not in names

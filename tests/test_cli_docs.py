@@ -17,8 +17,10 @@ def test_cli_reference_is_up_to_date(monkeypatch):
 
 
 def test_cli_reference_lists_every_command():
-    from bridgecli.cli.commands import COMMANDS, GROUPS
+    from bridgecli.steps.catalog import ANALYZE, COMMANDS
 
     text = (REPO / "docs" / "cli-reference.md").read_text()
-    for name, _ in COMMANDS + GROUPS:
+    for name, _ in COMMANDS:
         assert f"## `bridge {name}`" in text, name
+    for name, _ in ANALYZE:
+        assert f"## `bridge analyze {name}`" in text, name

@@ -22,6 +22,7 @@ BAD = [
     (["score"], ["x.jsonl", "--batch-size", "0"], 2, "--batch-size"),
     (["score"], ["x.jsonl", "--dtype", "int8"], 2, "--dtype"),
     (["merge"], ["a.bridge", "-o"], 2, "-o"),
+    (["merge"], ["a.bridge", "--workers", str(2**70)], 2, "--workers"),  # was lowered to the CPU count unseen
     (["reference"], ["x.bridge", "--tokenizer-check", "loose"], 2, "--tokenizer-check"),
     (["select"], ["x.bridge", "--rho-p", "1.5"], 2, "--rho-p"),
     (["select"], ["x.bridge", "--rho-r", "abc"], 2, "--rho-r"),
@@ -29,6 +30,7 @@ BAD = [
     (["select"], ["x.bridge", "--option", "seed"], 2, "--option"),
     (["select"], ["x.bridge", "--method", "random", "--option", "seed=-5"], 2, "--option seed"),
     (["select"], ["x.bridge", "--workers", "0"], 2, "--workers"),
+    (["select"], ["x.bridge", "--option", "rounds=9"], 2, "-T/--rounds"),  # -T won over it unseen
     (["close"], ["x.bridge", "--alpha", "2"], 2, "--alpha"),
     (["compact"], ["x.bridge", "--format", "csv"], 2, "--format"),
     (["train"], ["x.jsonl", "--epochs", "0"], 2, "--epochs"),
@@ -49,6 +51,7 @@ BAD = [
     (["analyze", "shift"], ["x.jsonl", "--levels", "0.5,2"], 2, "--levels"),
     (["analyze", "shift"], ["x.jsonl", "--subset", "bottom"], 2, "--subset"),
     (["analyze", "robustness"], ["x.bridge", "--rho-r", "-0.5"], 2, "--rho-r"),
+    (["analyze", "decompose"], ["x.jsonl", "--min-id-count", "0"], 2, "--min-id-count"),
 ]
 
 
@@ -56,7 +59,9 @@ def _commands(group=None, prefix: str = "") -> set[str]:
     """Every leaf command of the app, as typed after `bridge`."""
     import typer
 
-    group = group or typer.main.get_command(app)
+    if group is None:
+        group = typer.main.get_command(app)
+        group.load_all()  # the root builds a command when it runs (cli/app.py, LazyGroup)
     out: set[str] = set()
     for name, cmd in group.commands.items():
         if hasattr(cmd, "commands"):

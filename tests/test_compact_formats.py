@@ -277,14 +277,15 @@ def test_an_output_given_as_a_symbolic_link_gets_its_side_file_beside_the_rows(t
     store = tmp_path / "store"
     store.mkdir()
     real = store / name
-    if existing:  # an earlier output there (a dangling link otherwise)
-        if fmt == "hf":
-            real.mkdir()
-            (real / "old").write_text("old")
-        else:
-            real.write_text("old")
     link = tmp_path / "link"
     link.symlink_to(Path("store") / name)
+    if not existing:  # a link to nothing: refused, and nothing made where it points (issue 40)
+        result = CliRunner().invoke(app, ["compact", str(STREAM), "--format", fmt, "-o", str(link)])
+        assert result.exit_code == 2 and "a link to nothing" in result.output, result.output
+        assert list(store.iterdir()) == []
+        return
+    # an earlier output of compact's there
+    assert CliRunner().invoke(app, ["compact", str(STREAM), "--format", fmt, "-o", str(real)]).exit_code == 0
     result = CliRunner().invoke(app, ["compact", str(STREAM), "--format", fmt, "-o", str(link)])
     assert result.exit_code == 0, result.output
     assert link.is_symlink() and real_path(link) == real

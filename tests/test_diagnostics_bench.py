@@ -108,11 +108,11 @@ def test_float64_norms_compute_in_float64_and_restore():
 
 def test_cached_tail_objective_is_the_warmups(tokenizer):
     """The D_val loss through the cached tail equals a full forward, and its gradient over the tail
-    is the warm-up's g_target (bridgecli.modeling.direction.validation_gradient)."""
+    is the warm-up's g_target (bridgecli.training.direction.validation_gradient)."""
     aj = _load("aj_check")
     from bridgecli.data.shapes import Pair
     from bridgecli.data.tokenize import tokenize_pair
-    from bridgecli.modeling.direction import validation_gradient
+    from bridgecli.training.direction import validation_gradient
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.tail import Tail
     from bridgecli.training.rows import full_response_row

@@ -18,6 +18,7 @@ from bridgecli.evaluation.code_tasks import extract_code, humaneval_program
 from bridgecli.evaluation import sandbox
 from bridgecli.evaluation.sandbox import Limits, bwrap_problem, isolation
 from bridgecli.evaluation.tasks import EvalOptions
+from sandbox_probes import FORGED_TEST, FORGERIES
 
 FAST = Limits(timeout=3, memory_mb=512)
 UNSAFE = bwrap_problem() is not None  # without bwrap these tests use the unsafe runner (tests/test_sandbox.py skips)
@@ -63,12 +64,110 @@ def test_exiting_0_before_the_asserts_is_not_passing(runner, how, monkeypatch):
     # test's asserts run was graded passed; now only the runner's success signal counts
     if runner == "unsafe":
         monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
-    program = f"def inc(x):\n{EARLY_EXITS[how]}\n{CHEAT_TEST}\ncheck(inc)\n"
+    program = sandbox.Program(f"def inc(x):\n{EARLY_EXITS[how]}\n", f"{CHEAT_TEST}\ncheck(inc)\n")
     outcome = sandbox.run_program(program, FAST, unsafe=UNSAFE or runner == "unsafe")
     assert outcome.status == "failed" and not outcome.passed, (outcome.status, outcome.error)
+    guarded = runner == "unsafe" or UNSAFE  # the unsafe runner's guard refuses some of them first
+    assert guarded or "no success signal" in outcome.error
+    whole = sandbox.run_program(program.text, FAST, unsafe=UNSAFE or runner == "unsafe")  # no test of its own
+    assert whole.status == "failed" and (guarded or "no success signal" in whole.error)
     honest = sandbox.run_program("def inc(x):\n    return x + 1\nassert inc(1) == 2\n", FAST,
                                  unsafe=UNSAFE or runner == "unsafe")
     assert honest.passed
+
+
+@pytest.mark.integration  # runs programs in the sandbox
+@pytest.mark.parametrize("runner", ["default", "unsafe"])
+@pytest.mark.parametrize("how", sorted(FORGERIES))
+def test_a_solution_cannot_forge_its_pass(runner, how, monkeypatch):
+    # issue 40: the runner kept the token and the result descriptor as locals of the function that
+    # ran the program, which read them (frames, a traceback, gc) and wrote the token before its
+    # asserts ran; now the test runs in a process the program cannot reach
+    if runner == "unsafe":
+        monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    unsafe = UNSAFE or runner == "unsafe"
+    forged = sandbox.run_program(sandbox.Program(FORGERIES[how], FORGED_TEST, "", ("inc",)), FAST, unsafe=unsafe)
+    # (a root evaluator's unsafe runner lets a ptrace stop the checker: a timeout)
+    assert not forged.passed and forged.status in ("failed", "timeout"), (forged.status, forged.error, forged.stderr)
+    if runner == "default" and not UNSAFE:
+        assert not {"READ", "OPENED", "ATTACHED"} & set(forged.stdout.split()), forged.stdout  # the checker is out of reach
+    honest = sandbox.Program("def inc(x):\n    return 999\n", FORGED_TEST, "", ("inc",))
+    assert sandbox.run_program(honest, FAST, unsafe=unsafe).passed
+
+
+@pytest.mark.integration  # runs programs in the sandbox
+def test_what_crosses_to_the_checker():
+    # plain values come back as themselves, objects of the program as handles that the checker can
+    # call and ask about, never compare through the program
+    source = textwrap.dedent("""
+        import collections, enum
+        class Color(enum.IntEnum):
+            RED = 1
+        class Node:
+            def __init__(self, value, children=()):
+                self.value, self.children = value, list(children)
+            def __str__(self):
+                return f"Node({self.value})"
+        def values():
+            return [1, 2.5, "s", b"b", (1, 2), {3}, frozenset({4}), {"k": [None, True]}, 2**80, -2**70, 1j,
+                    float("inf"), Color.RED, collections.OrderedDict(a=1)]
+        def tree():
+            return Node(1, [Node(2), Node(3)])
+        def depth(node):
+            return 1 + max((depth(c) for c in node.children), default=0)
+        def gen(n):
+            yield from range(n)
+        def raises(kind):
+            raise kind("no")
+        def sum(a, b):  # shadows the builtin, as MBPP task 126 does
+            return a - b
+    """)
+    test = textwrap.dedent("""
+        import math
+        assert values() == [1, 2.5, "s", b"b", (1, 2), {3}, frozenset({4}), {"k": [None, True]}, 2**80, -2**70, 1j,
+                            math.inf, 1, {"a": 1}]
+        t = tree()
+        assert t.value == 1 and str(t) == "Node(1)" and len(t.children) == 2 and depth(t) == 2
+        assert [str(c) for c in t.children] == ["Node(2)", "Node(3)"] and t.children[1].value == 3
+        assert t == t and t != tree() and t is not None
+        assert list(gen(3)) == [0, 1, 2] and 2 in gen(3)
+        try:
+            raises(ValueError)
+        except ValueError as exc:
+            assert str(exc) == "no"
+        else:
+            raise AssertionError("no exception")
+        assert sum(5, 3) == 2
+    """)
+    outcome = run_program(sandbox.Program(source, test, "", ("sum",)), FAST)
+    assert outcome.passed, outcome.stderr
+
+
+def _forging_humaneval(tmp_path: Path, names: list[str]) -> str:
+    rows = [{"task_id": f"HumanEval/{i}", "prompt": "", "entry_point": "inc", "canonical_solution": "",
+             "test": CHEAT_TEST} for i, _ in enumerate(names)]
+    return _he_file(tmp_path, rows)
+
+
+@pytest.mark.integration  # loads a (tiny) model and runs programs in the sandbox
+def test_cli_eval_scores_forging_completions_0(tiny_model_dir, tmp_path, monkeypatch):
+    # issue 40: through `bridge eval --task humaneval`, a completion that forged its pass scored
+    from bridgecli.cli.app import app
+    from typer.testing import CliRunner
+
+    names = ["frame", "traceback", "gc", "equal to anything"]
+    monkeypatch.setattr("bridgecli.evaluation.generate.generate",
+                        lambda m, t, prompts, **kw: [FORGERIES[n] for n in names][:len(prompts)])
+    out = tmp_path / "eval-humaneval.json"
+    args = ["eval", str(tiny_model_dir), "--task", "humaneval", "--data", _forging_humaneval(tmp_path, names),
+            "--allow-code-execution", "--device", "cpu", "--code-timeout", "5", "-o", str(out)]
+    if UNSAFE:
+        args.append("--unsafe-code-execution")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())
+    assert run["summary"]["pass@1"] == 0.0 and run["summary"]["n"] == len(names)
+    assert [i["status"] for i in run["items"]] == ["failed"] * len(names)
 
 
 @pytest.mark.integration  # runs programs in the sandbox
@@ -153,6 +252,14 @@ def test_extract_code():
     assert extract_code("```text\nnot code\n```\n```py\nz = 3\n```") == "z = 3\n"
     assert extract_code("```python\nunterminated = 1\n") == "unterminated = 1\n"
     assert extract_code("plain") == "plain"
+    # a reply that closes a block it never opened (models fine-tuned on plain-text answers write the code,
+    # then the closing fence): the code before the fence, whatever follows it
+    assert extract_code("def f():\n    return 1\n```") == "def f():\n    return 1\n"
+    assert extract_code("def f():\n    return 1\n```\nThis returns one.") == "def f():\n    return 1\n"
+    # balanced fences, or an odd count whose first fence opens a block, keep the earlier rules
+    assert extract_code("Intro\n```python\nx = 1\n```\nthen ```") == "x = 1\n"
+    assert extract_code("```\ny = 2\n```\n```") == "y = 2\n"
+    assert extract_code("```\n") == ""
 
 
 @pytest.mark.integration  # runs programs in the sandbox
@@ -165,7 +272,9 @@ def test_extract_code():
 ])
 def test_humaneval_program(completion, chat, passes):
     program = humaneval_program(PROBLEM, completion, chat=chat)
-    assert program.endswith("check(add)\n")
+    assert program.text.endswith("check(add)\n") and program.test.endswith("check(add)\n")
+    assert "check" not in program.source and program.names == ("add",)
+    assert program.helpers == "from typing import List"  # the prompt but the function to write
     assert run_program(program, FAST).passed is passes
 
 

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from bridgecli.cli.app import app
 from bridgecli.errors import InputError, UsageError
 from bridgecli.evaluation import compare as cmp
 from bridgecli.evaluation import multiple_choice as mc
-from bridgecli.evaluation.loglik import encode_pair, loglikelihood
+from bridgecli.evaluation.loglik import continuation_scores, encode_pair, loglikelihood
 from bridgecli.evaluation.tasks import EvalOptions
 
 from mc_files import ARC_ROWS, HS_LINES, write_hellaswag
@@ -132,6 +134,34 @@ def test_loglikelihood_matches_direct_computation(tiny):
     assert [g.n_tokens for g in got][:4] == [1, 1, 1, 1]
     one_by_one = [loglikelihood(model, tok, [r], batch_size=1, progress=False)[0] for r in REQUESTS]
     assert [g.logprob for g in got] == pytest.approx([g.logprob for g in one_by_one], abs=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.integers(2, 9),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5)), min_size=1, max_size=8),
+    st.integers(0, 2**31 - 1),
+)
+def test_continuation_scores_match_a_log_softmax_per_request(batch, tail, vocab, wanted, seed):
+    """Each continuation's summed log-probability and greedy flag, taken on the logits' device from the
+    positions it reads, equal a float32 log-softmax of the whole row (the computation it replaced)."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, tail, vocab, generator=gen).to(torch.bfloat16)
+    conts = []
+    for b, n in wanted:
+        n = min(n, tail)
+        toks = torch.randint(0, vocab, (n,), generator=gen).tolist()
+        if b % 2:  # some continuations are the argmax at every position
+            toks = logits[b % batch, tail - n :].float().argmax(-1).tolist()
+        conts.append((b % batch, toks))
+    got = continuation_scores(logits, conts)
+    for (b, toks), (logprob, greedy) in zip(conts, got):
+        lp = torch.log_softmax(logits[b, tail - len(toks) :].float(), dim=-1)
+        target = torch.tensor(toks)
+        assert logprob == pytest.approx(float(lp.gather(-1, target[:, None]).double().sum()), abs=1e-5)
+        assert greedy == bool((lp.argmax(-1) == target).all())
 
 
 def test_shared_inputs_take_one_forward(tiny):

@@ -234,6 +234,24 @@ def test_train_on_nothing_is_an_error_and_writes_no_model(tmp_path, no_model_loa
     assert result.exit_code == 1 and "none of its 1 rows has a supervised token" in one_error_line(result)
     result = invoke("train", empty, "-o", tmp_path / "run", "--allow-empty")
     assert result.exit_code == 0 and "no model written" in result.stderr
+
+
+def test_train_on_rows_of_loss_weight_0_is_an_error_and_writes_no_model(tmp_path, no_model_loads):
+    # issue 40: rows whose loss_weights were all 0 trained on nothing (loss 0, gradient norm 0), wrote a
+    # model and exited 0 without a warning
+    rows = tmp_path / "zero.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": [1, 2, 3, 4], "labels": [-100, 2, 3, 4],
+                                        "loss_weights": [1.0, 0.0, 0.0, 0.0]}) + "\n" for _ in range(2)))
+    result = invoke("train", rows, "-o", tmp_path / "run")
+    assert result.exit_code == 1, result.output
+    assert "every supervised token of its 2 rows has loss weight 0" in one_error_line(result)
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+    result = invoke("train", rows, "-o", tmp_path / "run", "--allow-empty")
+    assert result.exit_code == 0 and "no model written" in result.stderr
+    from bridgecli.training.rows import Row
+
+    assert Row("r", [1, 2, 3], [5, -100, 3], [9.0, 0.5, 0.25]).loss_weight == 0.25  # position 0 never carries loss
+    assert Row("r", [1, 2, 3], [-100, 2, 3]).loss_weight == 2.0
     assert not (tmp_path / "run").exists()
 
 
@@ -343,7 +361,7 @@ def test_quick_step_in_a_pipe_prints_one_summary_line():
 
 def test_score_bar_advances_per_scoring_pass():
     from bridgecli.format.records import Example, Tokens
-    from bridgecli.steps.score_loop import score_window
+    from bridgecli.modeling.score_loop import score_window
 
     class Scorer:
         def score(self, batch):
@@ -472,11 +490,12 @@ def test_epoch_counts_rows_seen_and_lr_moves_on_a_two_step_run():
 
 
 def test_help_shows_plain_type_labels():
-    from bridgecli.cli.commands import COMMANDS
+    from bridgecli.steps.catalog import COMMANDS
 
     for name, _ in COMMANDS:
         text = invoke(name, "--help", env={"COLUMNS": "200"}).stdout
-        assert not re.search(r"<(list\[|str>|int>|float>|bool>|path>)", text), name
+        options = text.split("─ Options")[-1]  # an argument's type is Typer's own (<str>); an option's plain
+        assert not re.search(r"<(list\[|str>|int>|float>|bool>|path>)", options), name
         assert "{" not in text.splitlines()[1], name  # usage line: MODEL..., not {model}...
     text = invoke("eval", "--help", env={"COLUMNS": "200"}).stdout
     assert "MODEL..." in text and re.search(r"--task\s+TEXT", text) and re.search(r"--limit\s+INTEGER", text)

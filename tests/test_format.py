@@ -630,6 +630,34 @@ def test_golden_records_validate_against_the_schema(expected_name, name):
         validator.validate(msgspec.to_builtins(record))
 
 
+def test_the_schema_holds_the_readers_rules_on_numbers():
+    """What the reader refuses among a record's JSON numbers, the schema refuses too (issue 40): a negative
+    index, budget or position, a token id beyond 2^31, a retention ratio or an alpha outside [0, 1]; and it
+    says which arrays are never negative (their values are bytes it cannot read)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    _, exs = read_all(GOLDEN / "v1.3-closure.bridge")
+    good = msgspec.to_builtins(exs[0])
+    validator.validate(good)
+    for path, value in [(("index",), -1), (("selection", "b_r"), -1), (("selection", "prompt_keep", 0), -3),
+                        (("tokens", "input_ids", 0), 2**31), (("selection", "achieved_rho_r"), 1.5),
+                        (("closure", "alpha"), -0.1), (("closure", "supervise", 0), -1),
+                        (("tokens", "offsets", 0), -1)]:
+        bad = json.loads(json.dumps(good))
+        holder = bad
+        for key in path[:-1]:
+            holder = holder[key]
+        if isinstance(holder, list) and not holder:
+            continue
+        holder[path[-1]] = value
+        assert not validator.is_valid(bad), path
+    props = schema["$defs"]
+    assert "never negative" in props["Scores"]["properties"]["loss"]["description"]
+    assert "never negative" in props["Reference"]["properties"]["response_grad"]["description"]
+    assert "never negative" not in props["Scores"]["properties"]["a"]["description"]
+
+
 # -- streaming ------------------------------------------------------------------------------------
 
 def test_reader_sees_records_before_the_writer_closes():

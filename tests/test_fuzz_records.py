@@ -215,12 +215,12 @@ def test_documented_rules_are_enforced(tmp_path):
 
 
 def test_a_stream_at_the_bound_goes_through_the_pipeline(tmp_path):
-    """The other side of item 4: values at +-2^48 in a, c and B pass, and select, close and compact succeed
-    with finite numbers."""
+    """The other side of item 4: values at +-2^48 in a and B, and at 0 and 2^48 in c (an attention mass, never
+    negative), pass, and select, close and compact succeed with finite numbers."""
     def at_bound(ex):
         n, m = ex.scores.A.shape
         signs = np.resize([1.0, -1.0], n)
-        return fuzz._scores(ex, a=Array.of(signs * MAX_QUANTITY), c=Array.of(-signs * MAX_QUANTITY),
+        return fuzz._scores(ex, a=Array.of(signs * MAX_QUANTITY), c=Array.of((signs < 0) * MAX_QUANTITY),
                             B=Array.of(np.full((n, m), MAX_QUANTITY)))
 
     path = _stream_with(tmp_path, "scores", at_bound)
@@ -288,3 +288,22 @@ def test_bad_parquet_rows_give_one_input_error(tmp_path, columns):
     except pa.lib.ArrowException:
         return  # not a file pyarrow can write: nothing to read
     _read_all_or_one_line_error(path)
+
+
+@pytest.mark.parametrize("value", [-0.001, -1.0, -MAX_QUANTITY])
+def test_a_negative_loss_is_a_format_error_before_importance_sampling(tmp_path, value):
+    """Issue 40: one token's loss at -0.001 ended `select --preset importance-loss-resp` in a traceback
+    (ValueError: tilt scores must be finite and >= 0, exit 1). A loss is never negative: the reader refuses
+    it, exit 3, one line naming the record and the field, and nothing is written."""
+    def negative(ex):
+        values = ex.scores.loss.numpy("float64").copy()
+        values[-1] = value
+        return fuzz._scores(ex, loss=Array.of(values))
+
+    path = _stream_with(tmp_path, "scores", negative)
+    out = tmp_path / "out.bridge"
+    result = _bridge("select", path, "--preset", "importance-loss-resp", "-o", out)
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert "record 0, field 'scores.loss'" in result.output and "values must be >= 0" in result.output
+    assert not out.exists()

@@ -17,6 +17,16 @@ from bridgecli.analysis import grid_stats as gt
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tables(tmp_path: Path, runs: dict) -> subprocess.CompletedProcess:
+    """grid_table.py on a results file of ``runs`` (100 resamples), as a process that must succeed."""
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 def _groups(results: dict) -> dict:
     """(method, rho) -> per-file [seeds, examples, 2] arrays, seeds in order (as grid_table groups them)."""
     by: dict = {}
@@ -111,11 +121,19 @@ def test_item_intervals_and_paired_differences_against_direct_computation():
         ({"GRID_JOBS": "42:random:0.5:7"}, "GRID_JOBS: 42:random:0.5:7 is not"),
         ({"METHODS": "full randon"}, "METHODS: unknown row randon"),
         ({"EVAL_LANES": "3"}, "EVAL_LANES=3: expected 1 or 2"),
+        # a compute-matched control names a trained row: not base, full or another control
+        ({"GRID_JOBS": "42:full-match-base:0.5"}, "GRID_JOBS: 42:full-match-base:0.5 is not"),
+        ({"GRID_JOBS": "42:full-match-full:0.5"}, "GRID_JOBS: 42:full-match-full:0.5 is not"),
+        ({"GRID_JOBS": "42:full-match-full-match-random:0.5"}, "is not SEED:METHOD:RHO"),
+        ({"METHODS": "full-match-randon"}, "METHODS: unknown row full-match-randon"),
+        ({"GENERAL": "arc_challenge mmlux"}, "GENERAL: unknown task mmlux"),
+        ({"REFS": "base"}, "REFS must be 0 or 1"),
         # two grids share a machine through CUDA_VISIBLE_DEVICES: the workers' GPUs are its entries
         ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "3"}, "GPUS=2 but CUDA_VISIBLE_DEVICES=3 names 1"),
         ({"GPUS": "2", "CUDA_VISIBLE_DEVICES": "0,2"}, "no such file"),
         # well-formed: refused only later, for the missing data folder
         ({"GRID_JOBS": "42:full:1 3407:random-resp:0.5 7:bridge-resp:0.75"}, "no such file"),
+        ({"GRID_JOBS": "42:full-match-example-importance:0.5 42:rho-loss:0.5 42:bridge-resp-trim:0.5"}, "no such file"),
     ],
 )
 def test_grid_refuses_malformed_jobs_before_any_work(tmp_path, env, message):
@@ -152,11 +170,7 @@ def test_rows_against_full_sft_and_rank_agreement(tmp_path):
             "gsm8k_accuracy": {"accuracy": float(correct.mean()), "n": n, "items": correct.tolist()},
             "answer_loss": {"gsm8k": {"loss": loss, "n": n, "items": (loss + rng.normal(0, 0.01, n)).tolist()}},
             "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
-    path = tmp_path / "results.json"
-    path.write_text(json.dumps({"runs": runs}))
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
-                           "--plot", str(tmp_path / "f3.png"), "--resamples", "100"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    proc = _tables(tmp_path, runs)
     versus_full = proc.stdout.split("| minus full |")[1].split("\n\n")[0]
     lines = {line.split(" | ")[0].strip("| "): line for line in versus_full.splitlines()[2:]}
     assert sorted(lines) == ["base", "bridge", "random", "tilt"]  # base: what training adds; full is the reference
@@ -251,3 +265,75 @@ def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
     for kept in ("grid-h100.json", "grid-qwen05.json"):
         text = (ROOT / "bench/results/results" / kept).read_text()
         assert text == dumps(json.loads(text)), kept
+
+
+def test_task_mean_is_the_mean_of_task_scores_and_pairs_each_task_on_its_own():
+    """The general average: the mean over tasks of each task's seed-mean score (tasks of any size weigh the
+    same), a stratified bootstrap whose first resample matches a hand computation, and a paired difference
+    whose point is the difference of the averages; NaN items are left out on both sides."""
+    rng = np.random.default_rng(1)
+    a = [rng.integers(0, 2, (2, n)).astype(float) for n in (7, 30, 3)]
+    b = [rng.integers(0, 2, (2, n)).astype(float) for n in (7, 30, 3)]
+    point, lo, hi = gt.task_mean(a, 300)
+    assert point == pytest.approx(np.mean([t.mean() for t in a])) and lo <= point <= hi
+    draw = np.random.default_rng(0)
+    first = np.mean([t[:, draw.integers(0, t.shape[1], size=(300, t.shape[1]))[0]].mean() for t in a])
+    again = np.random.default_rng(0)
+    idx = [again.integers(0, t.shape[1], size=(300, t.shape[1])) for t in a]
+    scores = np.mean([t[:, i].mean(-1).mean(0) for t, i in zip(a, idx)], axis=0)
+    assert scores[0] == pytest.approx(first)
+    d, dlo, dhi = gt.task_mean(a, 300, against=b)
+    assert d == pytest.approx(np.mean([x.mean() for x in a]) - np.mean([y.mean() for y in b]))
+    assert dlo <= d <= dhi
+    assert gt.task_mean(a, 300, against=a)[0:3] == (0.0, 0.0, 0.0)
+    a_nan = [t.copy() for t in a]
+    a_nan[1][0, 4] = np.nan  # item 4 of task 1 dropped from both sides
+    keep = np.ones(30, bool)
+    keep[4] = False
+    d2 = gt.task_mean(a_nan, 300, against=b)[0]
+    expected = np.mean([a[0].mean() - b[0].mean(), a[1][:, keep].mean() - b[1][:, keep].mean(), a[2].mean() - b[2].mean()])
+    assert d2 == pytest.approx(expected)
+    assert gt.task_mean(a, 300, against=b[:2]) is None
+    assert gt.task_mean(a, 300, against=[b[0], b[1][:, :5], b[2]]) is None
+
+
+@pytest.mark.integration  # runs the script as a process
+def test_general_capability_cost_and_verdict_tables(tmp_path):
+    """The retention columns (each task, General Avg. as the mean of the task scores, minus full SFT and minus
+    base, paired), each task minus full SFT, the cost table against full SFT's FLOPs and pipeline seconds, and
+    the verdict table, on three rows whose scores are set by hand."""
+    sizes = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
+    share = {"base": (0.5, 0.5, 0.5, 0.5), "full": (0.6, 0.5, 0.25, 0.25), "example-importance": (0.6, 0.5, 0.5, 0.5)}
+    cost = {"base": None, "full": (4e15, 400, 100), "example-importance": (2e15, 250, 150)}
+    runs = {}
+    for method, scores in share.items():
+        general = {}
+        for (task, n), s in zip(sizes.items(), scores):
+            items = [1] * round(s * n) + [0] * (n - round(s * n))
+            general[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+        correct = [1] * (30 if method == "full" else 20) + [0] * (50 if method == "full" else 60)
+        rho = 0.5 if method == "example-importance" else 1.0
+        run = {"method": method, "rho": rho, "seed": None if method == "base" else 42, "general": general,
+               "gsm8k_accuracy": {"accuracy": sum(correct) / 80, "n": 80, "items": correct},
+               "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+        if cost[method]:
+            flops, train_s, shared_s = cost[method]
+            run["cost"] = {"train_steps": 10, "train_executed": 1000, "train_computed": 1200, "train_flops": flops,
+                           "pipeline_seconds": {"warmup": shared_s, "select": 5, "close": 0, "compact": 5,
+                                                "train": train_s},
+                           "pipeline_total": shared_s + 10 + train_s}
+        runs[f"{method}/{rho:g}/{run['seed'] or '-'}"] = run
+    proc = _tables(tmp_path, runs)
+    general = proc.stdout.split("| method | rho | seeds | ARC-C % |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in general.splitlines()[2:]}
+    # General Avg.: the tasks' mean, each task weighing the same whatever its size
+    assert " | 50.0 [" in lines["base"] and " | 40.0 [" in lines["full"] and " | 52.5 [" in lines["example-importance"]
+    assert lines["example-importance"].endswith(" | 12.5 [" + lines["example-importance"].split(" | 12.5 [")[1])
+    per_task = proc.stdout.split("| minus full | rho | seeds | ARC-C (paired) |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | 0.0 [0.0, 0.0] | 0.0 [0.0, 0.0] | 25.0 [" in per_task
+    costs = proc.stdout.split("| method | rho | seeds | train steps |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | 10 | 1,000 | 1,200 | 2e+15 | 0.50 | 410 | 150 | 0.80 |" in costs
+    verdict = proc.stdout.split("| method | rho | seeds | GSM8K acc minus full SFT |")[1].split("\n\n")[0]
+    assert "| example-importance | 0.5 | 1 | -12.5 [" in verdict and " | 0.50 | 0.80 |" in verdict
+    base = next(line for line in verdict.splitlines() if line.startswith("| base |"))
+    assert base.startswith("| base | - | 1 | -12.5 [") and " | 10.0 [" in base and base.endswith("| 0 | 0 |")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from bridgecli.cli.app import app
-from bridgecli.cli.labels import unwrapped
+from bridgecli.cli.build import unwrapped
 
 
 def test_paragraph_lines_are_joined_and_list_items_kept():
@@ -26,7 +26,6 @@ def test_paragraph_lines_are_joined_and_list_items_kept():
         "First line.\n\nA paragraph wrapped at 100 columns in the source.\n\nPresets:\n\n"
         "* one: its flags and why.\n* two: more.\n    an indented line"
     )
-    assert unwrapped(None) is None
 
 
 def test_select_help_reads_as_paragraphs_at_80_columns():

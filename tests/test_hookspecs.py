@@ -127,6 +127,20 @@ def test_no_import_back(files, forbidden):
             assert not bad, f"{path.relative_to(SRC)} imports {bad}"
 
 
+def test_hookspecs_holds_declarations_only():
+    """Every function in hookspecs.py (a hook, a Protocol's member) has no body beyond its docstring or
+    ``...``; the helpers that do something live in contracts.py."""
+    import ast
+
+    tree = ast.parse((SRC / "hookspecs.py").read_text())
+    bodies = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            code = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            bodies[node.name] = code
+    assert bodies and not {name for name, code in bodies.items() if code}
+
+
 @pytest.mark.integration  # starts a Python process
 def test_artifacts_import_no_torch():
     import subprocess

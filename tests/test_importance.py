@@ -60,14 +60,16 @@ def test_importance_keeps_bridges_prompt_side_and_weights_its_draw(tmp_path, tok
 @pytest.mark.parametrize("by", ["loss", "pos"])
 def test_importance_tilts_by_the_loss_or_the_positive_score_with_every_prompt_token_kept(tmp_path, tokenizer, by):
     """``by=loss`` (the grid's importance-loss-resp row) draws with probabilities from the scoring checkpoint's
-    per-token loss, ``by=pos`` from max(Delta_r, 0); at ``--rho-p 1`` every prompt token stays. A later
-    ``--option`` wins over an earlier one (the grid passes ``by=abs`` from its defaults first)."""
+    per-token loss, ``by=pos`` from max(Delta_r, 0); at ``--rho-p 1`` every prompt token stays. An ``--option``
+    key given twice is refused (which value was meant?), not the last one taken."""
     exs, src = _scores(tmp_path, tokenizer)
     out = tmp_path / "imp.bridge"
     r = CliRunner().invoke(app, ["select", str(src), "-o", str(out), "--method", "importance", "--rho-p", "1",
-                                 "--rho-r", "0.5", "--option", "by=abs", "--option", f"by={by}",
-                                 "--option", "floor=0.5"])
+                                 "--rho-r", "0.5", "--option", f"by={by}", "--option", "floor=0.5"])
     assert r.exit_code == 0, r.output
+    twice = CliRunner().invoke(app, ["select", str(src), "-o", str(tmp_path / "x.bridge"), "--method", "importance",
+                                     "--option", "by=abs", "--option", f"by={by}"])
+    assert twice.exit_code == 2 and "--option gives by twice ('abs' and" in twice.output
     with open_reader(str(out)) as reader:
         got = list(reader)
     for ex, new in zip(exs, got):

@@ -63,10 +63,8 @@ def lm_eval():
 
 def test_engine_checks_before_the_model_loads(monkeypatch):
     with pytest.raises(UsageError, match="--engine vllm: choose one of bridge, lm-eval"):
-        lme.check_engine("vllm", ["arc_easy"])
-    with pytest.raises(UsageError, match="runs arc_challenge, arc_easy, hellaswag, mmlu; not gsm8k, math"):
-        lme.check_engine("lm-eval", ["arc_easy", "gsm8k", "math"])
-    lme.check_engine("bridge", ["gsm8k"])  # bridge runs everything
+        lme.check_engine("vllm")
+    lme.check_engine("bridge")
 
     from importlib import metadata
 
@@ -75,13 +73,22 @@ def test_engine_checks_before_the_model_loads(monkeypatch):
 
     monkeypatch.setattr(metadata, "version", missing)
     with pytest.raises(UsageError) as info:
-        lme.check_engine("lm-eval", ["mmlu"])
+        lme.check_engine("lm-eval")
     assert "not installed" in str(info.value) and "bridgecli[lm-eval]" in str(info.value)
+
+
+def test_the_engine_configures_exactly_the_tasks_that_declare_it():
+    from bridgecli import registry
+    from bridgecli.contracts import as_eval_task
+
+    declared = {n for n in registry.names("eval_task") if "lm-eval" in as_eval_task(registry.get("eval_task", n).obj).engines}
+    assert declared == set(lme.LM_EVAL_YAML)
 
 
 def test_cli_refuses_unsupported_engine_tasks_in_one_line(tmp_path):
     bad = CliRunner().invoke(app, ["eval", "smollm2", "--engine", "lm-eval", "--task", "gsm8k", "--data", "x"])
     assert bad.exit_code == UsageError.exit_code and "not gsm8k" in bad.output
+    assert "runs arc_challenge, arc_easy, hellaswag, mmlu; not gsm8k" in bad.output  # from the declarations
     bad = CliRunner().invoke(app, ["eval", "smollm2", "--engine", "nope", "--task", "mmlu", "--data", "x"])
     assert bad.exit_code == UsageError.exit_code and "--engine nope" in bad.output
 

@@ -31,6 +31,7 @@ BUILTINS = {
     "bridgecli.builtin.baselines": ("register_selectors", "selector",
                                     {"random", "rho1", "tokencleaning", "sstoken", "llmlingua1", "llmlingua2",
                                      "llm+tc", "tokenseek-approx"}),
+    "bridgecli.builtin.whole_examples": ("register_selectors", "selector", {"example-importance", "rho-loss"}),
     "bridgecli.builtin.eval_tasks": ("register_eval_tasks", "eval_task",
                                      {"gsm8k", "math", "humaneval", "mbpp", "arc_challenge", "arc_easy", "hellaswag", "mmlu",
                                       "heldout-loss", "answer-loss"}),

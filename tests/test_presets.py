@@ -122,11 +122,11 @@ def test_flags_given_win_even_at_their_default_value(tmp_path, scores):
     assert params["method"] == "random" and params["rho_p"] == 1.0 and params["preset"] == "random-resp"
 
 
-def test_no_preset_records_what_it_always_did(tmp_path, scores):
+def test_no_preset_records_the_defaults(tmp_path, scores):
     r, _, params, _ = _select(tmp_path, scores)
     assert r.exit_code == 0, r.output
-    assert params["method"] == "bridge" and params["rho_p"] == 0.75 and "preset" not in params
-    assert "options" not in params
+    assert params["method"] == "bridge" and params["rho_p"] == 0.75 and params["preset"] is None
+    assert params["options"] == {}
 
 
 def test_a_python_caller_gets_the_same_expansion(tmp_path, scores):
@@ -164,7 +164,7 @@ def test_help_lists_the_presets_from_the_table():
     for name, p in PRESETS.items():
         assert f"{name}: {p.flags()}" in text, name
     assert presets.SECTION in text
-    assert "[default: bridge]" in text and "[default: 0.75]" in text  # the defaults still show
+    assert "[default: (bridge)]" in text and "[default: (0.75)]" in text  # the defaults still show (Typer: "(...)")
 
 
 def test_the_docs_table_is_the_presets():
@@ -176,3 +176,12 @@ def test_the_docs_table_is_the_presets():
             if line.startswith("| `")}
     for name, p in PRESETS.items():
         assert f"`{p.flags()}`" in rows.get(name, ""), name
+
+
+def test_a_preset_given_twice_is_a_usage_error(tmp_path, scores):
+    """Issue 40: not the last one silently; one line, exit 2, before the input is read."""
+    r, out, _, _ = _select(tmp_path, scores, "--preset", "random-resp", "--preset", "importance-loss-resp")
+    assert r.exit_code == UsageError.exit_code and not out.exists()
+    assert r.stderr.strip() == (
+        "bridge select: error: --preset given 2 times ('random-resp', 'importance-loss-resp'): give it once"
+    )

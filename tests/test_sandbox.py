@@ -6,6 +6,7 @@ available. The opt-in checks at the end run everywhere."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import struct
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from bridgecli.errors import UsageError
 from bridgecli.evaluation import containment, sandbox, sandbox_bwrap
 from bridgecli.evaluation.sandbox import Limits, bwrap_problem, run_program
-from sandbox_probes import marked, short_timeout_runs, tmpfs_filler
+from sandbox_probes import left_after_sigkill, marked, short_timeout_runs, tmpfs_filler
 
 needs_bwrap = pytest.mark.skipif(bwrap_problem() is not None, reason=f"no bwrap sandbox here: {bwrap_problem()}")
 FAST = Limits(timeout=5, memory_mb=512)
@@ -311,22 +312,16 @@ def test_memory_held_outside_processes_counts(memory_mode, attack):
 @pytest.mark.parametrize("how", ["os._exit(0)", "ctypes.CDLL(None)._exit(0)", "os.execv('/bin/true', ['true'])"])
 def test_exit_status_0_before_the_end_is_not_a_pass(how):
     # issue 30: a solution calling os._exit(0) before the test's asserts was graded passed
-    out = run(f"""
-        import ctypes, os
-        def inc(x):
-            {how}
-        def check(candidate):
-            assert candidate(1) == 999
-        check(inc)
-    """)
-    assert out.returncode == 0 and out.status == "failed"
-    assert "no success signal" in out.error
+    solution = f"import ctypes, os\ndef inc(x):\n    {how}\n"
+    test = "def check(candidate):\n    assert candidate(1) == 999\ncheck(inc)\n"
+    out = run_program(sandbox.Program(solution, test), FAST)
+    assert out.status == "failed" and "program exited with status 0" in out.error and "no success signal" in out.error
 
 
 @needs_bwrap
 def test_success_signal_is_out_of_the_programs_reach():
     # the token is in no file, argument or environment variable the program can read, and writing
-    # to every open descriptor does not forge it
+    # to every open descriptor (the pipes to the checker among them) does not forge it
     out = run("""
         import os, sys
         seen = open("/work/program.py").read() + open("/proc/self/cmdline").read() + repr(dict(os.environ))
@@ -337,7 +332,7 @@ def test_success_signal_is_out_of_the_programs_reach():
                 pass
         os._exit(0)
     """)
-    assert out.status == "failed" and "no success signal" in out.error
+    assert out.status == "failed" and "broke the runner's protocol" in out.error
 
 
 SHORT_TIMEOUTS = [0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05] * 3
@@ -363,6 +358,25 @@ def _argv0(pid: int) -> str:
             return fh.read().split(b"\0")[0].decode()
     except OSError:
         return ""
+
+
+@needs_bwrap
+def test_nothing_of_a_sandbox_outlives_a_killed_evaluator():
+    # issue 40: after a SIGKILL of the evaluator during a run, one bwrap (uid 65534, parent PID 1,
+    # stuck in eventfd_read) outlived it; now each sandbox's supervisor kills it all
+    seed = time.time_ns() % 2**32
+    rng = random.Random(seed)
+    delays = [round(rng.uniform(0, 0.5), 3) for _ in range(10)]
+    left = left_after_sigkill(delays, unsafe=False)
+    assert not any(left), (seed, [(d, found) for d, found in zip(delays, left) if found])
+
+
+def test_nothing_of_the_unsafe_runner_outlives_a_killed_evaluator():
+    seed = time.time_ns() % 2**32
+    rng = random.Random(seed)
+    delays = [round(rng.uniform(0, 0.5), 3) for _ in range(5)]
+    left = left_after_sigkill(delays, unsafe=True)
+    assert not any(left), (seed, [(d, found) for d, found in zip(delays, left) if found])
 
 
 def test_kill_tree_reaches_a_new_session():

@@ -26,7 +26,8 @@ from bridgecli.format.writer import StreamWriter
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, load_scoring_checkpoint
 from bridgecli.steps import score as score_step
-from bridgecli.steps import score_loop
+from bridgecli.modeling import score_loop
+from bridgecli.runtime.resumable import ResumableOutput
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
 # integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
@@ -105,7 +106,7 @@ def test_a_writer_error_stops_the_run(run, tmp_path, monkeypatch):
             raise OSError("disk full")
         writer.flush()
 
-    monkeypatch.setattr(score_step.ResumableOutput, "commit", failing_commit)
+    monkeypatch.setattr(ResumableOutput, "commit", failing_commit)
     with pytest.raises(OSError, match="disk full"):
         run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), window=4,
                                max_tokens=300, batch_size=2, device="cpu"))
@@ -167,11 +168,13 @@ def test_timings_name_each_phase_in_order_and_only_when_asked(run, tmp_path, mon
 
 def test_a_named_gpu_becomes_the_current_device(run, tmp_path, monkeypatch):
     """`--device cuda:1` in one process: the Triton kernels launch on the current device, so it is set."""
+    from bridgecli.runtime import params
+
     chosen = []
-    monkeypatch.setattr(score_step, "resolve_device", lambda device: "cuda:1")
+    monkeypatch.setattr(params, "check_device", lambda device: None)  # no GPU here: take cuda:1 as present
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(torch.device(d)))
     monkeypatch.setattr(score_step, "_score", lambda *args: 0)
-    run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
+    run_score(ScoreOptions(data=str(SAMPLE), out=str(tmp_path / "o.bridge"), run=str(run), device="cuda:1"))
     assert chosen == [torch.device("cuda:1")]
 
 
@@ -189,18 +192,18 @@ def test_tokenising_in_a_child_process_writes_the_same_bytes(run, tmp_path, monk
 def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_path, monkeypatch):
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
     out = tmp_path / "o.bridge"
-    real_commit = score_step.ResumableOutput.commit
+    real_commit = ResumableOutput.commit
 
     def failing_commit(self, writer, position):
         if position > 8:
             raise OSError("disk full")
         real_commit(self, writer, position)
 
-    monkeypatch.setattr(score_step.ResumableOutput, "commit", failing_commit)
+    monkeypatch.setattr(ResumableOutput, "commit", failing_commit)
     with pytest.raises(OSError, match="disk full"):
         run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300, batch_size=2,
                                device="cpu"))
-    monkeypatch.setattr(score_step.ResumableOutput, "commit", real_commit)
+    monkeypatch.setattr(ResumableOutput, "commit", real_commit)
     assert run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
                                   batch_size=2, device="cpu", resume=True)) == 48
     assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2))
@@ -224,6 +227,11 @@ def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
     assert len(read_all(from_stdin)[1]) == len(read_all(from_file)[1]) > 0
     header = read_all(from_stdin)[0]  # it names the data as the user gave it, not the temporary copy
     assert header.source == "<stdin>" and header.steps[-1].params["data"] == "<stdin>"
+    from test_step_records import unrecorded
+
+    params = header.steps[-1].params
+    assert unrecorded(ScoreOptions, params) == []  # every field of its options, or marked not to be
+    assert params["run"] == str(run) and params["device"] == "cpu" and "resume" not in params
 
 
 def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):
@@ -238,7 +246,7 @@ def test_a_bad_record_on_stdin_is_named_stdin(run, tmp_path, monkeypatch):
     assert not (tmp_path / "o.bridge").exists()
 
 
-def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_dir):
+def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_dir, capfdbinary):
     """A warmup checkpoint whose weights went NaN scores NaN: score refuses before writing, naming the data
     file, the record, its id and the field, as the reader would refuse the stream later."""
     from transformers import AutoModelForCausalLM
@@ -261,6 +269,11 @@ def test_a_diverged_checkpoint_stops_score_with_one_line(tmp_path, tiny_model_di
     assert "field 'scores.a': holds NaN at index 0 (values must lie within +-2^48" in text, text
     assert f"the checkpoint of {run}: did its warmup diverge?" in text
     assert not out.exists() and not list(tmp_path.glob("o.bridge*"))  # nothing committed: nothing kept
+    capfdbinary.readouterr()
+    with pytest.raises(ModelError, match="holds NaN") as info:  # on stdout: no prefix that looks like a stream
+        run_score(ScoreOptions(data=str(SAMPLE), out="-", run=str(run), window=4, max_tokens=300, batch_size=2,
+                               device="cpu"))
+    assert capfdbinary.readouterr().out == b"" and "incomplete" not in str(info.value)
 
 
 class _Poisoned:
@@ -304,3 +317,90 @@ def test_the_serial_loop_checks_each_batch_too(run):
     window = list(islice(iter_examples(str(SAMPLE), ck.tokenizer, DataOptions()), 4))
     with pytest.raises(BridgeError, match=r"^data.jsonl, record 2 \(id train-0003\), field 'scores.a'"):
         score_window(scorer, window, 300, 2, source="data.jsonl")
+
+
+class _Opens:
+    """Counts the opens of one path (an audit hook: every open by Python code, gzip's and pyarrow's
+    Python side included); on only inside ``with``."""
+
+    def __init__(self, path: Path):
+        self.path, self.count, self.on = str(path), 0, False
+        import sys
+
+        sys.addaudithook(self.hook)
+
+    def hook(self, event: str, args) -> None:
+        if self.on and event == "open" and args and str(args[0]) == self.path:
+            self.count += 1
+
+    def __enter__(self):
+        self.on = True
+        return self
+
+    def __exit__(self, *exc):
+        self.on = False
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_score_opens_its_input_twice(run, tmp_path, suffix):
+    """Issue 42: the first pass gives the digest, the count and the check that there is a record; the
+    second the examples (it was four: the first record, the digest, the count, the examples)."""
+    import gzip
+
+    data = tmp_path / f"data{suffix}"
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)[:6]
+    data.write_bytes(gzip.compress(b"".join(lines)) if suffix.endswith(".gz") else b"".join(lines))
+    with _Opens(data) as opens:
+        n = run_score(ScoreOptions(data=str(data), out=str(tmp_path / "o.bridge"), run=str(run), device="cpu"))
+    assert n == 6 and opens.count == 2
+
+
+def _payloads(path: Path) -> tuple[Header, list[bytes]]:
+    """A stream's header and its example records as written (msgpack payloads)."""
+    from bridgecli.format.reader import open_reader
+
+    with open_reader(str(path)) as reader:
+        return reader.header, list(reader.payloads())
+
+
+def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_records(run, tmp_path):
+    """Ctrl-C at the default --window 256 (issue 41): score commits every example it wrote, the window it
+    was in too, says how to resume, and --resume ends with the records of an uninterrupted run, each byte
+    for byte (the header's timestamps are the interrupted run's; docs/cli.md)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bridgecli.runtime.resumable import header_key
+
+    record = json.loads(SAMPLE.read_text().splitlines()[0])
+    data = tmp_path / "data.jsonl"  # 120 examples of one length: batches in input order, one window
+    data.write_text("".join(json.dumps({**record, "id": f"x{i:03d}"}) + "\n" for i in range(120)))
+    out, ref = tmp_path / "out.bridge", tmp_path / "ref.bridge"
+    args = [sys.executable, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out),
+            "--device", "cpu", "--batch-size", "2"]
+    env = dict(os.environ, BRIDGE_TIMINGS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
+    err = []
+    for line in proc.stderr:  # the first batch is scored (and handed to the writer): interrupt soon after
+        err.append(line)
+        if "first batch done" in line:
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGINT)
+            break
+    err += proc.stderr.readlines()
+    assert proc.wait(timeout=120) == 130, "".join(err)
+    text = "".join(err)
+    kept = int(text.split("interrupted: kept ")[1].split()[0])
+    assert 0 < kept < 120 and "rerun with --resume" in text and "bridge score: interrupted" in text, text
+    assert not out.exists() and Path(f"{out}.partial").exists()
+
+    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming after {kept} examples" in resumed.stderr
+    assert run_score(ScoreOptions(data=str(data), out=str(ref), run=str(run), device="cpu", batch_size=2)) == 120
+    (h1, got), (h2, want) = _payloads(out), _payloads(ref)
+    assert got == want  # every record byte-identical
+    assert header_key(h1) == header_key(h2) and h1.created != "" and h1.steps[-1].params == h2.steps[-1].params

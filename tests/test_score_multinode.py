@@ -150,31 +150,39 @@ def test_node_local_output_folders_stop_before_scoring(warmup, tmp_path):
         assert list(d.iterdir()) == [], list(d.iterdir())  # no shard, no probe left behind
 
 
-def test_resume_keeps_a_shard_finished_before_another_rank_stopped(tmp_path):
+def test_resume_keeps_a_shard_finished_before_another_rank_stopped(tmp_path, monkeypatch):
     from bridgecli.errors import UsageError
     from bridgecli.format.records import Example, Header, ModelInfo, Step, Tokens
     from bridgecli.format.writer import open_writer
-    from bridgecli.runtime.ranks import Dist, finished_shard
+    from bridgecli.runtime.ranks import Dist
+    from bridgecli.runtime.stream_output import StreamOutput
 
     def header(window):
         return Header(stage="scores", producer="t", created="then", model=ModelInfo("m", "f", "t"),
                       steps=[Step("score", "t", "then", {"window": window, "shard": [1, 2]})])
 
     out = tmp_path / "scores.bridge"
+
+    def finished(rank: int, world: int, resume: bool, head) -> int | None:
+        """What the output of rank ``rank`` of ``world`` finds (torchrun's environment)."""
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        return StreamOutput(out, resumable=True, resume=resume).finished_shard(head)
+
     rank1 = Dist(1, 2)
-    assert finished_shard(rank1, out, True, header(3)) is None  # nothing written yet: score it
+    assert finished(1, 2, True, header(3)) is None  # nothing written yet: score it
     with open_writer(rank1.shard_path(out), header(3)) as w:
         for i in (1, 3, 5):
             w.write(Example(id=str(i), index=i, text="", tokens=Tokens(input_ids=[1, 2], kinds=bytes([2, 3]),
                                                                       offsets=[0, 0, 0, 0])))
     now = msgspec.structs.replace(header(3), created="now")  # the rerun's timestamps differ
-    assert finished_shard(rank1, out, True, now) == 3
-    assert finished_shard(rank1, out, False, now) is None  # without --resume the shard is made again
-    assert finished_shard(Dist(0, 1), out, True, now) is None  # one process has no shards
+    assert finished(1, 2, True, now) == 3
+    assert finished(1, 2, False, now) is None  # without --resume the shard is made again
+    assert finished(0, 1, True, now) is None  # one process has no shards
     with pytest.raises(UsageError, match="other parameters"):
-        finished_shard(rank1, out, True, header(4))
+        finished(1, 2, True, header(4))
     Path(str(rank1.shard_path(out)) + ".partial").write_bytes(b"")  # a newer, unfinished attempt wins
-    assert finished_shard(rank1, out, True, now) is None
+    assert finished(1, 2, True, now) is None
 
 
 def test_a_dead_peer_reads_as_one_short_line():

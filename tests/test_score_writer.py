@@ -1,4 +1,4 @@
-"""bridge score's writer hand-off (steps/score_loop.py): a window's examples go to the writer thread as
+"""bridge score's writer hand-off (modeling/score_loop.py): a window's examples go to the writer thread as
 soon as every example before them is scored, and the window is committed once it is complete."""
 
 import threading
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridgecli.steps.score_loop import Window, WriterThread
+from bridgecli.modeling.score_loop import Window, WriterThread
 
 
 @settings(max_examples=200, deadline=None)

@@ -187,3 +187,30 @@ def test_html_renders_in_headless_chromium(stream, tmp_path):
     # the supervised highlights are there: some clearly green pixels
     green = (img[..., 1] > img[..., 0] + 30) & (img[..., 1] > img[..., 2] + 30)
     assert green.sum() > 100
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "v1.3-closure.bridge"
+
+
+@pytest.mark.parametrize("damage", ["two streams", "a garbage byte", "a zstd frame", "cut short"])
+def test_show_refuses_what_every_other_command_refuses(tmp_path, damage):
+    # issue 40: `show --html --index 0` stopped reading at the example it wanted and accepted streams with
+    # something wrong after it, which every other command refuses
+    import zstandard
+
+    data = GOLDEN.read_bytes()
+    bad = tmp_path / "bad.bridge"
+    bad.write_bytes({
+        "two streams": data + data,
+        "a garbage byte": data + b"\x00",
+        "a zstd frame": data + zstandard.ZstdCompressor().compress(b"more"),
+        "cut short": data[: len(data) - 40],
+    }[damage])
+    page = tmp_path / "page.html"
+    for args in (["show", str(bad), "--index", "0", "--html", str(page)], ["inspect", str(bad)]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 3, (args[0], result.output)
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not page.exists()
+    assert CliRunner().invoke(app, ["show", str(GOLDEN), "--index", "0", "--html", str(page)]).exit_code == 0
+    assert page.exists()

@@ -110,7 +110,7 @@ def test_sigkill_then_resume_ends_with_the_uninterrupted_weights(tmp_path, data,
     assert steps == list(range(1, 25))
     np.testing.assert_allclose(losses(out), losses(ref), rtol=1e-6)
     kept = sorted(p.name for p in (out / "checkpoints").iterdir())
-    assert kept == ["step-000020", "step-000022"]  # --keep-checkpoints 2; the debris is gone
+    assert kept == ["step-000022"]  # --keep-checkpoints 1 (the default); the debris is gone
 
 
 def test_two_processes_give_the_one_process_result(tmp_path, data, small_dir):
@@ -184,3 +184,64 @@ def test_cli_flags_reach_the_run(tmp_path, data, small_dir):
     assert res.exit_code == 2 and "holds a finished training run" in res.output and "--overwrite" in res.output
     res = runner.invoke(app, train_args(data, tmp_path / "o", small_dir, "--max-steps", 1, "--overwrite"))  # replaced
     assert res.exit_code == 0, res.output
+
+
+# -- a full disk during a checkpoint (issue 40) ------------------------------------------------------
+
+
+def _small_disk(monkeypatch, free: int) -> None:
+    """statvfs reports ``free`` bytes left everywhere (what `check_room` and the write errors read)."""
+    real = os.statvfs
+
+    def statvfs(path):
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, 1, st.f_blocks, free, free, *st[5:]))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+def test_a_checkpoint_that_would_not_fit_is_refused_naming_enospc(tmp_path, data, small_dir, monkeypatch):
+    # a train ended with ".../model: cannot write: the write failed": 18 GB checkpoints had filled the disk
+    from bridgecli.errors import WriteError
+    from bridgecli.training.checkpoint import MARGIN, estimate_bytes  # noqa: F401  (what the check adds)
+
+    _small_disk(monkeypatch, free=2 * 2**20)
+    out = tmp_path / "run"
+    sft = SFTConfig(lr=1e-3, seed=3, max_steps=4, batch_size=2, grad_accum=1, epochs=4, save_every=2)
+    with pytest.raises(WriteError) as info:
+        run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=sft))
+    text = str(info.value)
+    assert "cannot write the checkpoint of step 2: No space left on device (ENOSPC, 2.1 MB free there" in text
+    assert "it takes about" in text and str(out / "checkpoints" / "step-000002") in text
+    assert not out.exists()  # nothing --resume could continue: the run leaves no folder
+
+
+def test_a_checkpoint_write_that_loses_its_errno_names_the_cause(tmp_path, data, small_dir, monkeypatch):
+    # torch.save writing a file it opened itself loses the errno; a probe write next to it finds it
+    import accelerate
+
+    from bridgecli import io as bio
+    from bridgecli.errors import WriteError
+
+    real_save, calls = accelerate.Accelerator.save_state, []
+
+    def save_state(self, output_dir=None, **kwargs):
+        calls.append(output_dir)
+        if len(calls) == 2:  # the second checkpoint meets a full disk, as torch reports it
+            Path(output_dir, "optimizer.bin").write_bytes(b"x" * 1000)
+            raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 704 vs 598")
+        return real_save(self, output_dir, **kwargs)
+
+    monkeypatch.setattr(accelerate.Accelerator, "save_state", save_state)
+    monkeypatch.setattr(bio, "probe_errno", lambda path: 28)  # ENOSPC, as the probe write would fail
+    out = tmp_path / "run"
+    sft = SFTConfig(lr=1e-3, seed=3, max_steps=6, batch_size=2, grad_accum=1, epochs=4, save_every=2)
+    with pytest.raises(WriteError) as info:
+        run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=sft))
+    assert "cannot write: No space left on device (ENOSPC, " in str(info.value) and "free there" in str(info.value)
+    assert str(out / "checkpoints" / "step-000004") in str(info.value)
+    # the run keeps what --resume continues: its complete checkpoint, not the partial one
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002"]
+    monkeypatch.setattr(accelerate.Accelerator, "save_state", real_save)
+    resumed = run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=sft, resume=True))
+    assert resumed["resumed_from_step"] == 2 and resumed["steps"] == 6

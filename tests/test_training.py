@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from bridgecli.artifacts.direction_file import Direction, DirectionMeta, load_direction, save_direction
 from bridgecli.errors import UsageError
 from bridgecli.format.records import Tokens
-from bridgecli.modeling import direction
+from bridgecli.training import direction
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.training.batching import collate_packed, collate_padded, micro_batches, split_ranks, step_rows
 from bridgecli.training.packing import check_packing

@@ -89,6 +89,8 @@ def _example_with_everything():
 QUANTITIES = ["scores.a", "scores.c", "scores.A", "scores.B", "scores.loss", "references.prompt_loss",
               "references.response_grad"]
 RESULTS = ["selection.response_scores", "selection.u_sur"]
+#: losses, attention masses, gradient norms: within [0, 2^48] (issue 40)
+NON_NEGATIVE = ["scores.c", "scores.A", "scores.loss", "references.prompt_loss", "references.response_grad"]
 
 
 @pytest.mark.parametrize("field", QUANTITIES + RESULTS)
@@ -108,7 +110,7 @@ def test_every_float_field_is_bounded_by_both(field, dtype):
         values = np.array([0.5, bad, -0.25])
         broken = _with(ex, field, values, dtype)
         assert not _fast_ok(broken, "selection") and not _slow_ok(broken, "selection"), (field, dtype, bad)
-    at_bound = _with(ex, field, np.array([top, -top, 0.0]), dtype)
+    at_bound = _with(ex, field, np.array([top, 0.0, 0.0] if field in NON_NEGATIVE else [top, -top, 0.0]), dtype)
     assert _fast_ok(at_bound, "selection") and _slow_ok(at_bound, "selection"), (field, dtype)
 
 
@@ -157,11 +159,12 @@ def _score_batches(draw):
 
 def _first_bad_brute(batch):
     """The first (example, field) whose values, read one by one as Python floats, are not all finite and
-    within +-2^48."""
+    within +-2^48, and >= 0 for c, A and loss."""
     for k, s in enumerate(batch):
         for name in ("a", "c", "A", "loss", "B"):
             arr = getattr(s, name)
-            if arr is not None and not all(math.isfinite(v) and abs(v) <= MAX_QUANTITY
+            low = 0.0 if name in ("c", "A", "loss") else -MAX_QUANTITY
+            if arr is not None and not all(math.isfinite(v) and low <= v <= MAX_QUANTITY
                                            for v in arr.numpy("float64").reshape(-1).tolist()):
                 return k, f"scores.{name}"
     return None
@@ -188,8 +191,11 @@ def test_first_bad_scores_uses_the_readers_words():
     from bridgecli.format import Scores
     from bridgecli.format.validate import first_bad_scores
 
-    ok = Array.of([0.5, -1.0])
-    assert first_bad_scores([Scores(scorer="t", a=ok, c=ok, A=Array.of([[1.0], [0.0]], "float16"))]) is None
+    ok, signed = Array.of([0.5, 1.0]), Array.of([0.5, -1.0])
+    assert first_bad_scores([Scores(scorer="t", a=signed, c=ok, A=Array.of([[1.0], [0.0]], "float16"))]) is None
+    negative = Scores(scorer="t", a=signed, c=ok, A=Array.of([[1.0], [0.0]], "float16"), loss=Array.of([1.0, -0.001]))
+    assert first_bad_scores([negative]) == (
+        0, "scores.loss", "holds -0.001 at index 1 (a loss, an attention mass or a gradient norm: values must be >= 0)")
     nan = Scores(scorer="t", a=ok, c=ok, A=Array.of([[1.0], [0.0]], "float16"), loss=Array.of([1.0, np.nan]))
     assert first_bad_scores([nan, nan]) == (
         0, "scores.loss", "holds NaN at index 1 (values must lie within +-2^48, the largest magnitude the stream "
@@ -200,3 +206,20 @@ def test_first_bad_scores_uses_the_readers_words():
     assert "4 bytes of data" in first_bad_scores([short])[2]
     missing = Scores(scorer="t", a=ok, c=None, A=ok, loss=ok, B=ok)  # as many arrays as a, c and A
     assert first_bad_scores([missing]) == (0, "scores.c", "not an array")
+
+
+@pytest.mark.parametrize("field", NON_NEGATIVE + ["scores.a", "scores.B"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_quantities_that_are_never_negative(field, dtype):
+    """A negative loss, attention mass or gradient norm (even the smallest, -0.001 in the issue) is refused by
+    both checks; -0.0 passes (the fast check leaves it to the slow one); a's and B's signs are free."""
+    ex = _example_with_everything()
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    for bad in (-0.001, -tiny, -min(MAX_QUANTITY, float(np.finfo(dtype).max))):
+        broken = _with(ex, field, np.array([0.5, bad, 0.25]), dtype)
+        if field in NON_NEGATIVE:
+            assert not _fast_ok(broken, "selection") and not _slow_ok(broken, "selection"), (field, dtype, bad)
+        else:
+            assert _slow_ok(broken, "selection") and _fast_ok(broken, "selection"), (field, dtype, bad)
+    zero = _with(ex, field, np.array([0.5, -0.0, 0.25]), dtype)
+    assert _slow_ok(zero, "selection")

@@ -26,7 +26,7 @@ import pytest
 
 from bridgecli.cli.app import app
 from bridgecli.errors import WriteError
-from bridgecli.io import failed_write, write_error
+from bridgecli.io import failed_write, human_bytes, write_error
 
 from tiny import sample_inputs
 
@@ -106,6 +106,8 @@ CASES = [
 ]
 IDS = [c[1].split(" {")[0] + (" " + c[1].split("--format ")[1].split()[0] if "--format" in c[1] else "")
        + (" --overwrite" if "--overwrite" in c[1] else "") for c in CASES]
+#: an earlier output of compact --format hf: the files that tell it is one (its side file lies beside it)
+EARLIER_HF = ("state.json", "dataset_info.json", "data-00000-of-00001.arrow")
 #: an earlier finished run of the command (kinds warmup-run and train-run): its files
 FINISHED = {"warmup-run": {"warmup.json": "{}", "checkpoint/earlier.txt": "the earlier output\n"},
             "train-run": {"bridge_train.json": "{}", "earlier.txt": "the earlier output\n"}}
@@ -159,9 +161,11 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
     out = small_disk / name
     if kind == "file":
         out.write_text("the earlier output\n")
-    elif kind == "dir":
+    elif kind == "dir":  # an earlier output of compact --format hf (a foreign folder is refused at once)
         out.mkdir()
-        (out / "earlier.txt").write_text("the earlier output\n")
+        for rel in EARLIER_HF:
+            (out / rel).write_text("the earlier output\n")
+        (small_disk / f"{name}.bridge.json").write_text("{}")
     elif kind in FINISHED:  # replaced (--overwrite) only once the new run is written
         for rel, text in FINISHED[kind].items():
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -174,15 +178,15 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
 
     assert_one_line(code, err, command, str(out))
     after = _tree(small_disk)
-    # no lock file is left (docs/cli.md); train writes its run folder in place, so a failed one leaves
-    # the folder and its (empty) metrics log, never a partial model or summary
-    allowed = {name, f"{name}/metrics.jsonl"} if command == "train" else set()
+    # no lock file is left (docs/cli.md); train writes its run folder in place, and a failed one removes
+    # it unless --resume can continue it (issue 40): here no checkpoint was written
+    allowed: set[str] = set()
     assert after - before <= allowed, sorted(after - before)
     assert before <= after
     if kind == "file":
         assert out.read_text() == "the earlier output\n"
     elif kind == "dir":
-        assert _tree(out) == {"earlier.txt"} and (out / "earlier.txt").read_text() == "the earlier output\n"
+        assert _tree(out) == set(EARLIER_HF) and (out / "state.json").read_text() == "the earlier output\n"
     elif kind in FINISHED:
         assert {p: (out / p).read_text() for p in _tree(out) if (out / p).is_file()} == FINISHED[kind]
 
@@ -198,7 +202,7 @@ def test_a_full_temporary_folder_names_the_temporary_file(work, small_disk, monk
     result = CliRunner().invoke(app, ["score", "-", "--from", str(work / "warm"), "-o", str(work / "never.bridge")],
                                 input=(work / "data.jsonl").read_bytes())
     assert result.exit_code == 7, result.output
-    assert result.stderr.startswith(f"bridge score: error: {small_disk}/bridge-score-"), result.stderr
+    assert result.stderr.startswith(f"bridge score: error: {small_disk}/bridge-stdin-"), result.stderr
     assert "stdin.jsonl: cannot write: No space left on device" in result.stderr
     assert sorted(p.name for p in small_disk.iterdir()) == ["filler"] and not (work / "never.bridge").exists()
 
@@ -280,7 +284,7 @@ def test_dev_full_in_a_real_process(args):
     err = proc.stderr.decode()
     assert proc.returncode == 7, err
     assert err.splitlines() == [f"bridge {args[0]}: error: <stdout>: cannot write: No space left on device "
-                                "(free some space or write elsewhere, then run again)"]
+                                "(ENOSPC) (free some space or write elsewhere, then run again)"]
 
 
 @pytest.mark.parametrize("args", [["select", GOLDEN], ["inspect", GOLDEN], ["compact", GOLDEN, "--format", "text"]],
@@ -402,8 +406,32 @@ def test_failed_write_reads_the_errno_through_library_wrappers(tmp_path):
 
     err = write_error(full, tmp_path / "out.bridge")
     assert isinstance(err, WriteError) and err.exit_code == 7
-    assert str(err) == (f"{tmp_path / 'out.bridge'}: cannot write: No space left on device "
-                        "(free some space or write elsewhere, then run again)")
-    assert str(write_error(full, "-")).startswith("<stdout>: cannot write: ")
+    free = human_bytes(os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize)
+    assert str(err) == (f"{tmp_path / 'out.bridge'}: cannot write: No space left on device (ENOSPC, {free} free "
+                        "there) (free some space or write elsewhere, then run again)")
+    assert str(write_error(full, "-")).startswith("<stdout>: cannot write: No space left on device (ENOSPC)")
     broken = write_error(OSError(errno.EIO, "Input/output error"), tmp_path / "out.bridge")
-    assert str(broken).endswith("out.bridge: cannot write: Input/output error (the device reported an error)")
+    assert str(broken).endswith("out.bridge: cannot write: Input/output error (EIO) (the device reported an error)")
+
+
+def test_a_write_that_lost_its_errno_says_why(tmp_path, monkeypatch):
+    """Issue 40: a train ended with "cannot write: the write failed", no reason given (torch's serializer loses
+    the errno). A probe write next to the output finds it, with the room left; where the probe goes through,
+    the writer's own words are the reason."""
+    from bridgecli import io as bio
+
+    lost = RuntimeError("[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file data/3: "
+                        "file write failed")
+    assert failed_write(lost) == (None, "torch's writer failed (PytorchStreamWriter failed writing file data/3: "
+                                        "file write failed)")
+    assert bio.probe_errno(tmp_path / "out.pt") is None  # room here: the probe goes through
+    said = str(write_error(lost, tmp_path / "out.pt"))
+    assert said.endswith("out.pt: cannot write: torch's writer failed (PytorchStreamWriter failed writing file "
+                         "data/3: file write failed)")
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 100, 3, 3, *real(p)[5:])))
+    monkeypatch.setattr(bio, "probe_errno", lambda path: errno.ENOSPC)  # the probe meets the full disk
+    said = str(write_error(lost, tmp_path / "out.pt"))
+    assert "out.pt: cannot write: No space left on device (ENOSPC, 12.3 kB free there)" in said, said
+    monkeypatch.setattr(bio, "probe_errno", lambda path: errno.EIO)
+    assert "cannot write: Input/output error (EIO) (the device reported an error)" in str(write_error(lost, tmp_path))

@@ -43,15 +43,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
-    src = Source(
-        data=args.data,
-        run=args.run,
-        n=args.n,
-        seed=args.seed,
-        device="cpu",
-        data_opts=DataOptions(max_length=args.max_length),
-        cache=args.cache,
-    )
+    src = Source(args.data, args.run, args.n, args.seed, device="cpu", cache=args.cache)  # data, --from, --n, --seed
+    src.data_opts = DataOptions(max_length=args.max_length)
     loaded = load(src)
     examples = _score(loaded, pick_examples(src, loaded.ctx.tokenizer, loaded.meta), src.batch_size)
     exact = _exact_scores(loaded, src, args.perturb, None)

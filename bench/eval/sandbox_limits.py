@@ -15,8 +15,16 @@ Three parts, each a table of hostile programs and what became of them:
   would fail), in the bubblewrap runner and the unsafe one: how many were graded passed.
 - **short timeouts**: ``--runs`` programs at each of a few very short ``--code-timeout`` values,
   each execing a marked ``sleep``; how many marked processes were left running afterwards.
+- **forgeries**: solutions that forge their pass (``tests/sandbox_probes.py``'s ``FORGERIES``: the
+  runner's frames, a traceback, gc, another thread, its own memory, its parent, the test's text, an
+  answer equal to anything, a trace function), against a test they fail, in both runners: how many
+  were graded passed. A sandbox without a separate checker (before issue 40) runs each as one script.
+- **evaluator killed**: ``--kills`` evaluators running short programs, each SIGKILLed at a random
+  moment (uniform in 0-0.5 s after its first sandbox starts, ``--seed``), in both runners: how many
+  left a process of a sandbox running 3 s later (counted under a subreaper, so nothing escapes the
+  count).
 
-    python bench/eval/sandbox_limits.py [--json bench/eval/results/sandbox_limits.json]
+    python bench/eval/sandbox_limits.py [--json bench/eval/results/sandbox_limits.json] [--parts ...]
 
 The sandbox under test is the one ``bridgecli`` imports; to measure an older one (commit 18edb0e,
 before memfd and SysV shared memory were refused, cgroups used and tmpfs counted):
@@ -57,6 +65,7 @@ def _measuring():
     return import_file(REPO / "src" / "bridgecli" / "evaluation" / "containment.py", "bench_containment")
 
 
+PARTS = ("memory", "early", "timeouts", "forgeries", "kills")
 HOLD = 3  # seconds each memory attack holds what it got
 
 # What the attacks below share, put before each (and before the baseline program that does nothing)
@@ -317,6 +326,40 @@ def early_exit_part() -> dict:
     return {"graded_passed": sum(r["status"] == "passed" for r in rows), "n": len(rows), "rows": rows}
 
 
+def forgery_part() -> dict:
+    rows = []
+    for runner in _runners():
+        for name, solution in probes.FORGERIES.items():
+            if hasattr(sandbox, "Program"):
+                program = sandbox.Program(solution, probes.FORGED_TEST, "", ("inc",))
+            else:  # a sandbox without a checker of its own runs the whole
+                program = solution + "\n" + probes.FORGED_TEST
+            outcome = run_program(program, Limits(timeout=10), unsafe=True)
+            rows.append({"runner": runner, "program": name, "status": outcome.status, "error": outcome.error})
+            print(f"{runner:7} {name:20} {outcome.status:8} {outcome.error[:80]}")
+    return {"graded_passed": sum(r["status"] == "passed" for r in rows), "n": len(rows), "rows": rows}
+
+
+def kill_part(kills: int, seed: int) -> dict:
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for runner in ("bwrap", "unsafe"):
+        delays = [round(rng.uniform(0, 0.5), 3) for _ in range(kills)]
+        left = probes.left_after_sigkill(delays, unsafe=runner == "unsafe")
+        rows.append(
+            {
+                "runner": runner,
+                "kills": kills,
+                "left_something": sum(map(bool, left)),
+                "left": [(d, found) for d, found in zip(delays, left) if found],
+            }
+        )
+        print(f"{runner:7} {kills} evaluators SIGKILLed: {rows[-1]['left_something']} left a process running")
+    return {"seed": seed, "rows": rows}
+
+
 def timeout_part(runs: int) -> dict:
     rows = []
     for runner in _runners():
@@ -354,6 +397,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="programs per short timeout")
     parser.add_argument("--one", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--only", help="run only the memory attacks whose name holds this text")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which parts, of {','.join(PARTS)}")
+    parser.add_argument("--kills", type=int, default=40, help="evaluators SIGKILLed per runner")
+    parser.add_argument("--seed", type=int, default=0, help="of the moments the evaluators are killed")
     args = parser.parse_args()
     if args.one:
         mode, name, limit_mb, group = args.one
@@ -363,12 +409,22 @@ def main() -> None:
     if problem:
         raise SystemExit(f"no bwrap sandbox here: {problem}")
     results = {"sandbox": sandbox.sandbox_info(), "kernel": os.uname().release, "sysctl": _sysctls()}
-    print("## memory")
-    results["memory"] = memory_part(args.limit_mb, args.only)
-    print("## early exits (the test asserts inc(1) == 999)")
-    results["early_exits"] = early_exit_part()
-    print("## short timeouts")
-    results["short_timeouts"] = timeout_part(args.runs)
+    parts = set(args.parts.split(","))
+    if "memory" in parts:
+        print("## memory")
+        results["memory"] = memory_part(args.limit_mb, args.only)
+    if "early" in parts:
+        print("## early exits (the test asserts inc(1) == 999)")
+        results["early_exits"] = early_exit_part()
+    if "timeouts" in parts:
+        print("## short timeouts")
+        results["short_timeouts"] = timeout_part(args.runs)
+    if "forgeries" in parts:
+        print("## forgeries (the test asserts inc(1) == 999)")
+        results["forgeries"] = forgery_part()
+    if "kills" in parts:
+        print("## evaluator killed")
+        results["evaluator_killed"] = kill_part(args.kills, args.seed)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 

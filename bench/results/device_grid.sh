@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Run the grid on a lent GPU machine whose commands are capped at 10 minutes and whose tree travels in
 # pieces of at most 64 MiB. Phases (several may share one device command, joined with &&):
-#   device_grid.sh setup            carry .whl .carry/data: wheels to /tmp/site, data to /tmp/data/{gsm8k,math}
+#   device_grid.sh setup            carry .whl .carry/data [.carry/deb]: wheels to /tmp/site, data to /tmp/data/
+#                                   (gsm8k, math, and arc, hellaswag, mmlu, humaneval for GENERAL), Debian packages
+#                                   (bubblewrap, for humaneval's sandbox) unpacked into /; says whether the sandbox works
 #   device_grid.sh stash DIR...     carry DIR (a piece from bench/results/carry_file.py split): kept in /tmp/stash
 #   device_grid.sh assemble         rebuild every file whose pieces are all stashed (sha256 checked)
 #   device_grid.sh export           the grid's marks, results.json and compacted rows to $OUT/grid-carry.tar.zst.NN
@@ -53,7 +55,8 @@ collect() {
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
   ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
   (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
-       -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -size -20M 2>/dev/null
+       -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -not -name 'eval-hellaswag.json' \
+       -not -name 'eval-mmlu.json' -size -20M 2>/dev/null
      ls table.md workers.log done.txt grid.rc 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
 }
 case "$phase" in
@@ -61,6 +64,9 @@ case "$phase" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 \
       | grep -v WARNING | tail -2
     mkdir -p /tmp/data && cp -r .carry/data/. /tmp/data/
+    # Debian packages the image lacks (bubblewrap, the sandbox of eval --task humaneval), unpacked into /
+    for deb in .carry/deb/*.deb; do [ -f "$deb" ] && dpkg -x "$deb" / && echo "installed $(basename "$deb")"; done
+    python3 -c "from bridgecli.evaluation.sandbox import bwrap_problem; p = bwrap_problem(); print('code sandbox:', p or 'bwrap works here')"
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())"
     python3 -m bridgecli --version
     for cmd in warmup score select close compact train eval reference inspect; do  # every import path, before any work

@@ -39,6 +39,15 @@
 # importance-loss-resp (importance-resp tilted by the scoring checkpoint's per-token loss, --option by=loss,
 # instead of |Delta_r|: added after importance-resp was the first row above random-resp at 0.5B, to ask whether
 # BRIDGE's attribution adds anything over the loss, which |a_j| tracks and which needs no direction v).
+# Rows of issue 39 (cost as users pay it; docs/results.md "What a user gains"): example-importance (whole
+# examples drawn by the warm-up model's loss with inverse-probability weights: a share RHO of the examples, every
+# token of each; it executes fewer tokens), rho-loss (RHO-LOSS: the share RHO of the examples with the largest
+# reducible loss, base-model loss minus warm-up-model loss; needs the base model's reference pass), METHOD-trim
+# (METHOD's selection, each compacted row cut after its last supervised token: importance-loss-resp-trim,
+# bridge-resp-trim), bridge-debiased and bridge-resp-debiased (bridge and bridge-resp on a_j with the common
+# direction removed: a second scoring pass, score-debiased), and the compute-matched controls full-match-METHOD
+# (full SFT stopped by --max-steps where its training FLOPs reach METHOD's at the same RHO and seed:
+# bench/results/grid_cost.py; METHOD's rows are made first if they are not there).
 #
 # Environment (defaults in brackets):
 #   MODEL [empty: the embedded default]   the base model theta_old (a .gguf file, an HF folder)
@@ -54,9 +63,16 @@
 #   MATH_ACC_LIMIT [0: skip]   MATH-500 items for accuracy (greedy, MATH_GEN_TOKENS [512] new tokens)
 #   ANSWER_LOSS [0]   1: the answer-span loss (`eval --task answer-loss`) on GSM8K test and MATH-500
 #   GEN_BATCH [EVAL_BATCH]   generation batch size for the accuracy tasks
-#   EVAL_LANES [1]   2: a row's GSM8K and MATH-500 evaluations run as two processes side by side on its device
-#                    (generation is host-bound: a 0.5B model's decoding step leaves an H200 mostly idle); the
-#                    eval-* seconds recorded then overlap, and the results are the same as with 1
+#   EVAL_LANES [1]   2: a row's GSM8K and MATH-500 evaluations (and with GENERAL, the log-likelihood tasks and
+#                    humaneval) run as processes side by side on its device, one lane each (generation is
+#                    host-bound: a 0.5B model's decoding step leaves an H200 mostly idle); the eval-* seconds
+#                    recorded then overlap, and the results are the same as with 1
+#   GENERAL [empty]   general-capability tasks run on every row (and base), the paper's retention claim:
+#                     any of "arc_challenge hellaswag mmlu humaneval" (full test sets, zero-shot; the log-likelihood
+#                     tasks in one eval process, humaneval in another, sandboxed: --allow-code-execution); data
+#                     under DATA_DIR/arc, hellaswag, mmlu, humaneval; CODE_ISOLATION [bwrap]: unsafe runs humaneval
+#                     with --unsafe-code-execution (only on a machine lent for nothing else); GENERAL_LIMIT [empty:
+#                     the full sets] the first N items of each (MMLU: of each subject), for smoke runs
 #   IMPORTANCE_OPTIONS ["floor=0.5 by=abs"]   --option words of the importance and tilt rows
 #   TRAIN_OPTIONS [empty]   more `bridge train` flags, e.g. --no-packing
 #   PREPARE_ONLY [0]   1: every job stops after its compacted rows (no training, no evaluation, nothing
@@ -69,9 +85,13 @@
 #                       machines lent for a limited time per command: DEADLINE_S=540 under a 600 s cap
 #                       (a step cut by the cap instead loses at most SAVE_EVERY steps, or the step)
 #   ATP_OPTIONS [empty]  --scorer-option KEY=VALUE words for the atp scorer (e.g. "chunks=4")
-#   REFS [1]   0: no reference passes of the base and warm-up models (about 3 minutes of the 0.5B's shared
-#              steps on an H200); the rows then select from the scored stream itself. rho1, tokencleaning
-#              and llm+tc rank by those references and are refused in METHODS with REFS=0
+#   REFS [1]   1: the reference passes of the base and warm-up models run with the shared steps (about 3 minutes
+#              of the 0.5B's on an H200) and every row selects from the stream that holds them; 0: the rows
+#              select from the scored stream itself, and the passes run only when a row first needs them
+#              (rho1, tokencleaning, llm+tc: both; rho-loss: the base model's), on that row's GPU
+#   WARMUP_OPTIONS, DEBIAS_OPTIONS ["debias=common"], TRIM_OPTIONS ["--trim-tail"], EXAMPLE_FLOOR [0.5]
+#              more warmup flags; the --scorer-option words of score-debiased; the compact flags of the -trim
+#              rows; the uniform floor of example-importance's draw
 #   BRIDGE [bridge]   the command that runs the CLI, e.g. "python -m bridgecli"
 #
 #   GPUS [1]   after the shared steps (on GPU 0), deal the runs round-robin to GPUs 0..GPUS-1,
@@ -83,6 +103,8 @@
 #              (METHODS still decides the shared steps: name bridge-atp there for score-atp)
 #   PROCS_PER_GPU [1]  runs side by side on each GPU (the 135M model leaves an H100 mostly idle:
 #              3 processes finish about twice the runs per hour of one); logs OUT_DIR/gpuG-P.log
+#   The workers take the jobs in list order, each the next one no worker has claimed (OUT_DIR/claims), so the
+#   list is a priority order and a worker that finishes early takes more.
 #
 # A run whose METHOD/RHO/SEED key is already in OUT_DIR/results.json is skipped, so a results.json
 # copied into a fresh OUT_DIR (a new machine) continues the table: only the shared steps rerun.
@@ -111,6 +133,14 @@ SCORER=${SCORER:-bridge}
 MATH_ACC_LIMIT=${MATH_ACC_LIMIT:-0}
 ANSWER_LOSS=${ANSWER_LOSS:-0}
 EVAL_LANES=${EVAL_LANES:-1}
+GENERAL=${GENERAL:-}
+CODE_ISOLATION=${CODE_ISOLATION:-bwrap}
+GENERAL_LIMIT=${GENERAL_LIMIT:-}
+general_limit=(); [ -n "$GENERAL_LIMIT" ] && general_limit=(--limit "$GENERAL_LIMIT")
+for task in $GENERAL; do
+  case "$task" in arc_challenge|hellaswag|mmlu|humaneval) ;; *) echo "grid.sh: error: GENERAL: unknown task $task" >&2; exit 2 ;; esac
+done
+case "$CODE_ISOLATION" in bwrap|unsafe) ;; *) echo "grid.sh: error: CODE_ISOLATION must be bwrap or unsafe" >&2; exit 2 ;; esac
 case "$EVAL_LANES" in 1|2) ;; *) echo "grid.sh: error: EVAL_LANES=$EVAL_LANES: expected 1 or 2" >&2; exit 2 ;; esac
 GEN_TOKENS=${GEN_TOKENS:-256}
 MATH_GEN_TOKENS=${MATH_GEN_TOKENS:-512}
@@ -131,6 +161,10 @@ SAVE_EVERY=${SAVE_EVERY:-20}
 KEEP_CHECKPOINTS=${KEEP_CHECKPOINTS:-0}
 DEADLINE_S=${DEADLINE_S:-}
 ATP_OPTIONS=${ATP_OPTIONS:-}
+WARMUP_OPTIONS=${WARMUP_OPTIONS:-}
+DEBIAS_OPTIONS=${DEBIAS_OPTIONS:-"debias=common"}
+TRIM_OPTIONS=${TRIM_OPTIONS:-"--trim-tail"}
+EXAMPLE_FLOOR=${EXAMPLE_FLOOR:-0.5}
 REFS=${REFS:-1}
 GPUS=${GPUS:-1}
 PROCS_PER_GPU=${PROCS_PER_GPU:-1}
@@ -151,23 +185,22 @@ GEN_DTYPE=${GEN_DTYPE:-$EVAL_DTYPE}   # generation for the accuracy tasks
 model_args=(); [ -n "$MODEL" ] && model_args=(--model "$MODEL")
 case "$SCORER" in bridge|atp) ;; *) echo "grid.sh: error: SCORER must be bridge or atp, not $SCORER" >&2; exit 2 ;; esac
 case "$MIX" in gsm8k|gsm8k+math) ;; *) echo "grid.sh: error: MIX must be gsm8k or gsm8k+math, not $MIX" >&2; exit 2 ;; esac
-case "$REFS" in
-  1) ;;
-  0) for word in $METHODS ${GRID_JOBS:-}; do  # a METHODS name, or the METHOD of a GRID_JOBS "SEED:METHOD:RHO"
-       name=$word; [[ $word == *:*:* ]] && { name=${word#*:}; name=${name%:*}; }
-       case "$name" in rho1|tokencleaning|llm+tc)
-         echo "grid.sh: error: REFS=0 leaves out the reference passes that $name ranks by" >&2; exit 2 ;;
-       esac
-     done ;;
-  *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;;
-esac
-methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-global-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp importance-loss-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc "
+case "$REFS" in 0|1) ;; *) echo "grid.sh: error: REFS must be 0 or 1, not $REFS" >&2; exit 2 ;; esac
+methods_known=" base full random random-close random-resp independent one-pass bridge bridge-atp bridge-global bridge-fill bridge-global-fill bridge-answer bridge-resp bridge-resp-answer bridge-digits importance importance-resp importance-loss-resp tilt tilt-resp stratified rho1 tokencleaning llm+tc example-importance rho-loss importance-loss-resp-trim bridge-resp-trim bridge-debiased bridge-resp-debiased "
+known() {  # known NAME: a row of the list above, or full-match-ROW (the compute-matched control of a trained row)
+  local name=$1
+  if [[ $name == full-match-* ]]; then
+    name=${name#full-match-}
+    case "$name" in base|full|full-match-*) return 1 ;; esac
+  fi
+  case "$methods_known" in *" $name "*) return 0 ;; *) return 1 ;; esac
+}
 for name in $METHODS; do
-  case "$methods_known" in *" $name "*) ;; *) echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2 ;; esac
+  known "$name" || { echo "grid.sh: error: METHODS: unknown row $name" >&2; exit 2; }
 done
 for word in ${GRID_JOBS:-}; do  # SEED:METHOD:RHO, checked before any work (a malformed word once cost a GPU call)
   IFS=: read -r seed method rho extra <<< "$word"
-  case "$methods_known" in *" $method "*) ;; *) method= ;; esac
+  known "$method" || method=
   if [ -n "$extra" ] || ! [[ $seed =~ ^[0-9]+$ ]] || [ -z "$method" ] || ! [[ $rho =~ ^(0\.[0-9]*[1-9]|1)$ ]] \
      || { [[ $method == base || $method == full ]] && [ "$rho" != 1 ]; }; then
     echo "grid.sh: error: GRID_JOBS: $word is not SEED:METHOD:RHO (a whole seed, a known row, RHO in (0, 1]; base and full: 1)" >&2
@@ -183,8 +216,17 @@ SCORE_DTYPE=${SCORE_DTYPE:-auto}
 gsm_test=$data_dir/gsm8k/test.jsonl
 math_test=$data_dir/math/math500_test.jsonl
 train_files=("$data_dir/gsm8k/train.jsonl"); [ "$MIX" = gsm8k+math ] && train_files+=("$data_dir/math/hendrycks_math_train.jsonl")
-for f in "${train_files[@]}" "$gsm_test" "$math_test"; do
-  [ -f "$f" ] || { echo "grid.sh: error: $f: no such file" >&2; exit 2; }
+general_files=()
+for task in $GENERAL; do
+  case "$task" in
+    arc_challenge) general_files+=("$data_dir/arc/ARC-Challenge-Test.jsonl") ;;
+    hellaswag) general_files+=("$data_dir/hellaswag/hellaswag_val_full.txt.bz2") ;;
+    mmlu) general_files+=("$data_dir/mmlu/test") ;;
+    humaneval) general_files+=("$data_dir/humaneval/HumanEval.jsonl.gz") ;;
+  esac
+done
+for f in "${train_files[@]}" "$gsm_test" "$math_test" "${general_files[@]}"; do
+  [ -e "$f" ] || { echo "grid.sh: error: $f: no such file" >&2; exit 2; }
 done
 mkdir -p "$out/data" "$out/done"
 start=$(date +%s)
@@ -252,28 +294,81 @@ step data make_data
 # one that read the key while another rewrote it saw it empty and stopped (2026-11-28, one worker of seven)
 if [ ! -f "$out/data/key" ]; then echo "$data_key" > "$out/data/key.$$" && mv "$out/data/key.$$" "$out/data/key"; fi
 
-# 1. shared steps
-warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps+=(--max-steps "$WARMUP_MAX_STEPS")
-step warmup bridge warmup "$out/data/warm.jsonl" --val "$out/data/val.jsonl" -o "$out/warmup" \
-  "${warm_steps[@]}" --batch-size 8 "${model_args[@]}"
+recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
+  [ -f "$out/results.json" ] && "$PYTHON" -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("runs", {}))' "$out/results.json" "$1"
+}
+
+# 1. the jobs SEED:METHOD:RHO, in priority order (GRID_JOBS as given, else SEEDS x METHODS x RHOS); recorded ones out
+if [ -z "${GRID_JOBS:-}" ]; then
+  GRID_JOBS=""
+  for seed in $SEEDS; do
+    for method in $METHODS; do
+      case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
+      for rho in $rhos; do
+        [ "$method" = base ] && [ "$seed" != "${SEEDS%% *}" ] && continue  # base: once
+        key="$method/$rho/$seed"; [ "$method" = base ] && key="base/1/-"
+        recorded "$key" && continue  # in results.json already (e.g. from an earlier machine)
+        GRID_JOBS+="$seed:$method:$rho "
+      done
+    done
+  done
+fi
+names=" $METHODS "; for word in $GRID_JOBS; do name=${word#*:}; names+="${name%:*} "; done  # every row asked for
+asks() { case "$names" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }  # asks NAME: is NAME a row here?
+asks_like() { [[ $names =~ $1 ]]; }  # asks_like REGEX: a row name matching REGEX
+
+# 2. shared steps (the warm-up, the scoring passes, the reference passes) run when a row first needs them, on that
+# row's GPU, once: the first worker to need one makes it while the others wait for it (so the untrained model's
+# evaluation, which needs none, starts at once). With REFS=1 every row selects from the stream that holds the
+# reference losses.
 atp_opts=(); for o in $ATP_OPTIONS; do atp_opts+=(--scorer-option "$o"); done
 main_scorer=(); [ "$SCORER" = atp ] && main_scorer=(--scorer atp "${atp_opts[@]}")
-step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" "${main_scorer[@]}" \
-  -o "$out/scores.bridge" $(resumable "$out/scores.bridge")
-selectable=$out/refs.bridge  # what the rows select from: the scored stream with the reference losses
-if [ "$REFS" = 1 ]; then
-  step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
-    -o "$out/refs-base.bridge"
-  step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
-    --dtype "$EVAL_DTYPE" -o "$out/refs.bridge"
-else
-  selectable=$out/scores.bridge
-fi
-case " $METHODS " in *" bridge-atp "*)
-  step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
-    --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
-esac
-if [ -n "$MAX_STEPS" ]; then schedule=(--max-steps "$MAX_STEPS"); else schedule=(--epochs "$EPOCHS"); fi
+debias_opts=(); for o in $DEBIAS_OPTIONS; do debias_opts+=(--scorer-option "$o"); done
+shared() {  # shared NAME: make the shared pass NAME (and what it reads) unless done; one worker at a time
+  local name=$1 fd
+  [ -f "$out/done/$name" ] && return 0
+  case "$name" in  # what it reads
+    score|score-atp|score-debiased) shared warmup ;;
+    ref-base) shared score ;;
+    ref-warmup) shared ref-base ;;
+  esac
+  exec {fd}> "$out/done/.$name.lock"; flock "$fd"
+  case "$name" in
+    warmup)
+      local warm_steps=(--epochs "$WARMUP_EPOCHS"); [ -n "$WARMUP_MAX_STEPS" ] && warm_steps+=(--max-steps "$WARMUP_MAX_STEPS")
+      step warmup bridge warmup "$out/data/warm.jsonl" --val "$out/data/val.jsonl" -o "$out/warmup" \
+        "${warm_steps[@]}" --batch-size 8 "${model_args[@]}" $WARMUP_OPTIONS ;;
+    score)
+      step score bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" "${main_scorer[@]}" \
+        -o "$out/scores.bridge" $(resumable "$out/scores.bridge") ;;
+    ref-base)
+      step ref-base bridge reference "$out/scores.bridge" --batch-size "$REF_BATCH" --dtype "$EVAL_DTYPE" \
+        -o "$out/refs-base.bridge" ;;
+    ref-warmup)
+      step ref-warmup bridge reference "$out/refs-base.bridge" --model "$out/warmup" --batch-size "$REF_BATCH" \
+        --dtype "$EVAL_DTYPE" -o "$out/refs.bridge" ;;
+    score-atp)
+      step score-atp bridge score "$out/data/train.jsonl" --from "$out/warmup" --scorer atp "${atp_opts[@]}" \
+        --dtype "$SCORE_DTYPE" -o "$out/scores-atp.bridge" $(resumable "$out/scores-atp.bridge") ;;
+    score-debiased)  # the main scorer with the common direction removed from a_j
+      step score-debiased bridge score "$out/data/train.jsonl" --from "$out/warmup" --dtype "$SCORE_DTYPE" \
+        "${main_scorer[@]}" "${debias_opts[@]}" -o "$out/scores-debiased.bridge" \
+        $(resumable "$out/scores-debiased.bridge") ;;
+  esac
+  exec {fd}>&-
+}
+selectable=score; [ "$REFS" = 1 ] && selectable=ref-warmup  # the shared pass whose stream the rows select from
+# input_of METHOD: the stream METHOD selects from, made first if it is not there
+input_of() {  # (in a command substitution: the passes' own output goes to stderr, a deadline's exit 75 passes on)
+  case "$1" in
+    rho1|tokencleaning|llm+tc) shared ref-warmup >&2; echo "$out/refs.bridge" ;;
+    rho-loss) if [ "$REFS" = 1 ]; then echo "$out/refs.bridge"; else shared ref-base >&2; echo "$out/refs-base.bridge"; fi ;;
+    bridge-atp) shared score-atp >&2; echo "$out/scores-atp.bridge" ;;
+    bridge-debiased|bridge-resp-debiased) shared score-debiased >&2; echo "$out/scores-debiased.bridge" ;;
+    *) shared "$selectable" >&2
+       if [ "$REFS" = 1 ]; then echo "$out/refs.bridge"; else echo "$out/scores.bridge"; fi ;;
+  esac
+}
 
 # losses NAME FILE LIMIT MODEL DIR: the held-out loss of FILE into DIR/heldout-NAME.json, and with ANSWER_LOSS=1
 # the answer-span loss into DIR/answer-NAME.json too, from one model load
@@ -309,69 +404,141 @@ eval_math() {  # eval_math MODEL DIR: MATH-500's losses (and accuracy)
   fi
 }
 
-evaluate() {  # evaluate MODEL DIR: held-out losses (and accuracy) into DIR
+eval_general() {  # eval_general MODEL DIR: the log-likelihood tasks of GENERAL, one model load, into DIR/general/
+  local model=$1 d=$2 tasks="" t
+  for t in $GENERAL; do [ "$t" = humaneval ] || tasks+="${tasks:+,}$t"; done
+  [ -n "$tasks" ] || return 0
+  mkdir -p "$out/$d/general"
+  step "$d/eval-general" bridge eval "$model" --task "$tasks" --data-dir "$data_dir" --batch-size "$EVAL_BATCH" \
+    --dtype "$EVAL_DTYPE" "${general_limit[@]}" --resume -o "$out/$d/general"
+}
+
+eval_code() {  # eval_code MODEL DIR: HumanEval pass@1 (greedy, sandboxed) into DIR/general/eval-humaneval.json
   local model=$1 d=$2
+  case " $GENERAL " in *" humaneval "*) ;; *) return 0 ;; esac
+  mkdir -p "$out/$d/general"
+  local isolation=(--allow-code-execution); [ "$CODE_ISOLATION" = unsafe ] && isolation+=(--unsafe-code-execution)
+  step "$d/eval-humaneval" bridge eval "$model" --task humaneval --data "$data_dir/humaneval/HumanEval.jsonl.gz" \
+    --max-new-tokens 512 --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" "${isolation[@]}" "${general_limit[@]}" --resume \
+    -o "$out/$d/general/eval-humaneval.json"
+}
+
+evaluate() {  # evaluate MODEL DIR: held-out losses, accuracy and the GENERAL tasks into DIR
+  local model=$1 d=$2
+  local lanes=(eval_gsm8k eval_math eval_general eval_code)
   if [ "$EVAL_LANES" = 1 ]; then
-    eval_gsm8k "$model" "$d"
-    eval_math "$model" "$d"
+    local lane; for lane in "${lanes[@]}"; do "$lane" "$model" "$d"; done
     return
   fi
-  # two processes on the row's device at once, GSM8K's steps in one lane and MATH-500's in the other; both
-  # lanes are waited for (neither outlives the row, at DEADLINE_S too), then the first failure is passed on
-  # the lanes' wall time (grid_record.py's seconds.eval), summed over the calls that ran them: a row stopped at
-  # DEADLINE_S goes on in the next call, so $part keeps the seconds so far; eval marks without it (a row
-  # imported from another machine) give no wall time, and a call killed at HARD_S adds none
-  local a b sa=0 sb=0 t0=$SECONDS before=0 known=1
+  # one process per lane on the row's device at once; every lane is waited for (none outlives the row, at
+  # DEADLINE_S too), then the first failure is passed on. The lanes' wall time (grid_record.py's seconds.eval),
+  # summed over the calls that ran them: a row stopped at DEADLINE_S goes on in the next call, so $part keeps
+  # the seconds so far; eval marks without it (a row imported from another machine) give no wall time, and a
+  # call killed at HARD_S adds none
+  local t0=$SECONDS before=0 known=1 pids=() status=0 p lane
   local wall="$out/done/${d//\//_}_eval-wall" part="$out/$d/eval-wall.part"
   if [ -f "$part" ]; then before=$(cat "$part")
   elif compgen -G "$out/done/${d//\//_}_eval-*" > /dev/null; then known=0; fi
-  ( eval_gsm8k "$model" "$d" ) & a=$!
-  ( eval_math "$model" "$d" ) & b=$!
-  wait "$a" || sa=$?
-  wait "$b" || sb=$?
+  for lane in "${lanes[@]}"; do ( "$lane" "$model" "$d" ) & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p" || { [ "$status" != 0 ] || status=$?; }; done
   if [ "$known" = 1 ]; then echo $(( before + SECONDS - t0 )) > "$part.tmp" && mv "$part.tmp" "$part"; fi
-  if [ "$sa" != 0 ]; then exit "$sa"; fi
-  if [ "$sb" != 0 ]; then exit "$sb"; fi
+  if [ "$status" != 0 ]; then exit "$status"; fi
   if [ "$known" = 1 ]; then cp "$part" "$wall.tmp" && mv "$wall.tmp" "$wall"; fi
 }
 
-recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
-  [ -f "$out/results.json" ] && "$PYTHON" -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("runs", {}))' "$out/results.json" "$1"
-}
-
-record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR: merge one entry into results.json
+record() {  # record METHOD RHO SEED RUN_DIR SEL_DIR [MAX_STEPS [BASE_SEL]]: merge one entry into results.json
   "$PYTHON" "$here/grid_record.py" "$out" "$1" "$2" "$3" "$4" "$5" \
-    "epochs=$EPOCHS max_steps=$MAX_STEPS batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR model=${MODEL:-default} mix=$MIX scorer=$SCORER importance_options=${IMPORTANCE_OPTIONS// /,}"
+    "epochs=$EPOCHS max_steps=${6:-$MAX_STEPS} batch_size=$BATCH_SIZE grad_accum=$GRAD_ACCUM lr=$LR model=${MODEL:-default} mix=$MIX scorer=$SCORER importance_options=${IMPORTANCE_OPTIONS// /,}" \
+    "${7:-}"
 }
 
-# 2. every row: the jobs SEED:METHOD:RHO (GRID_JOBS: the share of one GPU, set by the GPUS split)
-if [ -z "${GRID_JOBS:-}" ]; then
-  GRID_JOBS=""
-  for seed in $SEEDS; do
-    for method in $METHODS; do
-      case "$method" in base|full) rhos=1 ;; *) rhos=$RHOS ;; esac
-      for rho in $rhos; do
-        [ "$method" = base ] && [ "$seed" != "${SEEDS%% *}" ] && continue  # base: once
-        key="$method/$rho/$seed"; [ "$method" = base ] && key="base/1/-"
-        recorded "$key" && continue  # in results.json already (e.g. from an earlier machine)
-        GRID_JOBS+="$seed:$method:$rho "
-      done
-    done
-  done
-fi
-# 3. more than one worker: deal the jobs (the list above, or GRID_JOBS as given: "SEED:METHOD:RHO ...")
+# prepare METHOD RHO SEED: METHOD's compacted rows (select, close, inspect, compact; each step once); sets sel (the
+# selection's folder under OUT) and base_sel (for a -trim row: the folder of the selection its rows were cut from)
+prepare() {
+  local method=$1 rho=$2 seed=$3
+  base_sel=""
+  if [[ $method == *-trim ]]; then  # the selection of METHOD, its rows cut after their last supervised token
+    prepare "${method%-trim}" "$rho" "$seed"
+    local from=$sel
+    sel="sel/$method/rho$rho"; [[ $from == */seed* ]] && sel+="/seed$seed"
+    mkdir -p "$out/$sel"
+    local fd; exec {fd}> "$out/$sel/.prepare.lock"; flock "$fd"
+    step "$sel/inspect" cp "$out/$from/inspect.json" "$out/$sel/inspect.json"
+    step "$sel/compact" bridge compact "$(final_of "$from")" $TRIM_OPTIONS -o "$out/$sel/train.jsonl"
+    exec {fd}>&-
+    base_sel=$from
+    return
+  fi
+  sel="sel/$method/rho$rho"
+  case "$method" in  # the draw follows the seed
+    random|random-close|random-resp|importance|importance-resp|importance-loss-resp|tilt|tilt-resp|example-importance)
+      sel="sel/$method/rho$rho/seed$seed" ;;
+  esac
+  mkdir -p "$out/$sel"
+  # one worker at a time makes a selection (a control full-match-X makes X's rows, maybe while X's own job does)
+  local fd; exec {fd}> "$out/$sel/.prepare.lock"; flock "$fd"
+  local input close=0 close_args=() imp_opts=() o
+  input=$(input_of "$method")
+  local args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
+  for o in $IMPORTANCE_OPTIONS; do imp_opts+=(--option "$o"); done
+  # importance-loss-resp tilts by=loss: IMPORTANCE_OPTIONS' own by= is left out (select refuses a key given twice)
+  local loss_opts=(); for o in $IMPORTANCE_OPTIONS; do [[ $o == by=* ]] || loss_opts+=(--option "$o"); done
+  case "$method" in
+    full) args=(--method random --rho-p 1 --rho-r 1) ;;
+    random) args+=(--option "seed=$seed") ;;
+    random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
+    random-resp) args=(--method random --rho-p 1 --rho-r "$rho" --option "seed=$seed") ;;
+    bridge-resp) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
+    bridge-resp-answer) args=(--method bridge --rho-p 1 --rho-r "$rho" --protect-response answer); close=1 ;;
+    bridge-digits) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-prompt digits); close=1 ;;
+    bridge|one-pass|independent) close=1 ;;
+    bridge-atp|bridge-debiased) args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
+    bridge-resp-debiased) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
+    bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
+    bridge-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 close_args=(--fill) ;;
+    bridge-global-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 close_args=(--fill) ;;
+    bridge-answer) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-response answer); close=1 ;;
+    importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
+    tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
+                --option "seed=$seed") ;;
+    importance-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
+    importance-loss-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${loss_opts[@]}" --option by=loss
+                                --option "seed=$seed") ;;
+    tilt-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option weights=none
+                     --option "seed=$seed") ;;
+    stratified) args=(--method stratified --rho-p "$rho" --rho-r "$rho") ;;
+    example-importance) args=(--method example-importance --rho-p 1 --rho-r "$rho" --option by=loss
+                              --option "floor=$EXAMPLE_FLOOR" --option "seed=$seed") ;;
+    rho-loss) args=(--method rho-loss --rho-p 1 --rho-r "$rho") ;;
+  esac
+  step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"
+  if [ "$close" = 1 ]; then
+    step "$sel/close" bridge close --segmenter math "${close_args[@]}" "$out/$sel/selected.bridge" \
+      -o "$out/$sel/closed.bridge"
+  fi
+  local final; final=$(final_of "$sel")
+  step "$sel/inspect" sh -c '"$@" > "$0.tmp" && mv "$0.tmp" "$0"' "$out/$sel/inspect.json" \
+    "${bridge_cmd[@]}" inspect --json "$final"
+  step "$sel/compact" bridge compact "$final" -o "$out/$sel/train.jsonl"
+  if [ "$method" = full ]; then  # rho 1 keeps everything: check the rows are standard SFT
+    step "$sel/check" "$PYTHON" "$here/grid_check_full.py" "$final" "$out/$sel/train.jsonl"
+  fi
+  exec {fd}>&-
+}
+final_of() {  # final_of SEL: the selection's last stream (closed when the row closes, else selected)
+  if [ -f "$out/$1/closed.bridge" ]; then echo "$out/$1/closed.bridge"; else echo "$out/$1/selected.bridge"; fi
+}
+
+# 3. more than one worker: each takes the next job no worker has claimed yet, in list order
 workers=$(( GPUS * PROCS_PER_GPU ))
-if [ "$workers" -gt 1 ]; then  # deal the jobs round-robin to the workers, one grid.sh each
-  # shellcheck source=../share.sh
-  . "$here/../share.sh"
+if [ "$workers" -gt 1 ]; then
+  mkdir -p "$out/claims"
   pids=()
   for ((w = 0; w < workers; w++)); do
-    # shellcheck disable=SC2086  # the job words, split on purpose
-    mine=$(share "$w" "$workers" $GRID_JOBS)
-    [ -n "$mine" ] || continue
     g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
     [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
-    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$mine" GPUS=1 PROCS_PER_GPU=1 "$0" "$data_dir" "$out" > "$log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$GRID_JOBS" GRID_CLAIM=1 GPUS=1 PROCS_PER_GPU=1 \
+      "$0" "$data_dir" "$out" > "$log" 2>&1 &
     pids+=($!)
   done
   status=0
@@ -381,6 +548,16 @@ if [ "$workers" -gt 1 ]; then  # deal the jobs round-robin to the workers, one g
   echo "grid.sh: $(( $(date +%s) - start )) s on $GPUS GPUs x $PROCS_PER_GPU processes; results in $out/results.json" >&2
   exit 0
 fi
+# claim KEY: with GRID_CLAIM=1 (a worker of a multi-worker grid), take the job unless a live worker holds it; a
+# claim is a folder (mkdir is atomic) holding its worker's pid, so a claim of a worker that died is taken over
+claim() {
+  [ "${GRID_CLAIM:-0}" = 1 ] || return 0
+  local c="$out/claims/${1//\//_}"
+  if mkdir "$c" 2> /dev/null; then echo $$ > "$c/pid"; return 0; fi
+  local owner; owner=$(cat "$c/pid" 2> /dev/null) || return 1
+  [ "$owner" != $$ ] && kill -0 "$owner" 2> /dev/null && return 1
+  echo $$ > "$c/pid"
+}
 for job in $GRID_JOBS; do
   IFS=: read -r seed method rho <<< "$job"
   {
@@ -390,6 +567,7 @@ for job in $GRID_JOBS; do
       if [ -f "$out/done/${run//\//_}_recorded" ] || recorded "$key"; then
         echo "== $method rho=$rho seed=$seed: recorded" >&2; continue
       fi
+      claim "$key" || { echo "== $method rho=$rho seed=$seed: another worker has it" >&2; continue; }
       mkdir -p "$out/$run"
       if [ "$method" = base ]; then
         [ "$PREPARE_ONLY" = 1 ] && continue
@@ -398,55 +576,25 @@ for job in $GRID_JOBS; do
         touch "$out/done/${run//\//_}_recorded"
         continue
       fi
-      sel="sel/$method/rho$rho"
-      case "$method" in random|random-close|random-resp|importance|importance-resp|importance-loss-resp|tilt|tilt-resp) sel="sel/$method/rho$rho/seed$seed" ;; esac  # the draw follows the seed
-      mkdir -p "$out/$sel"
-      input=$selectable close=0 close_args=()
-      args=(--method "$method" --rho-p "$rho" --rho-r "$rho")
-      imp_opts=(); for o in $IMPORTANCE_OPTIONS; do imp_opts+=(--option "$o"); done
-      case "$method" in
-        full) args=(--method random --rho-p 1 --rho-r 1) ;;
-        random) args+=(--option "seed=$seed") ;;
-        random-close) args=(--method random --rho-p "$rho" --rho-r "$rho" --option "seed=$seed"); close=1 ;;
-        random-resp) args=(--method random --rho-p 1 --rho-r "$rho" --option "seed=$seed") ;;
-        bridge-resp) args=(--method bridge --rho-p 1 --rho-r "$rho"); close=1 ;;
-        bridge-resp-answer) args=(--method bridge --rho-p 1 --rho-r "$rho" --protect-response answer); close=1 ;;
-        bridge-digits) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-prompt digits); close=1 ;;
-        bridge|one-pass|independent) close=1 ;;
-        bridge-atp) input=$out/scores-atp.bridge; args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 ;;
-        bridge-global) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 ;;
-        bridge-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho"); close=1 close_args=(--fill) ;;
-        bridge-global-fill) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --budget global); close=1 close_args=(--fill) ;;
-        bridge-answer) args=(--method bridge --rho-p "$rho" --rho-r "$rho" --protect-response answer); close=1 ;;
-        importance) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
-        tilt) args=(--method importance --rho-p "$rho" --rho-r "$rho" "${imp_opts[@]}" --option weights=none
-                    --option "seed=$seed") ;;
-        importance-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option "seed=$seed") ;;
-        importance-loss-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option by=loss
-                                    --option "seed=$seed") ;;
-        tilt-resp) args=(--method importance --rho-p 1 --rho-r "$rho" "${imp_opts[@]}" --option weights=none
-                         --option "seed=$seed") ;;
-        stratified) args=(--method stratified --rho-p "$rho" --rho-r "$rho") ;;
-      esac
-      step "$sel/select" bridge select "$input" "${args[@]}" -o "$out/$sel/selected.bridge"
-      final=$out/$sel/selected.bridge
-      if [ "$close" = 1 ]; then
-        step "$sel/close" bridge close --segmenter math "${close_args[@]}" "$out/$sel/selected.bridge" \
-          -o "$out/$sel/closed.bridge"
-        final=$out/$sel/closed.bridge
-      fi
-      step "$sel/inspect" sh -c '"$@" > "$0.tmp" && mv "$0.tmp" "$0"' "$out/$sel/inspect.json" \
-        "${bridge_cmd[@]}" inspect --json "$final"
-      step "$sel/compact" bridge compact "$final" -o "$out/$sel/train.jsonl"
-      if [ "$method" = full ]; then  # rho 1 keeps everything: check the rows are standard SFT
-        step "$sel/check" "$PYTHON" "$here/grid_check_full.py" "$final" "$out/$sel/train.jsonl"
+      schedule=(--epochs "$EPOCHS"); [ -n "$MAX_STEPS" ] && schedule=(--max-steps "$MAX_STEPS")
+      row_steps=$MAX_STEPS
+      if [[ $method == full-match-* ]]; then  # full SFT stopped where its training FLOPs reach the row's
+        prepare "${method#full-match-}" "$rho" "$seed"
+        matched=$sel
+        prepare full 1 "$seed"
+        row_steps=$("$PYTHON" "$here/grid_cost.py" match "$out/$sel/train.jsonl" "$out/$matched/train.jsonl" \
+          "$out/warmup/checkpoint/config.json" "$EPOCHS" $(( BATCH_SIZE * GRAD_ACCUM )))
+        schedule=(--epochs "$EPOCHS" --max-steps "$row_steps")
+        echo "== $method: full SFT for $row_steps steps (the training FLOPs of ${method#full-match-})" >&2
+      else
+        prepare "$method" "$rho" "$seed"
       fi
       [ "$PREPARE_ONLY" = 1 ] && continue  # the selection and its rows only (carried to a later machine)
       step "$run/train" bridge train "$out/$sel/train.jsonl" -o "$out/$run/model" "${schedule[@]}" \
         --batch-size "$BATCH_SIZE" --grad-accum "$GRAD_ACCUM" --lr "$LR" --seed "$seed" \
         --save-every "$SAVE_EVERY" --resume $TRAIN_OPTIONS
       evaluate "$out/$run/model" "$run"
-      record "$method" "$rho" "$seed" "$run" "$sel"
+      record "$method" "$rho" "$seed" "$run" "$sel" "$row_steps" "$base_sel"
       [ "$KEEP_CHECKPOINTS" = 1 ] || rm -rf "$out/$run/model/checkpoints"  # the final model stays
       touch "$out/done/${run//\//_}_recorded"
   } < /dev/null

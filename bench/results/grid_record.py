@@ -1,6 +1,6 @@
 """Merge one finished grid run into OUT/results.json (called by grid.sh; atomic, under a lock).
 
-    grid_record.py OUT METHOD RHO SEED RUN_DIR SEL_DIR "k=v k=v ..."
+    grid_record.py OUT METHOD RHO SEED RUN_DIR SEL_DIR "k=v k=v ..." [BASE_SEL_DIR]
 
 The entry, keyed ``METHOD/RHO/SEED``, holds the held-out losses of both files (mean, 95% interval,
 tokens, examples, and per-example ``[loss sum, tokens]`` so that grid_table.py can bootstrap paired
@@ -8,7 +8,9 @@ differences), GSM8K accuracy when it was evaluated, the executed and supervised 
 compacted rows, the achieved retention, the training summary, and the wall time of each step
 (select, close, inspect, compact, train, eval; from grid.sh's done marks; a selection shared by
 the seeds of a row counts in each seed's entry; a step resumed after an interruption counts only
-its last attempt).
+its last attempt), the general-capability results (GENERAL: ARC-Challenge, HellaSwag, MMLU, HumanEval,
+per item) and the row's cost (grid_cost.py: training tokens and FLOPs, the pipeline's GPU-seconds). BASE_SEL_DIR:
+the selection a ``-trim`` row's rows were cut from (its select and close seconds count in the row's pipeline).
 """
 
 from __future__ import annotations
@@ -87,10 +89,62 @@ def answer_loss(path: Path) -> dict | None:
     }
 
 
-SHARED = ("data", "warmup", "score", "score-atp", "ref-base", "ref-warmup")
+SHARED = ("data", "warmup", "score", "score-atp", "score-debiased", "ref-base", "ref-warmup")
+
+# The general-capability tasks of the paper's retention claim (grid.sh GENERAL) and the metric each enters the
+# general average with, fixed before any retention result was seen (2026-11-28): acc_norm for ARC-Challenge and
+# HellaSwag (the Open LLM Leaderboard's choice), acc for MMLU (one-token answers: acc_norm is the same), pass@1
+# for HumanEval.
+GENERAL_METRIC = {"arc_challenge": "acc_norm", "hellaswag": "acc_norm", "mmlu": "acc", "humaneval": "accuracy"}
 
 
-def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, settings: str) -> dict:
+def general_task(path: Path, task: str) -> dict | None:
+    """A general-capability task's result: its summary metrics and, per item in the file's order, 1/0 for the
+    average's metric (and for acc where that differs), so grid_table.py can pair items across rows."""
+    res = _load(path)
+    if res is None:
+        return None
+    s = res["summary"]
+    items = sorted(res["items"], key=lambda it: (it.get("subject") or "", it["index"]))
+    metric = GENERAL_METRIC[task]
+    key = "correct_norm" if metric == "acc_norm" else "correct"
+    out = {"metric": metric, "score": s[metric], "n": s["n"], "accuracy": s["accuracy"]}
+    out["items"] = [int(bool(it[key])) for it in items]
+    if key != "correct":
+        out["acc"] = s.get("acc")
+        out["items_acc"] = [int(bool(it["correct"])) for it in items]
+    if task == "mmlu":
+        out["acc_macro"] = s.get("acc_macro")
+    if task == "humaneval":
+        out["sandbox"] = (s.get("settings") or {}).get("sandbox", {}).get("isolation")
+    return out
+
+
+def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
+    """What the row costs (bench/results/grid_cost.py): training tokens executed and computed (with padding)
+    from the training log, training FLOPs by the stated formula, and the GPU-seconds of the row's pipeline (the
+    shared steps it needs, on the machine that recorded it, plus its own select, close, compact and train)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import grid_cost
+
+    log = grid_cost.training_log(out / run / "model" / "metrics.jsonl")
+    c: dict = {"train_steps": log["steps"], "train_executed": log["executed"], "train_computed": log["computed"]}
+    config = _load(out / run / "model" / "config.json")
+    rows = out / sel / "train.jsonl"
+    if config and rows.is_file() and log["executed"]:
+        lengths = grid_cost.row_lengths(rows)
+        c["train_flops"] = grid_cost.consumed_flops(lengths, config, log["executed"])
+        c["matmul_params"] = grid_cost.matmul_params(config)[0]
+    gpu = {name: _secs(out, name) for name in grid_cost.needs(method)}
+    for name in ("select", "close", "compact"):
+        gpu[name] = _secs(out, f"{sel}/{name}") + (_secs(out, f"{base_sel}/{name}") if base_sel else 0)
+    gpu["train"] = _secs(out, f"{run}/train")
+    c["pipeline_seconds"] = gpu
+    c["pipeline_total"] = sum(gpu.values())
+    return c
+
+
+def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, settings: str, base_sel: str = "") -> dict:
     e: dict = {
         "method": method,
         "rho": float(rho),
@@ -106,7 +160,17 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
     answer = {name: answer_loss(out / run / f"answer-{name}.json") for name in ("gsm8k", "math500")}
     if any(answer.values()):
         e["answer_loss"] = answer
-    evals = ("gsm8k", "math500", "acc", "acc-math")  # eval-gsm8k / -math500: held-out (and answer-span) losses
+    general = {task: general_task(out / run / "general" / f"eval-{task}.json", task) for task in GENERAL_METRIC}
+    if any(general.values()):
+        e["general"] = {k: v for k, v in general.items() if v is not None}
+    evals = (
+        "gsm8k",
+        "math500",
+        "acc",
+        "acc-math",
+        "general",
+        "humaneval",
+    )  # eval-gsm8k / -math500: held-out (and answer-span) losses
     seconds = {f"eval-{t}": _secs(out, f"{run}/eval-{t}") for t in evals}
     # the evaluation's wall time: grid.sh's eval-wall mark when its steps ran in two lanes (they overlap)
     seconds["eval"] = _secs(out, f"{run}/eval-wall") or sum(seconds.values())
@@ -140,6 +204,7 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         for name in ("select", "close", "inspect", "compact"):
             seconds[name] = _secs(out, f"{sel}/{name}")
         seconds["train"] = _secs(out, f"{run}/train")
+        e["cost"] = cost(out, method, run, sel, base_sel)
     seconds["total"] = sum(v for k, v in seconds.items() if not k.startswith("eval-"))  # eval: their wall time
     e["seconds"] = seconds
     return e
@@ -147,7 +212,7 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
 
 def main(argv: list[str]) -> None:
     out, method, rho, seed, run, sel, settings = Path(argv[0]), *argv[1:7]
-    new = entry(out, method, rho, seed, run, sel, settings)
+    new = entry(out, method, rho, seed, run, sel, settings, argv[7] if len(argv) > 7 else "")
     key = f"{method}/{float(rho):g}/{seed}"
     path = out / "results.json"
     with open(out / ".results.lock", "w") as lock:

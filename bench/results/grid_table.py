@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # this checkout's bridgecli
-from bridgecli.analysis.grid_stats import interval, item_interval, item_paired, paired  # noqa: E402
+from bridgecli.analysis.grid_stats import interval, item_interval, item_paired, paired, task_mean  # noqa: E402
 
 
 FILES = (("gsm8k", "GSM8K test"), ("math500", "MATH-500"))
@@ -67,7 +67,15 @@ ORDER = [
     "importance-loss-resp",
     "tilt-resp",
     "bridge-resp-answer",
+    "bridge-debiased",
+    "bridge-resp-debiased",
+    "example-importance",
+    "rho-loss",
+    "importance-loss-resp-trim",
+    "bridge-resp-trim",
 ]
+#: the general-capability tasks (grid.sh GENERAL), in the paper's column order
+GENERAL = (("arc_challenge", "ARC-C"), ("hellaswag", "HellaSwag"), ("mmlu", "MMLU"), ("humaneval", "HumanEval"))
 #: per-item measures: (results key, sub-key, label, higher is better)
 ITEMS = (
     ("gsm8k_accuracy", None, "GSM8K acc", True),
@@ -78,7 +86,10 @@ ITEMS = (
 
 
 def _order(method: str) -> tuple[int, str]:
-    return (ORDER.index(method) if method in ORDER else len(ORDER), method)
+    """Table order: ORDER's, a control full-match-X right after X, anything else last."""
+    base = method[len("full-match-") :] if method.startswith("full-match-") else method
+    rank = ORDER.index(base) if base in ORDER else len(ORDER)
+    return (rank, method)
 
 
 class Group:
@@ -87,17 +98,22 @@ class Group:
     def __init__(self, method: str, rho: float, runs: list[dict]):
         self.method, self.rho, self.runs = method, rho, sorted(runs, key=lambda r: r["seed"] or 0)
 
-    def items(self, name: str) -> np.ndarray | None:
-        """[seeds, examples, 2] per-example (loss sum, tokens), or None when a seed lacks them."""
+    def _stacked(self, *path: str) -> np.ndarray | None:
+        """Every seed's ``items`` under ``path`` in its run (None values as NaN), stacked: [seeds, ...]; None
+        when a seed lacks them or the seeds disagree on their shape."""
         arrs = []
         for r in self.runs:
-            h = (r.get("heldout") or {}).get(name)
-            if not h or not h.get("items"):
+            m = r
+            for key in path:
+                m = (m or {}).get(key)
+            if not m or not m.get("items"):
                 return None
-            arrs.append(np.asarray(h["items"], dtype=np.float64))
-        if len({a.shape for a in arrs}) != 1:
-            return None
-        return np.stack(arrs)
+            arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
+        return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else None
+
+    def items(self, name: str) -> np.ndarray | None:
+        """[seeds, examples, 2] per-example (loss sum, tokens), or None when a seed lacks them."""
+        return self._stacked("heldout", name)
 
     def loss(self, name: str) -> float | None:
         vals = [r["heldout"][name]["loss"] for r in self.runs if (r.get("heldout") or {}).get(name)]
@@ -110,17 +126,16 @@ class Group:
     def item_values(self, key: str, sub: str | None) -> np.ndarray | None:
         """[seeds, items] per-item values (accuracy 0/1, or a loss; NaN where missing), or None when a
         seed lacks them or the seeds disagree on the items."""
-        arrs = []
-        for r in self.runs:
-            m = r.get(key)
-            if m is not None and sub is not None:
-                m = m.get(sub)
-            if not m or not m.get("items"):
-                return None
-            arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
-        if len({a.shape for a in arrs}) != 1:
-            return None
-        return np.stack(arrs)
+        return self._stacked(key, sub) if sub is not None else self._stacked(key)
+
+    def general(self, task: str) -> np.ndarray | None:
+        """[seeds, items] of a general-capability task's per-item score (the metric its average uses)."""
+        return self._stacked("general", task)
+
+    def general_all(self) -> list[np.ndarray] | None:
+        """Every general task's items, or None when a task is missing (no average then)."""
+        tasks = [self.general(t) for t, _ in GENERAL]
+        return None if any(t is None for t in tasks) else tasks  # type: ignore[return-value]
 
     def mean_of(self, *keys: str) -> float | None:
         vals = []
@@ -308,6 +323,128 @@ def costs(results: dict, groups: dict) -> str:
     return "\n".join(lines)
 
 
+def _markdown(head: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: the header, its rule, one line per row."""
+    return "\n".join(
+        ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    )
+
+
+def _in_order(groups: dict, keys=None) -> list[Group]:
+    """The groups (of ``keys``, default all) in table order."""
+    return [groups[k] for k in sorted(groups if keys is None else keys, key=lambda k: (_order(k[0]), -k[1]))]
+
+
+def _rho(g: Group) -> str:
+    return "-" if g.method in ("base", "full") else f"{g.rho:g}"
+
+
+def _pct(ci) -> str:
+    return "n/a" if ci is None else f"{100 * ci[0]:.1f} [{100 * ci[1]:.1f}, {100 * ci[2]:.1f}]"
+
+
+def _ratio(x: float | None, of: float | None) -> str:
+    return f"{x / of:.2f}" if x and of else ""
+
+
+def general_table(groups: dict, resamples: int) -> str:
+    """The paper's retention columns: each general task's score (%, 95% interval over items), their average,
+    and the average minus full SFT's and minus the untrained model's, paired (a stratified bootstrap)."""
+    have = [k for k, g in groups.items() if any(g.general(t) is not None for t, _ in GENERAL)]
+    refs = [groups.get(("full", 1.0)), groups.get(("base", 1.0))]
+    rows = []
+    for g in _in_order(groups, have):
+        tasks = g.general_all()
+        row = [g.method, _rho(g), str(len(g.runs))] + [_pct(item_interval(g.general(t), resamples)) for t, _ in GENERAL]
+        row.append(_pct(task_mean(tasks, resamples)) if tasks else "")
+        for ref in refs:
+            other = ref.general_all() if ref is not None and ref is not g else None
+            row.append(_pct(task_mean(tasks, resamples, against=other)) if tasks and other else "")
+        rows.append(row)
+    head = ["method", "rho", "seeds", *(f"{label} %" for _, label in GENERAL)]
+    head += ["General Avg. %", "minus full SFT (paired)", "minus base (paired)"]
+    return _markdown(head, rows) if rows else ""
+
+
+def general_versus(groups: dict, resamples: int, ref: str) -> str:
+    """Each general task of every row minus ``ref``'s (full SFT or base), paired over items, in points."""
+    other = groups.get((ref, 1.0))
+    tasks = [(t, label) for t, label in GENERAL if other is not None and other.general(t) is not None]
+    rows = [
+        [
+            g.method,
+            _rho(g),
+            str(len(g.runs)),
+            *(_pct(item_paired(g.general(t), other.general(t), resamples)) for t, _ in tasks),
+        ]
+        for g in _in_order(groups)
+        if tasks and g is not other and any(g.general(t) is not None for t, _ in tasks)
+    ]
+    return (
+        _markdown([f"minus {ref}", "rho", "seeds", *(f"{label} (paired)" for _, label in tasks)], rows) if rows else ""
+    )
+
+
+def _cost(g: Group | None, *keys: str) -> float | None:
+    return g.mean_of("cost", *keys) if g is not None else None
+
+
+def _shared_seconds(g: Group) -> float:
+    """The mean over seeds of the shared steps' seconds in the row's pipeline (everything but its own steps)."""
+    own = ("select", "close", "compact", "train")
+    return float(
+        np.mean(
+            [
+                sum(v for k, v in (r.get("cost") or {}).get("pipeline_seconds", {}).items() if k not in own)
+                for r in g.runs
+            ]
+        )
+    )
+
+
+def cost_table(groups: dict) -> str:
+    """Cost as users pay it (bench/results/grid_cost.py): training tokens executed (padding counted apart),
+    training FLOPs by the stated formula, and the GPU-seconds of the row's whole pipeline (the warm-up, scoring
+    and reference passes it needs, select to compact, train), each also as a share of full SFT's."""
+    full = groups.get(("full", 1.0))
+    rows = []
+    for g in _in_order(groups, [k for k, g in groups.items() if any(r.get("cost") for r in g.runs)]):
+        flops, secs = _cost(g, "train_flops"), _cost(g, "pipeline_total")
+        rows.append([
+            g.method, _rho(g), str(len(g.runs)), fmt_int(_cost(g, "train_steps")), fmt_int(_cost(g, "train_executed")),
+            fmt_int(_cost(g, "train_computed")), "" if flops is None else f"{flops:.3g}",
+            _ratio(flops, _cost(full, "train_flops")), fmt_int(secs), fmt_int(_shared_seconds(g)),
+            _ratio(secs, _cost(full, "pipeline_total")),
+        ])  # fmt: skip
+    head = ["method", "rho", "seeds", "train steps", "train tokens executed", "with padding", "train FLOPs",
+            "FLOPs / full SFT", "pipeline GPU-s", "of which shared steps", "GPU-s / full SFT"]  # fmt: skip
+    return _markdown(head, rows) if rows else ""
+
+
+def verdict(groups: dict, resamples: int) -> str:
+    """What a user decides on: per trained row, GSM8K accuracy minus full SFT, the general average minus full
+    SFT (both paired, in points) and the training FLOPs and pipeline GPU-seconds relative to full SFT's."""
+    full = groups.get(("full", 1.0))
+    if full is None or full.general_all() is None:
+        return ""
+    rows = []
+    for g in _in_order(groups):
+        if g is full:
+            continue
+        target = item_paired(g.item_values("gsm8k_accuracy", None), full.item_values("gsm8k_accuracy", None), resamples)
+        tasks = g.general_all()
+        general = task_mean(tasks, resamples, against=full.general_all()) if tasks else None
+        untrained = "0" if g.method == "base" else ""
+        rows.append([
+            g.method, _rho(g), str(len(g.runs)), _pct(target), _pct(general),
+            _ratio(_cost(g, "train_flops"), _cost(full, "train_flops")) or untrained,
+            _ratio(_cost(g, "pipeline_total"), _cost(full, "pipeline_total")) or untrained,
+        ])  # fmt: skip
+    head = ["method", "rho", "seeds", "GSM8K acc minus full SFT", "General Avg. minus full SFT",
+            "training FLOPs / full", "pipeline GPU-s / full"]  # fmt: skip
+    return _markdown(head, rows)
+
+
 def differences(groups: dict, resamples: int, ref: str = "bridge") -> str:
     """bridge minus every other row at the same retention (and minus full SFT), paired."""
     lines = [
@@ -407,6 +544,11 @@ def main(argv: list[str] | None = None) -> int:
         rank_agreement(groups),
         differences(groups, args.resamples),
         costs(results, groups),
+        general_table(groups, args.resamples),
+        general_versus(groups, args.resamples, "full"),
+        general_versus(groups, args.resamples, "base"),
+        cost_table(groups),
+        verdict(groups, args.resamples),
     ):
         if part:
             print()

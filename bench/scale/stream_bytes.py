@@ -62,25 +62,14 @@ def main() -> None:
         (tmp / "warm.jsonl").write_text("".join(lines[: args.warm]))
         (tmp / "val.jsonl").write_text("".join(lines[args.warm : 2 * args.warm]))
         (tmp / "data.jsonl").write_text("".join(lines[2 * args.warm : need]))
+        sft = SFTConfig(epochs=1, batch_size=4, grad_accum=1, max_steps=1)
+        # WarmupOptions(data, val, out), ScoreOptions(data, out, run): the first fields, in order
         run_warmup(
-            WarmupOptions(
-                data=str(tmp / "warm.jsonl"),
-                val=str(tmp / "val.jsonl"),
-                out=tmp / "warmup",
-                device="cpu",
-                sft=SFTConfig(epochs=1, batch_size=4, grad_accum=1, max_steps=1),
-            )
+            WarmupOptions(str(tmp / "warm.jsonl"), str(tmp / "val.jsonl"), tmp / "warmup", device="cpu", sft=sft)
         )
         t0 = time.perf_counter()
-        run_score(
-            ScoreOptions(
-                data=str(tmp / "data.jsonl"),
-                out=str(tmp / "s.bridge"),
-                run=tmp / "warmup",
-                device="cpu",
-                window=args.window,
-            )
-        )
+        data, scores = str(tmp / "data.jsonl"), str(tmp / "s.bridge")
+        run_score(ScoreOptions(data, scores, tmp / "warmup", device="cpu", window=args.window))
         score_s = time.perf_counter() - t0
         header, examples = read_all(tmp / "s.bridge")
         size = (tmp / "s.bridge").stat().st_size

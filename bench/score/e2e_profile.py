@@ -139,7 +139,7 @@ def main(argv=None):
     from torch.profiler import ProfilerActivity, profile
 
     from bridgecli.steps import score as step
-    from bridgecli.steps import score_loop
+    from bridgecli.modeling import score_loop
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ PARTS = {
     "  _pack (rows -> records)": ("modeling/scoring.py", "_pack"),
     "launch (queue a batch)": ("modeling/scoring.py", "_launch"),
     "PendingScores.result (rows -> records)": ("modeling/scoring.py", "result"),
-    "score_window (the serial loop)": ("steps/score_loop.py", "score_window"),
+    "score_window (the serial loop)": ("modeling/score_loop.py", "score_window"),
     "StreamWriter.write": ("format/writer.py", "write"),
     "encode_record": ("format/writer.py", "encode_record"),
     "commit (flush, fsync)": ("runtime/resumable.py", "commit"),

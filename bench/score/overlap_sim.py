@@ -35,7 +35,7 @@ from bridgecli.data.examples import DataOptions, iter_examples  # noqa: E402
 from bridgecli.data.prefetch import prefetch_examples  # noqa: E402
 from bridgecli.format.records import Array, Header, ModelInfo, Scores  # noqa: E402
 from bridgecli.runtime.resumable import ResumableOutput  # noqa: E402
-from bridgecli.steps import score_loop as step  # noqa: E402
+from bridgecli.modeling import score_loop as step  # noqa: E402
 from bridgecli.steps.options import ScoreOptions  # noqa: E402
 
 

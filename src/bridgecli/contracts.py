@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
-from .errors import PluginError, UsageError
+from .errors import FormatError, PluginError, UsageError
 from .hookspecs import EvalTask, Plan, Scorer, ScorerFactory, Segmenter, Selector, SelectorFunction
 
 if TYPE_CHECKING:
@@ -147,6 +147,25 @@ def default_budgets(example: Example, rho_p: float, rho_r: float) -> tuple[int, 
     return budget(rho_p, kinds.count(PROMPT)), budget(rho_r, kinds.count(RESPONSE))
 
 
+def plan_budgets(plan: Plan, example: Example) -> tuple[int, int]:
+    """(b_p, b_r) of ``example`` in a first pass's ``plan``; an example the pass did not see is an error."""
+    if example.index not in plan.budgets:
+        raise FormatError("this example was not in the stream's first pass", record=example.index)
+    return plan.budgets[example.index]
+
+
+def first_pass_sees(seen: set[int], example: Example) -> None:
+    """In a first pass that builds a :class:`~bridgecli.hookspecs.Plan`: add ``example``'s index to
+    ``seen``. An index seen before is an error, since a plan keeps the budgets by index."""
+    if example.index in seen:
+        raise FormatError(
+            f"two examples with index {example.index} in one stream",
+            record=example.index,
+            hint="select each input file's stream on its own",
+        )
+    seen.add(example.index)
+
+
 class FunctionSelector:
     """A :class:`SelectorFunction` with the rest of :class:`Selector`: its own ``protects``,
     ``surrogate`` and ``parse`` when it carries them, else no protection, no surrogate, the options
@@ -211,7 +230,21 @@ def build_scorer(factory: Callable[[Any], Any], ctx: Any, flag: str, plugin: str
         raise PluginError(
             f"{flag}: plugin {plugin} built a scorer without '{lacks[0]}'", hint="see bridgecli.hookspecs.Scorer"
         )
-    return cast(Scorer, complete(scorer, Scorer))
+    return cast(Scorer, _BuiltScorer(scorer))
+
+
+class _BuiltScorer:
+    """A built scorer with every member of :class:`Scorer` as a plain attribute, read once: its own, else
+    the Protocol's value (the scoring loop reads them for every batch)."""
+
+    def __init__(self, scorer: Any):
+        self.scorer = scorer
+        for name, value in members(Scorer)[1].items():
+            setattr(self, name, getattr(scorer, name, value))
+        self.score = scorer.score
+
+    def __repr__(self) -> str:
+        return f"<{self.scorer!r} as its contract>"
 
 
 __all__ = [
@@ -224,6 +257,8 @@ __all__ = [
     "check",
     "complete",
     "default_budgets",
+    "first_pass_sees",
     "members",
     "missing",
+    "plan_budgets",
 ]

@@ -7,8 +7,8 @@ A Protocol declares every member a step reads. A member given a value here is op
 that leaves it out gets that value (:func:`bridgecli.contracts.complete`). The registry checks each
 object against its Protocol when it is registered (:mod:`bridgecli.contracts`), and names the plugin
 and the member it lacks. A plugin raises :class:`~bridgecli.errors.UsageError` for an option the user
-got wrong (the step adds which flag it came with); the helpers that implement the defaults live in
-:mod:`bridgecli.contracts`, not here.
+got wrong (the step adds which flag it came with). This module holds declarations only: the helpers
+that implement the defaults and read a :class:`Plan` live in :mod:`bridgecli.contracts`.
 
 A plugin module implements any of the hooks with ``@bridgecli.hookimpl`` and is published under the
 ``bridgecli`` entry-point group (see plugins/ for a complete example package)::
@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, runtime_checkable
 
 import pluggy
-
-from .errors import FormatError
 
 if TYPE_CHECKING:
     from .core.select import SelectionResult
@@ -66,6 +64,9 @@ class Scorer(Protocol):
 
     #: one line shown before the first batch (a scorer that compiles first says so); None: nothing
     startup_note: str | None = None
+    #: what ``bridge score`` records in the stream's header beside the scorer options (the score step's
+    #: ``scorer_params``), e.g. the slope ``debias=common`` subtracts with; None: nothing
+    header_params: dict[str, Any] | None = None
     #: the padded tokens of one pass on a GPU, the default of ``--max-tokens`` there; None: 32768
     max_tokens_cuda: int | None = None
     #: queue a batch's device work and return at once, a :class:`PendingScores` whose ``result()`` is what
@@ -94,27 +95,13 @@ class ScorerFactory(Protocol):
 @dataclass(frozen=True)
 class Plan:
     """What a selector's first pass over the whole stream decided: the budgets (b_p, b_r) of every
-    example, by example index, and a summary that ``select`` records in the step parameters."""
+    example, by example index, a summary that ``select`` records in the step parameters, and
+    ``options``: what the per-example calls need from the first pass (merged over the parsed options
+    of every call; keys start with ``_``, as the step's own do)."""
 
     budgets: dict[int, tuple[int, int]]
     summary: dict[str, Any] = field(default_factory=dict)
-
-    def budgets_of(self, example: Example) -> tuple[int, int]:
-        if example.index not in self.budgets:
-            raise FormatError("this example was not in the stream's first pass", record=example.index)
-        return self.budgets[example.index]
-
-
-def first_pass_sees(seen: set[int], example: Example) -> None:
-    """In a first pass that builds a :class:`Plan`: add ``example``'s index to ``seen``. An index seen
-    before is an error, since a plan keeps the budgets by index."""
-    if example.index in seen:
-        raise FormatError(
-            f"two examples with index {example.index} in one stream",
-            record=example.index,
-            hint="select each input file's stream on its own",
-        )
-    seen.add(example.index)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class SelectorFunction(Protocol):
@@ -137,8 +124,8 @@ class Selector(Protocol):
        later call.
     2. when ``needs_plan(options)``, ``prepare(examples, rho_p, rho_r, options)``: a first pass over
        the whole stream for budgets that depend on it (budget matching, global or batch ranking).
-       The :class:`Plan` it returns gives each example its budgets (stdin is then copied to a
-       temporary file, to be read twice).
+       The :class:`Plan` it returns gives each example its budgets, and in ``Plan.options`` what the
+       per-example calls need from it (stdin is then copied to a temporary file, to be read twice).
     3. per example, the budgets: the plan's, else ``budgets(example, rho_p, rho_r, options)``
        (default: b = ceil(rho * eligible) per side);
     4. then ``selector(example, b_p, b_r, options)``.

@@ -1,6 +1,13 @@
-"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, and the one
-place where a failed write (a full disk, a file over the size limit, a broken device) becomes one line
-naming the output (:class:`~bridgecli.errors.WriteError`, exit 7).
+"""File plumbing shared by every step: ``-`` for stdin/stdout, atomic outputs, TTY checks, the one
+check of what an output may replace (:func:`check_output`), and the one place where a failed write (a
+full disk, a file over the size limit, a broken device) becomes one line naming the output and why
+(:class:`~bridgecli.errors.WriteError`, exit 7).
+
+Outputs only create or replace regular files (and, for folder outputs, folders): a path that is, or
+whose links lead to, a device, a FIFO, a socket, a folder where a file is expected, a link to nothing
+or a loop of links is refused, and so is an output that is one of the command's inputs (the same
+file, through any link), or a folder holding one. ``-``, ``/dev/stdout`` (and, for inputs,
+``/dev/stdin``) name the standard streams.
 
 An output given as a symbolic link is written through it: the temporary file or folder lies next to
 the file or folder the link names, which is replaced, and the link stays. Locks are taken on that real
@@ -13,17 +20,20 @@ import errno
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from .errors import BridgeError, InputError, UsageError, WriteError
 
 STDIO = "-"
 #: how errors name standard output
 STDOUT = "<stdout>"
+#: other names of the standard streams: what a path that says so means, not the device behind it
+STDIO_ALIASES = frozenset({STDIO, "/dev/stdout", "/dev/stdin"})
 
 
 def _umask() -> int:
@@ -57,11 +67,16 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
 
 
+#: torch's serializer's own words after the "[enforce fail at inline_container.cc:N] ." it starts with
+_TORCH_WORDS = re.compile(r"^\s*\[enforce fail at inline_container\.cc:\d+\]\s*\.?\s*")
+
+
 def failed_write(exc: BaseException) -> tuple[int | None, str] | None:
     """``(errno, reason)`` when ``exc`` is (or was raised from) a write that failed for want of room or
     of a working device: an ``OSError`` with an errno in :data:`WRITE_ERRNOS`, safetensors' error
-    wrapping one, or torch's serializer failing to write (its errno is lost: None). None otherwise,
-    and always for a :class:`BridgeError` (already the user's one line)."""
+    wrapping one, or torch's serializer failing to write a file it opened itself (its errno is lost:
+    None, and the reason is its own words). None otherwise, and always for a :class:`BridgeError`
+    (already the user's one line)."""
     for cause in _causes(exc):
         if isinstance(cause, BridgeError):
             return None
@@ -73,30 +88,78 @@ def failed_write(exc: BaseException) -> tuple[int | None, str] | None:
             if code in WRITE_ERRNOS:
                 return code, os.strerror(code)
         if isinstance(cause, RuntimeError) and "inline_container.cc" in text:  # torch.save's writer
-            return None, "the write failed"
+            words = _TORCH_WORDS.sub("", text.strip().splitlines()[0] if text.strip() else "").strip()
+            return None, f"torch's writer failed ({words or 'no reason given'})"
     return None
 
 
-def _free_bytes(path: Path) -> int | None:
-    for folder in (path, *path.parents):
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes an unprivileged writer may still put on the file system that holds ``path`` (or its
+    nearest existing folder above it); None when none can be asked."""
+    start = Path(path).absolute()
+    for folder in (start, *start.parents):
         with contextlib.suppress(OSError):
             st = os.statvfs(folder)
             return st.f_bavail * st.f_frsize
     return None
 
 
+def human_bytes(n: float) -> str:
+    """``n`` bytes in words: 512 B, 3.4 MB, 18.0 GB (powers of 1000, as df -H)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+#: the probe write that finds the errno a writer lost (:func:`probe_errno`)
+_PROBE_BYTES = 1 << 20
+
+
+def probe_errno(path: str | os.PathLike) -> int | None:
+    """Why a write next to ``path`` fails now, found by trying one (a temporary file of 1 MiB, synced and
+    removed, in its nearest existing folder): the errno of :data:`WRITE_ERRNOS` it fails with, or None
+    when it goes through (or fails otherwise)."""
+    start = Path(path).absolute()
+    folder = next((f for f in (start, *start.parents) if f.is_dir()), None)
+    if folder is None:
+        return None
+    try:
+        with tempfile.TemporaryFile(dir=folder) as fh:
+            chunk = b"\0" * 65536
+            for _ in range(_PROBE_BYTES // len(chunk)):
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        return exc.errno if exc.errno in WRITE_ERRNOS else None
+    return None
+
+
 def write_error(exc: BaseException, path: str | os.PathLike | None) -> WriteError | None:
     """The one-line :class:`WriteError` for ``exc`` when it is a failed write (:func:`failed_write`) of
     the output ``path`` (``-``: standard output; None: the file the OS error names, if any); None when it
-    is something else."""
+    is something else. It says why: the OS's reason and its errno's name (ENOSPC, EDQUOT, EIO, ...); for
+    a full disk or quota, the room left there; where the writer lost the errno (torch's serializer), the
+    errno of a probe write next to the output (:func:`probe_errno`), else the writer's own words. Call it
+    before the failed write's files are removed (they hold the room it took)."""
     found = failed_write(exc)
     if found is None:
         return None
     code, reason = found
     if path is None:
         path = next((c.filename for c in _causes(exc) if isinstance(c, OSError) and c.filename), None)
-    if code is None and path is not None and _free_bytes(Path(path).absolute()) == 0:
-        code, reason = errno.ENOSPC, os.strerror(errno.ENOSPC)  # what torch's writer does not say
+    on_disk = path is not None and str(path) != STDIO
+    if code is None and on_disk:
+        assert path is not None
+        probed = probe_errno(path)
+        if probed is not None:
+            code, reason = probed, os.strerror(probed)
+    if code is not None:
+        reason = f"{reason} ({errno.errorcode.get(code, code)}"
+        free = free_bytes(path) if on_disk and code in (errno.ENOSPC, errno.EDQUOT) else None  # type: ignore[arg-type]
+        reason += f", {human_bytes(free)} free there)" if free is not None else ")"
     return WriteError(
         f"cannot write: {reason}",
         file=None if path is None else STDOUT if str(path) == STDIO else str(path),
@@ -214,7 +277,8 @@ def real_path(path: str | os.PathLike) -> Path:
 
 
 def is_stdio(path: str | os.PathLike | None) -> bool:
-    return path is None or str(path) == STDIO
+    """Whether ``path`` names standard input or output: None, ``-``, ``/dev/stdout`` or ``/dev/stdin``."""
+    return path is None or str(path) in STDIO_ALIASES
 
 
 def describe(path: str | os.PathLike | None) -> str:
@@ -245,6 +309,142 @@ def open_binary_input(path: str | os.PathLike | None) -> Iterator[BinaryIO]:
         raise UsageError(f"{p}: a folder, not a file")
     with open(p, "rb") as fh:
         yield fh
+
+
+# -- what an output may replace ------------------------------------------------------------------
+
+_NOT_REGULAR = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+_ONLY_FILES = "bridge writes only regular files; for standard output pass -o - (or /dev/stdout)"
+
+
+def _kind(st: os.stat_result) -> str:
+    """What a ``stat`` says a path is, in words."""
+    for test, kind in _NOT_REGULAR:
+        if test(st.st_mode):
+            return kind
+    return "a folder" if stat.S_ISDIR(st.st_mode) else "a file"
+
+
+def _link_trail(path: Path) -> str:
+    """`` -> TARGET`` when ``path`` is a symbolic link (what it says), else ""."""
+    try:
+        return f" -> {os.readlink(path)}"
+    except OSError:
+        return ""
+
+
+def output_target(path: str | os.PathLike, *, folder: bool = False) -> os.stat_result | None:
+    """What the output ``path`` names, symbolic links followed: its ``stat``, or None where nothing is
+    yet (and it can be made: no link to nothing on the way to it). A :class:`UsageError` naming it
+    (exit 2, one line) when it is a link to nothing, a loop of links, a device, a FIFO or a socket, a
+    folder where a file is expected (``folder`` False) or a file where a folder is (``folder`` True),
+    or when a folder on the way to it is a link to nothing or a file."""
+    target = Path(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        if os.path.islink(target):
+            raise UsageError(
+                f"{target}: a link to nothing{_link_trail(target)}",
+                hint="bridge does not create what a dangling link names: remove the link or pass another -o",
+            ) from None
+        _check_missing_parents(target)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{target}: a loop of symbolic links", hint="pass another -o") from None
+        if exc.errno == errno.ENOTDIR:
+            _check_missing_parents(target)  # names the one in the way
+            raise UsageError(f"{target}: a folder on the way to it is not one", hint="pass another -o") from None
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+    where = f" ({os.path.realpath(target)})" if os.path.islink(target) else ""
+    for test, kind in _NOT_REGULAR:
+        if test(st.st_mode):
+            raise UsageError(f"{target}: {kind}{where}, not a file bridge may replace", hint=_ONLY_FILES)
+    if stat.S_ISDIR(st.st_mode) and not folder:
+        raise UsageError(f"{target}{where}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    if not stat.S_ISDIR(st.st_mode) and folder:
+        raise UsageError(f"{target}{where}: exists and is not a folder", hint="pass another -o")
+    return st
+
+
+def _check_missing_parents(target: Path) -> None:
+    """The folders on the way to a missing output that are missing too (they will be made): none may
+    be a link to nothing (it would make the folder it names, wherever that is), and the first that
+    exists must be a folder."""
+    parent = target.absolute().parent
+    while not os.path.exists(parent):
+        if os.path.islink(parent):
+            raise UsageError(
+                f"{target}: {parent} is a link to nothing{_link_trail(parent)}",
+                hint="bridge does not create what a dangling link names: remove the link or pass another -o",
+            )
+        if parent == parent.parent:
+            break
+        parent = parent.parent
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise UsageError(f"{target}: {parent} is {_kind(os.stat(parent))}, not a folder", hint="pass another -o")
+
+
+def _refuse_stdout(path: str | os.PathLike) -> None:
+    raise UsageError(f"{path}: standard output cannot take this output", hint="pass a file path")
+
+
+def _empty(folder: str | os.PathLike) -> bool:
+    with os.scandir(os.fspath(folder)) as entries:
+        return next(entries, None) is None
+
+
+def check_output(
+    path: str | os.PathLike | None,
+    *,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    folder: bool = False,
+    ours: Callable[[Path], bool] | None = None,
+    stdout: bool = True,
+) -> None:
+    """Refuse, before any work (:class:`UsageError`, exit 2, one line naming it), an output that a
+    command must not write: what :func:`output_target` refuses; one that is the same file as one of
+    ``inputs`` (device and inode compared, so through any link, hard links too), or, for a ``folder``
+    output, a folder that holds one of them (replacing it would delete it); and, for a ``folder``
+    output with ``ours``, a non-empty folder that ``ours`` does not recognise as one this command
+    wrote (``ours=None``: the command judges the contents itself). Standard output passes where the
+    command can write there (``stdout``; never for a ``folder``)."""
+    if is_stdio(path):
+        if path is not None and (folder or not stdout):
+            _refuse_stdout(path)
+        return
+    assert path is not None
+    st = output_target(path, folder=folder)
+    if st is None:
+        return
+    real = os.path.realpath(path)
+    for inp in inputs:
+        if inp is None or is_stdio(inp):
+            continue
+        try:
+            ist = os.stat(inp)
+        except OSError:
+            continue  # a missing input is the input check's to report
+        if (st.st_dev, st.st_ino) == (ist.st_dev, ist.st_ino):
+            raise UsageError(
+                f"{path}: the same file as the input {inp}: writing it would destroy the input",
+                hint="pass another -o",
+            )
+        if folder and os.path.commonpath([real, os.path.realpath(inp)]) == real:
+            raise UsageError(
+                f"{path}: holds the input {inp}: replacing the folder would delete it", hint="pass another -o"
+            )
+    if folder and ours is not None and not _empty(path) and not ours(Path(path)):
+        raise UsageError(
+            f"{path}: a folder that is not empty and was not written by this command",
+            hint="pass another -o, or empty it",
+        )
 
 
 #: a temporary file or folder is only swept when it is at least this old (seconds) and nobody holds it
@@ -310,9 +510,10 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     place that were killed before they could clean up are removed first. A failed write in the block
     (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier file there is kept. A
     ``path`` that is a symbolic link stays one: the file it names is replaced."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
+    output_target(target)
     real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
@@ -327,24 +528,24 @@ def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
         yield tmp_path
         os.replace(tmp_path, real)
     except BaseException as exc:
+        err = write_error(exc, target) if isinstance(exc, Exception) else None  # before the room is given back
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        if (err := write_error(exc, target)) is not None:
+        if err is not None:
             raise err from None
         raise
     finally:
         os.close(fd)
 
 
-def check_output_file(path: str | os.PathLike | None) -> None:
-    """Fail early (before any expensive work) when ``path`` is a folder or cannot be written where
-    it lies; ``-``/None (stdout) passes."""
+def check_output_file(path: str | os.PathLike | None, *, inputs: Iterable[str | os.PathLike | None] = ()) -> None:
+    """Fail early (before any expensive work) when ``path`` may not be written (:func:`check_output`)
+    or cannot be written where it lies; ``-``/None (stdout) passes."""
     if path is None or is_stdio(path):
         return
+    check_output(path, inputs=inputs)
     target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{target}: a folder; the output must be a file path", hint="pass -o FOLDER/NAME")
-    parent = target.parent
+    parent = real_path(target).parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     try:
@@ -354,6 +555,23 @@ def check_output_file(path: str | os.PathLike | None) -> None:
             pass
     except OSError as exc:
         raise write_error(exc, target) or UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
+
+
+def check_stream_output(
+    path: str | os.PathLike | None,
+    *,
+    inputs: Iterable[str | os.PathLike | None] = (),
+    what: str = "a bridge stream",
+    binary: bool = True,
+) -> bool:
+    """Fail early (before any expensive work), one line, when the output ``path`` may not or cannot be
+    written (:func:`check_output_file`: what it would replace, ``inputs`` included) or, for ``binary``
+    output, when it is standard output on a terminal (:func:`refuse_terminal`); returns whether it is
+    standard output (``-``/None)."""
+    check_output_file(path, inputs=inputs)
+    if binary:
+        refuse_terminal(path, what=what)
+    return is_stdio(path)
 
 
 def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> None:
@@ -366,11 +584,15 @@ def refuse_terminal(path: str | os.PathLike | None, *, what: str = "a bridge str
 
 
 @contextlib.contextmanager
-def open_binary_output(path: str | os.PathLike | None, *, what: str = "a bridge stream") -> Iterator[BinaryIO]:
+def open_binary_output(
+    path: str | os.PathLike | None, *, what: str = "a bridge stream", refuse: bool = True
+) -> Iterator[BinaryIO]:
     """Open ``path`` for binary writing, atomically (temp file + rename). ``-``/None is stdout,
-    refused when stdout is a terminal so binary data never lands on a screen (a failed write to stdout
-    is reported by the command line's guard, :func:`guarded_stdout`)."""
-    refuse_terminal(path, what=what)
+    refused when stdout is a terminal so binary data never lands on a screen (unless ``refuse`` is
+    false: text bytes); a failed write to stdout is reported by the command line's guard,
+    :func:`guarded_stdout`."""
+    if refuse:
+        refuse_terminal(path, what=what)
     if is_stdio(path):
         out = sys.stdout.buffer
         yield out
@@ -403,9 +625,10 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     folder is moved aside first and removed after), on failure it is removed. A failed write in the
     block (a full disk, ...) is a :class:`WriteError` naming ``path``; an earlier folder there is kept.
     A ``path`` that is a symbolic link stays one: the folder it names is replaced."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise UsageError(f"{target}: exists and is not a folder", hint="pass another -o")
+    output_target(target, folder=True)
     real = real_path(target)
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
@@ -423,8 +646,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         replace_dir(tmp, real)
     except BaseException as exc:
+        err = write_error(exc, target) if isinstance(exc, Exception) else None  # before the room is given back
         shutil.rmtree(tmp, ignore_errors=True)
-        if (err := write_error(exc, target)) is not None:
+        if err is not None:
             raise err from None
         raise
     finally:
@@ -482,7 +706,10 @@ def folder_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
     after the real folder (:func:`real_path`), so a run through a symbolic link to the folder takes
     the same lock. A failed write in the block that no inner writer reported is a :class:`WriteError`
     naming the folder."""
+    if is_stdio(path):
+        _refuse_stdout(path)
     target = Path(path)
+    output_target(target, folder=True)
     real = real_path(target)
     lock = real.parent / f".{real.name}.lock"
     try:

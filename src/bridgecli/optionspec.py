@@ -5,13 +5,17 @@ options type (the data options, the SFT settings, fidelity's source) is declared
 its option fields are flags of the same command. ``cli/build.py`` makes each command from its options
 type alone, the way TRL's ``HfArgumentParser`` makes a parser from dataclasses; the step checks the
 values with :func:`check`, so a Python caller of a step gets the same one-line :class:`UsageError`
-(exit 2) as the command line. Torch-free and import-light: the CLI builds its help from it."""
+(exit 2) as the command line. The step's record in the stream it writes (its parameters) comes from
+the same fields (:func:`recorded`): every field is recorded unless its declaration says ``record=False``
+(a field that does not change what the step writes: where it writes, how many processes). Torch-free
+and import-light: the CLI builds its help from it."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import math
+import os
 from dataclasses import MISSING, dataclass
 from numbers import Integral, Real
 from typing import Any, Callable, Mapping
@@ -173,9 +177,11 @@ class Spec:
     parse: Parse | None = None
     #: a field that is None unless given, filled in by a rule of the step (select's --preset): what it
     #: stands for when the rule sets nothing, which --help shows as its default. The command line
-    #: passes None where the flag is not given (click's parameter source), not this value, so the
-    #: step tells "not given" from a value equal to it. None: no fallback.
+    #: passes None where the flag is not given, not this value, so the step tells "not given" from a
+    #: value equal to it. None: no fallback.
     fallback: Any = None
+    #: whether the step records the field in what it writes (:func:`recorded`)
+    record: bool = True
 
     def label(self, name: str) -> str:
         """How errors name the option: ``-T/--rounds``, ``--rho-p``."""
@@ -189,35 +195,29 @@ def option(
     help: str = "",
     *flags: str,
     factory: Any = MISSING,
-    range: Range | None = None,
     choices: tuple[str, ...] | list[str] | None = None,
     optional: bool | None = None,
-    argument: bool = False,
-    metavar: str | None = None,
-    panel: str | None = None,
-    show_range: bool = False,
-    parse: Parse | None = None,
-    fallback: Any = None,
+    **spec: Any,
 ) -> Any:
-    """A dataclass field that is also a command-line option (see the module docstring); with
-    ``fallback``, one whose default is None = "not given" (see :attr:`Spec.fallback`)."""
-    assert fallback is None or default is None, "a field with a fallback defaults to None (not given)"
-    spec = Spec(
-        help=help,
-        flags=tuple(flags),
-        range=range,
-        choices=tuple(choices) if choices else None,
-        optional=(default is None and factory is MISSING) if optional is None else optional,
-        argument=argument,
-        metavar=metavar,
-        panel=panel,
-        show_range=show_range,
-        parse=parse,
-        fallback=fallback,
-    )
+    """A dataclass field that is also a command-line option (see the module docstring): its default (or
+    ``factory``), its help and flags, and the rest of its :class:`Spec` by name (``range``, ``argument``,
+    ``metavar``, ``panel``, ``show_range``, ``parse``); with ``fallback``, one whose default is None = "not
+    given" (:attr:`Spec.fallback`); with ``record=False``, one the step's record leaves out (:func:`recorded`)."""
+    assert spec.get("fallback") is None or default is None, "a field with a fallback defaults to None (not given)"
+    optional = (default is None and factory is MISSING) if optional is None else optional
+    made = Spec(help=help, flags=tuple(flags), choices=tuple(choices) if choices else None, optional=optional, **spec)
     if factory is not MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"option": spec})
-    return dataclasses.field(default=default, metadata={"option": spec})
+        return dataclasses.field(default_factory=factory, metadata={"option": made})
+    return dataclasses.field(default=default, metadata={"option": made})
+
+
+def internal(default: Any = MISSING, *, factory: Any = MISSING, record: bool = True) -> Any:
+    """A dataclass field of an options type that is no command-line option (a Python caller's, or one a
+    step fills in); with ``record=False``, one the step's record leaves out (:func:`recorded`)."""
+    metadata = {"record": record}
+    if factory is not MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -238,6 +238,8 @@ class Group:
     #: default to None (shown as "16 with --lora"), and ``build(on, **values)`` makes the field's value
     switch: Spec | None = None
     build: Callable[..., Any] | None = None
+    #: whether the step records the group's fields (:func:`recorded`)
+    record: bool = True
 
     def fields(self, cls: type) -> list[dataclasses.Field]:
         """The option fields and groups of ``cls`` that are flags here, in their order."""
@@ -250,31 +252,11 @@ class Group:
         ]
 
 
-def group(
-    cls: type | None = None,
-    *,
-    default: Any = MISSING,
-    only: tuple[str, ...] | None = None,
-    exclude: tuple[str, ...] = (),
-    defaults: Mapping[str, Any] | None = None,
-    help: Mapping[str, str] | None = None,
-    prefix: str = "",
-    panel: str | None = None,
-    switch: Spec | None = None,
-    build: Callable[..., Any] | None = None,
-) -> Any:
-    """A dataclass field holding the options type ``cls`` (see :class:`Group`): its default is
-    ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
-    spec = Group(
-        only=only,
-        exclude=exclude,
-        defaults=dict(defaults or {}),
-        help=dict(help or {}),
-        prefix=prefix,
-        panel=panel,
-        switch=switch,
-        build=build,
-    )
+def group(cls: type | None = None, *, default: Any = MISSING, **settings: Any) -> Any:
+    """A dataclass field holding the options type ``cls``, with the :class:`Group` ``settings`` (``only``,
+    ``exclude``, ``defaults``, ``help``, ``prefix``, ``panel``, ``switch``, ``build``, ``record``): its default
+    is ``cls(**defaults)``; without ``cls`` it is ``default`` (required when not given)."""
+    spec = Group(**settings)
     if cls is not None:
         return dataclasses.field(default_factory=functools.partial(cls, **spec.defaults), metadata={"group": spec})
     return dataclasses.field(default=default, metadata={"group": spec})
@@ -312,18 +294,106 @@ def check(opts: Any, *, prefix: str = "") -> None:
             _fail(flag, value, f"one of {', '.join(spec.choices)}")
 
 
+# -- the step's record -------------------------------------------------------------------------
+
+
+def _records(f: dataclasses.Field) -> bool:
+    """Whether the field ``f`` is recorded: what its declaration says (:func:`option`, :func:`group`,
+    :func:`internal`); a field declared otherwise is recorded."""
+    spec = f.metadata.get("option") or f.metadata.get("group")
+    return spec.record if spec is not None else bool(f.metadata.get("record", True))
+
+
+def _holds_options(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def recorded_names(cls: type) -> list[str]:
+    """The keys :func:`recorded` gives an options object of type ``cls``: each recorded field's name, a
+    recorded group's fields in its place (by their own names)."""
+    hints = None
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        if not _records(f):
+            continue
+        if "group" in f.metadata:
+            if hints is None:
+                import typing
+
+                hints = typing.get_type_hints(cls)
+            tp = hints[f.name]
+            args = [a for a in getattr(tp, "__args__", ()) if a is not type(None)] or [tp]
+            out += recorded_names(args[0])
+        else:
+            out.append(f.name)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as the record keeps it (JSON's kinds: a path as text, a set sorted, ...)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if _holds_options(value):
+        return recorded(value)
+    return value
+
+
+def recorded(opts: Any, **resolved: Any) -> dict[str, Any]:
+    """The step record of the options object ``opts``: every field, by its name, unless its declaration
+    says ``record=False``; a group's fields in its place (a group that is None: its fields left out).
+    ``resolved`` gives what the step made of a field (``dtype="bfloat16"`` for ``auto``) and what it adds
+    (a fingerprint); a resolved value replaces the field's."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(opts):
+        if not _records(f):
+            continue
+        value = getattr(opts, f.name)
+        if "group" in f.metadata:
+            if value is None:
+                continue
+            for key, item in recorded(value).items():
+                assert key not in out, f"{type(opts).__name__}: two recorded fields named {key!r}"
+                out[key] = item
+        else:
+            assert f.name not in out, f"{type(opts).__name__}: two recorded fields named {f.name!r}"
+            out[f.name] = _plain(value)
+    out.update({key: _plain(value) for key, value in resolved.items()})
+    return out
+
+
 # -- what the command line reads as text --------------------------------------------------------
 
 
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
-    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item is a usage error."""
+    """``["k=v", ...]`` (a repeatable ``--flag KEY=VALUE``) as a dict; a malformed item, or a key given
+    twice (which value was meant?), is a usage error."""
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
+        if key.strip() in out:
+            raise UsageError(
+                f"{flag} gives {key.strip()} twice ({out[key.strip()]!r} and {value.strip()!r}): give each key once"
+            )
         out[key.strip()] = value.strip()
     return out
+
+
+def single(values: list[str] | None, flag: str) -> str | None:
+    """The one value of a flag read as a list (:data:`ONCE`): None when not given; given twice, a usage
+    error (which one was meant?), not the last one silently."""
+    values = list(values or [])
+    if len(values) > 1:
+        shown = ", ".join(repr(v) for v in values)
+        raise UsageError(f"{flag} given {len(values)} times ({shown}): give it once")
+    return values[0] if values else None
 
 
 def number_list(text: str, flag: str) -> tuple[float, ...]:
@@ -344,6 +414,8 @@ def names(values: list[str] | None) -> list[str]:
 
 #: a repeatable ``--flag KEY=VALUE`` read into a dict
 KEY_VALUES = Parse(list[str], key_values)
+#: a flag given at most once (``--preset``): a second one is a usage error, not the last one winning
+ONCE = Parse(list[str], single)
 #: comma-separated numbers (``--levels 1.0,0.5``), shown as such
 NUMBERS = Parse(str, number_list, lambda values: ",".join(map(str, values)))
 #: comma-separated or repeated names (``--task gsm8k,math --task mmlu``)
@@ -356,18 +428,20 @@ OUTPUT_HELP = "Output bridge stream ('-' for stdout)."
 
 
 def stream_input() -> Any:
-    """The input bridge stream: the command's argument INPUT, stdin by default."""
-    return option("-", INPUT_HELP, "input", argument=True)
+    """The input bridge stream: the command's argument INPUT, stdin by default (the stream itself
+    records where it came from: not recorded)."""
+    return option("-", INPUT_HELP, "input", argument=True, record=False)
 
 
 def stream_output() -> Any:
-    """The output bridge stream: ``-o/--output``, stdout by default."""
-    return option("-", OUTPUT_HELP, "--output", "-o")
+    """The output bridge stream: ``-o/--output``, stdout by default (not recorded)."""
+    return option("-", OUTPUT_HELP, "--output", "-o", record=False)
 
 
 def workers(help: str = WORKERS_HELP) -> Any:
-    """``--workers N``: processes for the per-example work."""
-    return option(1, help, "--workers", range=count(), show_range=True)
+    """``--workers N``: processes for the per-example work (the output is the same for any number: not
+    recorded)."""
+    return option(1, help, "--workers", range=count(), show_range=True, record=False)
 
 
 __all__ = [
@@ -383,6 +457,7 @@ __all__ = [
     "MODEL_HELP",
     "NAMES",
     "NUMBERS",
+    "ONCE",
     "OUTPUT_HELP",
     "RETENTION",
     "SEED",
@@ -397,12 +472,16 @@ __all__ = [
     "field_of",
     "group",
     "integer",
+    "internal",
     "key_values",
     "names",
     "number",
     "number_list",
     "option",
     "real",
+    "recorded",
+    "single",
+    "recorded_names",
     "stream_input",
     "stream_output",
     "switch",

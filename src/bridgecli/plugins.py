@@ -23,6 +23,7 @@ DEFAULT_PLUGINS = (
     "bridgecli.builtin.scorers",
     "bridgecli.builtin.selectors",
     "bridgecli.builtin.baselines",
+    "bridgecli.builtin.whole_examples",
     "bridgecli.builtin.eval_tasks",
 )
 

@@ -67,3 +67,36 @@ def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
     diff = a[:, idx].mean(-1).mean(0) - b[:, idx].mean(-1).mean(0)
     lo, hi = np.percentile(diff, [2.5, 97.5])
     return float(a.mean(1).mean() - b.mean(1).mean()), float(lo), float(hi)
+
+
+def task_mean(tasks: list[np.ndarray], resamples: int, against: list[np.ndarray] | None = None):
+    """The mean over tasks of each task's seed-mean item score (the paper's "General Avg."), or its paired
+    difference from ``against`` (the same tasks), with a percentile bootstrap that resamples each task's items
+    on its own (a stratified bootstrap: a task keeps its size, so its weight in the mean). Each element of
+    ``tasks`` is [seeds, items] with NaN where an item has no value (left out, on both sides). None when a
+    task's items differ in number between the two sides or no item is left."""
+    if against is not None and len(against) != len(tasks):
+        return None
+    rng = np.random.default_rng(0)
+    points, draws = [], []
+    for k, a in enumerate(tasks):
+        b = against[k] if against is not None else None
+        if b is not None and a.shape[1] != b.shape[1]:
+            return None
+        keep = ~np.isnan(a).any(axis=0)
+        if b is not None:
+            keep &= ~np.isnan(b).any(axis=0)
+        a = a[:, keep]
+        if a.shape[1] == 0:
+            return None
+        idx = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
+        score = a[:, idx].mean(-1).mean(0)
+        point = a.mean(1).mean()
+        if b is not None:
+            b = b[:, keep]
+            score = score - b[:, idx].mean(-1).mean(0)
+            point -= b.mean(1).mean()
+        points.append(point)
+        draws.append(score)
+    lo, hi = np.percentile(np.mean(draws, axis=0), [2.5, 97.5])
+    return float(np.mean(points)), float(lo), float(hi)

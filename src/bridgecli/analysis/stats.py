@@ -149,8 +149,11 @@ def run_stats(path: str | None, *, as_json: bool = False, png: str | None = None
 
     from rich.console import Console
 
+    from ..io import check_output
     from ..progress import note
 
+    if png:
+        check_output(png, inputs=(path,), stdout=False)
     summary, dists = summarize_stats(path)
     if as_json:
         print(json.dumps(summary, indent=2))

@@ -19,7 +19,7 @@ FILENAME = "direction.safetensors"
 
 
 class DirectionStats(msgspec.Struct, kw_only=True):
-    """lambda, eps and the norms behind v, as :func:`bridgecli.modeling.direction.combine` returns them."""
+    """lambda, eps and the norms behind v, as :func:`bridgecli.training.direction.combine` returns them."""
 
     lam: float = msgspec.field(name="lambda")
     eps: float
@@ -30,7 +30,7 @@ class DirectionStats(msgspec.Struct, kw_only=True):
 
 class DirectionMeta(msgspec.Struct, kw_only=True, omit_defaults=True):
     """How v was made: lambda, eps and the norms of g_target, g_anchor and v
-    (:func:`bridgecli.modeling.direction.combine`), the number of blocks and the base model. Every
+    (:func:`bridgecli.training.direction.combine`), the number of blocks and the base model. Every
     field is optional: a file that records fewer still reads."""
 
     lam: float | None = msgspec.field(default=None, name="lambda")

@@ -42,8 +42,16 @@ class RowsMeta(msgspec.Struct, kw_only=True):
     rows: int | None = None
     dropped: list[str] = []
     tokens_executed: int | None = None
+    #: the tokens of the examples that have a row, before compaction
     tokens_original: int | None = None
     supervised: int | None = None
+    #: every example of the stream and its tokens, those without a row too (an example-level selection
+    #: leaves out whole examples)
+    examples_read: int | None = None
+    tokens_read: int | None = None
+    #: ``compact --trim-tail``: rows cut after their last supervised response token, and the tokens cut
+    trim_tail: bool = False
+    tokens_trimmed: int | None = None
 
 
 def rows_meta_path(rows: str | Path) -> Path:

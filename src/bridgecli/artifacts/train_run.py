@@ -3,7 +3,8 @@
     OUT/config.json, model.safetensors, tokenizer files   the trained model (merged, with --lora)
     OUT/adapter/                                          the LoRA adapter alone (--lora)
     OUT/metrics.jsonl                                     one line per optimizer step, as it runs
-    OUT/checkpoints/step-NNNNNN/                          every --save-every steps (training/checkpoint.py)
+    OUT/checkpoints/step-NNNNNN/                          every --save-every steps (training/checkpoint.py
+                                                          writes them; :func:`complete_checkpoints` finds them)
     OUT/bridge_train.json                                 the summary, written last (the run is complete)
     .OUT.overwrite/                                       beside OUT: an --overwrite run, until it replaces OUT
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,28 @@ CHECKPOINTS = "checkpoints"
 ADAPTER = "adapter"
 #: what a folder may hold for a fresh run to clear it (anything else: refuse, it is not ours)
 RUN_MARKERS = (SUMMARY, METRICS, CHECKPOINTS)
+#: the file a checkpoint's writer puts in it last: a checkpoint without it is not complete
+CHECKPOINT_STATE = "trainer_state.json"
+_CHECKPOINT_NAME = re.compile(r"^step-(\d{6,})$")
+
+
+def checkpoint_name(step: int) -> str:
+    """The folder name of the checkpoint after optimizer step ``step``, under ``OUT/checkpoints``."""
+    return f"step-{step:06d}"
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete checkpoint of a run folder (named ``step-NNNNNN`` and holding
+    :data:`CHECKPOINT_STATE`), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _CHECKPOINT_NAME.match(p.name)
+        if m and p.is_dir() and (p / CHECKPOINT_STATE).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
 
 
 class TrainSummary(RunRecord, kw_only=True):
@@ -86,8 +110,6 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
     :data:`FINISHED` (every rank checks, so every rank raises alike). A folder holding a finished run or
     checkpoints is only continued (--resume; a finished run has nothing left to continue) or replaced on
     request (--overwrite), never cleared; a non-empty folder that is not a training run is never touched."""
-    from ..training import checkpoint
-
     if resume:
         return FINISHED if (out / SUMMARY).is_file() else IN_PLACE
     if not out.exists():
@@ -104,7 +126,7 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> str:
             f"{out} holds a finished training run",
             hint="pass another -o, or --overwrite to replace it once the new run is written",
         )
-    if not overwrite and checkpoint.complete(out):
+    if not overwrite and complete_checkpoints(out):
         raise UsageError(
             f"{out} holds checkpoints of an earlier run",
             hint="pass --resume to continue it, or --overwrite to start over",

@@ -3,6 +3,8 @@
 
     <run>/checkpoint/            theta_bar as an HF model folder (+ tokenizer)
     <run>/direction.safetensors  v over the final K blocks, with its metadata (:mod:`.direction_file`)
+    <run>/common_direction.safetensors  D_val's mean output residual d and the slope beta of a_j on
+                                 u_j = d . (w_y - W^T p) (:mod:`.common_file`; runs made before it lack it)
     <run>/warmup.json            parameters, base model, warm/val ids, losses (:class:`WarmupMeta`)
     <run>/metrics.jsonl          one line per optimizer step
 
@@ -16,10 +18,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable, Any
 
 
 from ..errors import ModelError, UsageError
+from .common_file import CommonDirection, CommonFit, common_path, load_common, save_common
 from .direction_file import Direction, DirectionStats, direction_path, load_direction, save_direction
 from .json_file import RunRecord, read_struct
 
@@ -48,21 +51,25 @@ class WarmupMeta(RunRecord, kw_only=True):
     val_tokens: int | None = None
     direction_layers: int | None = None
     direction: DirectionStats | None = None
+    #: the common direction's fit on D_val (``common_direction.safetensors`` holds d itself)
+    common_direction: CommonFit | None = None
     sft: dict[str, Any] | None = None
     steps: int | None = None
     final_train_loss: float | None = None
 
-    def leave_out(self, data: str | Path, digest: str | None = None) -> frozenset[str] | None:
-        """The ids of ``data`` that warmup used (warm and validation), to leave out of what is scored
-        or analysed; None when ``data`` is not the file warmup read (compared by content digest;
-        ``digest`` is that of ``data`` when the caller has it)."""
-        if not self.data_digest:
-            return None
-        if digest is None:
-            from ..data.examples import file_digest
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON values; without ``common_direction`` when there is none, so that a
+        record of an earlier version is written back as it was."""
+        out = super().to_dict()
+        if out.get("common_direction") is None:
+            out.pop("common_direction", None)
+        return out
 
-            digest = file_digest(data)
-        if digest != self.data_digest:
+    def leave_out(self, digest: str) -> frozenset[str] | None:
+        """The ids that warmup used (warm and validation) of the data whose content digest is ``digest``
+        (:func:`bridgecli.data.examples.file_digest`), to leave out of what is scored or analysed; None
+        when that data is not the file warmup read."""
+        if not self.data_digest or digest != self.data_digest:
             return None
         return frozenset(self.warm_ids or ()) | frozenset(self.val_ids or ())
 
@@ -95,8 +102,17 @@ class WarmupRun:
             )
         return meta
 
+    @property
+    def common_path(self) -> Path:
+        return common_path(self.root)
+
     def direction(self) -> Direction:
         return load_direction(self.root)
+
+    def common_direction(self) -> CommonDirection | None:
+        """D_val's mean residual and beta (:mod:`.common_file`); None for a run made before warmup
+        stored them."""
+        return load_common(self.root)
 
     @staticmethod
     def is_run(path: str | Path) -> bool:
@@ -141,16 +157,33 @@ def check_warmup_dir(out: str | Path, *, overwrite: bool) -> None:
 
 
 def write_warmup_run(
-    out: str | Path, *, model, tokenizer, meta: WarmupMeta, direction: Direction, history: list[dict]
+    out: str | Path,
+    *,
+    model,
+    tokenizer,
+    meta: WarmupMeta,
+    direction: Direction,
+    history: list[dict],
+    common: CommonDirection | None = None,
+    fingerprint: Callable[[Path], str] | None = None,
 ) -> WarmupRun:
     """Write the whole run folder ``out``: it appears complete, or not at all (an earlier run there
-    is replaced only once the new one is written)."""
+    is replaced only once the new one is written). ``common`` is bound to the checkpoint written here
+    before it is saved: ``fingerprint`` (the model loader's, which this layer does not import) maps the
+    written checkpoint folder to its fingerprint."""
+    import msgspec
+
     from ..io import atomic_dir
 
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp / CHECKPOINT)
         tokenizer.save_pretrained(tmp / CHECKPOINT)
         save_direction(direction, tmp)
+        if common is not None:
+            if fingerprint is None:
+                raise ValueError("a common direction is bound to its checkpoint: pass fingerprint")
+            bound = msgspec.structs.replace(common.meta, checkpoint_fingerprint=fingerprint(tmp / CHECKPOINT))
+            save_common(CommonDirection(common.d, bound), tmp)
         (tmp / META).write_text(json.dumps(meta.to_dict(), indent=2))
         with open(tmp / METRICS, "w") as fh:
             for rec in history:

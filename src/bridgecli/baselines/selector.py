@@ -19,7 +19,8 @@ from ..core.select import SelectionResult
 from ..core.topk import top_b, top_b_forced
 from ..errors import FormatError, UsageError
 from ..format.records import Example
-from ..hookspecs import Plan, first_pass_sees
+from ..contracts import first_pass_sees
+from ..hookspecs import Plan
 from ..optionspec import switch
 from .matching import MATCH_RULES, matched_budgets, rank_across
 
@@ -104,8 +105,6 @@ class Baseline:
 
     # -- budgets -------------------------------------------------------------------------------
     surrogate = False  # ranks by its own scores, not BRIDGE's surrogate
-    #: its indices come from core.topk (top_b, top_b_forced): ascending and distinct, so select need not check them
-    ascending_indices = True
 
     def needs_plan(self, o: dict) -> bool:
         """Whether the budgets depend on the whole stream (``o``: what :meth:`parse` returned)."""

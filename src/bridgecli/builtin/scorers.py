@@ -31,7 +31,12 @@ atp_scorer = _Factory("attribution", "AttributionScorer")
 
 @hookimpl(trylast=True)
 def register_scorers(register):
-    register("bridge", bridge_scorer, "a_j by one forward-mode JVP along v; A and c from the same pass")
+    register(
+        "bridge",
+        bridge_scorer,
+        "a_j by one forward-mode JVP along v; A and c from the same pass (--scorer-option debias=common: "
+        "a_j - beta u_j, the warm-up's common direction removed)",
+    )
     register(
         "atp",
         atp_scorer,

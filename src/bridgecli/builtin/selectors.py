@@ -20,8 +20,6 @@ class Schedule:
 
     protects = True
     surrogate = True
-    #: its indices come from core.topk (top_b, top_b_forced): ascending and distinct, so select need not check them
-    ascending_indices = True
 
     def __init__(self, name: str):
         self.name = name

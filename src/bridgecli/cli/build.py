@@ -1,19 +1,18 @@
-"""Each command built from its options type, the way TRL's ``HfArgumentParser`` builds a parser from
-dataclasses. :func:`command` walks the type's fields, and those of the groups it holds (the data
-options, the SFT settings, analyze's source, ...), and gives the command function a signature of
-``typer.Option``/``typer.Argument`` parameters made from their
-:func:`~bridgecli.optionspec.option` metadata (Typer reads ``__signature__`` as it reads any
-function's). Called, the function builds the options object from the values and hands it on. Adding
-a flag is adding a field; the defaults, the help and the checks are the options type's.
+"""Each command built from its options type, as TRL's ``HfArgumentParser`` builds a parser from dataclasses:
+:func:`command` gives the command function a signature of ``typer.Option``/``typer.Argument`` parameters
+made from the :func:`~bridgecli.optionspec.option` metadata of the type's fields (and its groups'), which
+Typer reads as any function's; called, it builds the options object and hands it on. Adding a flag is
+adding a field; defaults, help and checks are the options type's. A field with a ``fallback`` (select's
+--method) defaults to None, so a flag given at the fallback's value still counts as given.
 
-Parsing only: every check is the step's (and runs for Python callers too), bar the ranges a field
-asks the parser to show (``show_range``). A field with a ``fallback`` (select's --method and --rho-p,
-which --preset fills in) shows the fallback as its default but gets None unless its flag is given, by
-click's parameter source, so that a flag given with the default's value still counts as given."""
+The help is Typer's rich help of text escaped as markup (:func:`escaped`: ``[lm-eval]`` would vanish);
+an option's label is its ``metavar`` (TEXT, INTEGER, ...), a flag has none; :class:`Command` does the same
+for Typer's own ``--help`` and names arguments on the usage line as Click does."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import keyword
 import types
@@ -23,18 +22,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import typer
+import typer.core
 
 from ..optionspec import MAX_COUNT, Group, Spec
 
 
 @dataclass(frozen=True)
 class _Flag:
-    """One parameter of the command: its name and how its value becomes the field's."""
-
-    name: str
-    value: Callable[[Any], Any]
-    #: the field is None unless the flag is given (a field with a fallback, ``Spec.fallback``)
-    unless_given: bool = False
+    name: str  # the parameter's
+    value: Callable[[Any], Any]  # its value -> the field's
 
 
 @dataclass
@@ -49,20 +45,15 @@ class _Node:
     switch: _Flag | None = None
     build: Callable[..., Any] | None = None
 
-    def make(self, values: dict[str, Any], given: set[str]) -> Any:
-        kwargs = {name: self._value(item, values, given) for name, item in self.items}
+    def make(self, values: dict[str, Any]) -> Any:
+        kwargs = {
+            name: item.make(values) if isinstance(item, _Node) else item.value(values[item.name])
+            for name, item in self.items
+        }
         if self.switch is not None:
             assert self.build is not None
             return self.build(values[self.switch.name], **kwargs)
         return self.cls(**self.fixed, **kwargs)
-
-    @staticmethod
-    def _value(item: _Flag | _Node, values: dict[str, Any], given: set[str]) -> Any:
-        if isinstance(item, _Node):
-            return item.make(values, given)
-        if item.unless_given and item.name not in given:
-            return None
-        return item.value(values[item.name])
 
 
 def command(options: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any]]:
@@ -74,35 +65,15 @@ def command(options: type) -> Callable[[Callable[[Any], Any]], Callable[..., Any
         root = _walk(options, Group(), params)
         names = [p.name for p in params]
         assert len(set(names)) == len(names), f"{options.__name__}: two flags share a name in {names}"
-        assert _CONTEXT not in names, f"{options.__name__}: a flag is named {_CONTEXT}"
-        # Typer hands the command's context to the parameter annotated typer.Context
-        params.append(inspect.Parameter(_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
 
+        @functools.wraps(fn)
         def run(**values: Any) -> Any:
-            ctx = values.pop(_CONTEXT, None)
-            return fn(root.make(values, _given(ctx, values)))
+            return fn(root.make(values))
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # what Typer reads
-        run.__name__ = fn.__name__
-        run.__qualname__ = fn.__qualname__
-        run.__module__ = fn.__module__
-        run.__doc__ = fn.__doc__
         return run
 
     return decorate
-
-
-#: the command function's parameter that receives the context
-_CONTEXT = "command_context"
-
-
-def _given(ctx: typer.Context | None, values: dict[str, Any]) -> set[str]:
-    """The parameters the command line was given, not left at their defaults: their parameter source,
-    told by its name (the enum is the vendored click's); all of them without a context."""
-    if ctx is None:
-        return set(values)
-    sources = {name: ctx.get_parameter_source(name) for name in values}
-    return {name for name, src in sources.items() if src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")}
 
 
 def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
@@ -119,18 +90,19 @@ def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
             sub: Group = f.metadata["group"]
             if group.panel and not sub.panel:
                 sub = dataclasses.replace(sub, panel=group.panel)
-            node.items.append((f.name, _walk(_options_type(hints[f.name]), sub, params)))
+            node.items.append((f.name, _walk(_without_none(hints[f.name])[0], sub, params)))
             continue
         spec: Spec = f.metadata["option"]
-        default = group.defaults[f.name] if f.name in group.defaults else _default(f)
+        default = group.defaults.get(f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
         help = group.help.get(f.name, spec.help)
         if group.prefix and help:
             help = f"{group.prefix}{help[0].lower()}{help[1:]}"
         name = _name(spec, f.name)
         tp = _cli_type(hints[f.name], spec)
         extra: dict[str, Any] = {}
-        if spec.fallback is not None:  # shown as the default; the field gets None unless given
-            value: Any = spec.fallback
+        if spec.fallback is not None:  # None unless given; --help shows the fallback
+            extra["show_default"] = str(spec.fallback)
+            value: Any = None
         elif group.switch is not None:  # not given: None, so that build() tells "not given" from a value
             extra["show_default"] = f"{default} with {group.switch.flags[0]}"
             value = None
@@ -142,26 +114,36 @@ def _walk(cls: type, group: Group, params: list[inspect.Parameter]) -> _Node:
             value = default
         params.append(_parameter(name, tp, spec, value, help, spec.panel or group.panel, **extra))
         convert = _converter(spec, f.name, hints[f.name], group.switch is not None)
-        node.items.append((f.name, _Flag(name, convert, unless_given=spec.fallback is not None)))
+        node.items.append((f.name, _Flag(name, convert)))
     return node
 
 
 def _parameter(name: str, tp: Any, spec: Spec, default: Any, help: str, panel: str | None, **extra: Any):
     """The ``inspect.Parameter`` of one flag or argument."""
     optional = default is None
+    extra["rich_help_panel"] = escaped(panel) if panel else None
     if spec.argument:
-        info = typer.Argument(... if default is MISSING else default, help=help, rich_help_panel=panel, **extra)
+        info = typer.Argument(... if default is MISSING else default, help=escaped(help), **extra)
     else:
-        if spec.metavar is not None:
-            extra["metavar"] = spec.metavar
+        extra["metavar"] = spec.metavar if spec.metavar is not None else _label(tp, spec)
         if spec.show_range and spec.range is not None:
             extra["min"] = None if spec.range.low is None else int(spec.range.low)
             extra["max"] = None if spec.range.high is None or spec.range.high >= MAX_COUNT else int(spec.range.high)
-        info = typer.Option(
-            ... if default is MISSING else default, *spec.flags, help=help, rich_help_panel=panel, **extra
-        )
+        info = typer.Option(... if default is MISSING else default, *spec.flags, help=escaped(help), **extra)
     annotation = Optional[tp] if optional else tp
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=annotation)
+
+
+#: what --help calls a value of each type (click's names)
+_LABELS = {str: "TEXT", int: "INTEGER", float: "FLOAT", Path: "PATH", bool: ""}
+
+
+def _label(tp: Any, spec: Spec) -> str:
+    """The value label of an option of command-line type ``tp`` (a flag has none)."""
+    if typing.get_origin(tp) is list:
+        tp = typing.get_args(tp)[0]
+    label = _LABELS[tp]
+    return f"{label} RANGE" if spec.show_range and spec.range is not None and label else label
 
 
 def _name(spec: Spec, field_name: str) -> str:
@@ -175,23 +157,10 @@ def _name(spec: Spec, field_name: str) -> str:
     return name + "_" if keyword.iskeyword(name) else name
 
 
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return MISSING
-
-
-def _options_type(tp: Any) -> type:
-    """``LoraSettings`` of ``LoraSettings | None``."""
-    args = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
-    assert len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]), tp
-    return args[0]
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (Union, types.UnionType)
+def _without_none(tp: Any) -> list[Any]:
+    """The types of ``tp`` less None: ``[LoraSettings]`` of ``LoraSettings | None``."""
+    union = typing.get_origin(tp) in (Union, types.UnionType)
+    return [a for a in typing.get_args(tp) if a is not type(None)] if union else [tp]
 
 
 def _cli_type(tp: Any, spec: Spec) -> Any:
@@ -199,36 +168,71 @@ def _cli_type(tp: Any, spec: Spec) -> Any:
     less None, with PATH for a union holding ``Path`` and TEXT for one holding ``str``."""
     if spec.parse is not None:
         return spec.parse.type
-    if _is_union(tp):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if Path in args:
-            return Path
-        if str in args:
-            return str
-        assert len(args) == 1, f"no command-line type for {tp}"
-        tp = args[0]
-    origin = typing.get_origin(tp)
-    assert tp in (str, int, float, bool, Path) or origin is list, f"no command-line type for {tp}"
+    args = _without_none(tp)
+    tp = Path if Path in args else str if str in args else args[0]
+    assert len(args) == 1 or tp in (Path, str), f"no command-line type for {tp}"
+    assert tp in _LABELS or typing.get_origin(tp) is list, f"no command-line type for {tp}"
     return tp
 
 
 def _converter(spec: Spec, field_name: str, tp: Any, raw: bool) -> Callable[[Any], Any]:
     """From the parsed value to the field's: the declared parse (given the flag, for its message), a
     list for a repeatable flag, else the value itself."""
-    if raw:
-        return _same
-    if spec.parse is not None:
+    if spec.parse is not None and not raw:
         longs = [f for f in spec.flags if f.startswith("--")]
         flag = longs[0] if longs else "--" + field_name.replace("_", "-")
         parse = spec.parse.value
         return lambda value: parse(value, flag)
-    if typing.get_origin(_cli_type(tp, spec)) is list:
+    if typing.get_origin(_cli_type(tp, spec)) is list and not raw:
         return lambda value: list(value or [])
-    return _same
+    return lambda value: value
 
 
-def _same(value: Any) -> Any:
-    return value
+def escaped(text: str) -> str:
+    """``text`` as Typer's rich help must get it to show it as written: its paragraphs unwrapped
+    (:func:`unwrapped`), Rich's markup escaped."""
+    from rich.markup import escape
+
+    return escape(unwrapped(text))
 
 
-__all__ = ["command"]
+def unwrapped(doc: str) -> str:
+    """``doc`` with each paragraph's source line breaks joined (rich would keep them and wrap again); a line
+    that starts a list item (``* ``, ``- ``) or is indented stays a line."""
+    out: list[str] = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines: list[str] = []
+        for line in para.splitlines():
+            if lines and not line.startswith(("* ", "- ", " ")):
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+            else:
+                lines.append(line.rstrip())
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def plain_flags(params: list) -> list:
+    """``params`` with every flag's value label empty: a flag takes no value (Typer would show <bool>)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(typer.core.TyperCommand):
+    """Every ``bridge`` command: Typer's own flags (``--help``) without a value label, and arguments on the
+    usage line as Click names them (``DATA``, ``[INPUT]``, ``MODEL...``, not ``{data}``)."""
+
+    def get_params(self, ctx: Any) -> list:
+        return plain_flags(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+__all__ = ["Command", "command", "escaped", "plain_flags", "unwrapped"]

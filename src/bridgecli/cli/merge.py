@@ -1,14 +1,10 @@
-from __future__ import annotations
-
+from ..progress import note
 from ..steps.options import MergeOptions
 from .build import command
 
 
 @command(MergeOptions)
-def merge(opts: MergeOptions) -> None:
-    """Merge shard streams of one run into one stream ordered by example index."""
-    from ..progress import note
-    from ..runtime.merge import merge_streams
-    from ..runtime.pool import cap_workers
+def run(opts: MergeOptions) -> None:
+    from ..steps.merge import run_merge
 
-    note(f"merged {merge_streams(opts.shards, opts.out, workers=cap_workers(opts.workers))} examples")
+    note(f"merged {run_merge(opts)} examples")

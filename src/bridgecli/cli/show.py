@@ -1,23 +1,15 @@
-from __future__ import annotations
+import sys
 
+from ..progress import note
 from ..steps.options import ShowOptions
 from .build import command
 
 
 @command(ShowOptions)
-def show(opts: ShowOptions) -> None:
-    """Show what a selection keeps: dropped prompt tokens struck through, supervised response tokens
-    highlighted by score, closure units delimited by ⟦ ⟧.
-
-    Without colour (piped, redirected to a file or a pager, or NO_COLOR set) the marks are
-    characters: ~~dropped prompt~~, [[supervised response]], ⟦unit⟧."""
-    import sys
-
+def run(opts: ShowOptions) -> None:
     from rich.console import Console
 
-    from ..analysis.render import render_plain, render_terminal
-    from ..progress import note
-    from ..steps.show import run_show
+    from ..steps.show import render_plain, render_terminal, run_show
 
     view = run_show(opts)
     console = Console(highlight=False)

@@ -1,5 +1,3 @@
-from __future__ import annotations
-
 import typer
 
 from ..steps.options import WarmupOptions
@@ -7,8 +5,7 @@ from .build import command
 
 
 @command(WarmupOptions)
-def warmup(opts: WarmupOptions) -> None:
-    """Short standard SFT from theta_old on the warm split; then the scoring direction v."""
+def run(opts: WarmupOptions) -> None:
     from ..steps.warmup import run_warmup
 
     meta = run_warmup(opts)

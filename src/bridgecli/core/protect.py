@@ -2,15 +2,19 @@
 
 A protection is a list of patterns; each is a named preset or a Python regular expression (compiled
 with ``re.MULTILINE``, so ``^`` and ``$`` anchor at line ends). A token is protected when its
-characters overlap a match. Pure functions of a text and its tokens' offsets.
+characters overlap a match. Pure functions of a text and its tokens' offsets (and of an example's:
+:func:`protected_sets`, which ``select`` and ``select --budget global`` share).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..format.records import Example
 
 Span = tuple[int, int]
 
@@ -99,3 +103,26 @@ def region(text: str, spans) -> tuple[str, np.ndarray]:
         return "", spans
     lo, hi = int(spans[:, 0].min()), int(spans[:, 1].max())
     return text[lo:hi], spans - lo
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+_NONE.flags.writeable = False  # shared by every example without protected tokens
+
+
+def protected_sets(example: Example, finders_p, finders_r) -> tuple[np.ndarray, np.ndarray]:
+    """Indices into the eligible prompt / response positions of the tokens the patterns protect; each
+    side's patterns run on that side's own text (first token's start to last token's end)."""
+    if not finders_p and not finders_r:
+        return _NONE, _NONE
+    spans = example.tokens.spans()
+    out = []
+    for finders, pos in (
+        (finders_p, example.tokens.prompt_positions()),
+        (finders_r, example.tokens.response_positions()),
+    ):
+        if not finders or len(pos) == 0:
+            out.append(np.zeros(0, dtype=np.int64))
+            continue
+        text, shifted = region(example.text, spans[pos])
+        out.append(protected_tokens(text, shifted, finders))
+    return out[0], out[1]

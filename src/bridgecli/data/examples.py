@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..format.records import Example
-from ..optionspec import count, option
+from ..optionspec import count, internal, option
 from .shapes import Pair, to_pair
 from .sources import read_records
 from .tokenize import tokenize_pair
@@ -29,11 +29,12 @@ class DataOptions:
     )
     split: str | None = option(None, "Split of a save_to_disk DatasetDict.")
     limit: int | None = option(None, "Use only the first N records.", range=count())
-    exclude_ids: frozenset[str] = frozenset()
+    #: ids left out (those warmup used; the step records how many)
+    exclude_ids: frozenset[str] = internal(frozenset(), record=False)
     #: (rank, world): keep only records whose index is congruent to rank (before tokenising)
-    shard: tuple[int, int] | None = None
+    shard: tuple[int, int] | None = internal(None, record=False)
     #: records before this index are read past, not used (the tokenising process's handover)
-    start: int = 0
+    start: int = internal(0, record=False)
 
 
 @dataclass

@@ -9,22 +9,28 @@ HumanEval (``HumanEval.jsonl[.gz]``: task_id, prompt, entry_point, canonical_sol
 - plain (no chat template): the prompt as is; the completion stops at ``\\nclass``, ``\\ndef``,
   ``\\n#``, ``\\nif`` or ``\\nprint`` (the Codex paper's stop set); program = prompt + completion.
 - chat: one user turn asking to complete the function, the prompt in a ``python`` fence; the
-  code is the reply's first fenced block (the whole reply when there is none). When it defines
+  code is the reply's first fenced block (the whole reply when there is none; the text before a lone
+  closing fence when the reply closes a block it never opened). When it defines
   the entry point it is appended after the prompt (so the prompt's imports and helpers stay
   available); otherwise it is taken as the function body and appended to the prompt.
-- then the task's ``test`` and ``check(<entry_point>)``; passed = the sandbox runner's success
-  signal (written only once ``check`` has returned) within the limits, not exit status 0 alone.
+- then the task's ``test`` and ``check(<entry_point>)``, run in the sandbox's checker process, apart
+  from the program's (:class:`.sandbox_outcome.Program`): the test's helpers are the prompt's
+  definitions but the entry point, and ``check`` gets the program's entry point; passed = the
+  checker's success signal (written only once ``check`` has returned) within the limits.
 
 MBPP (``mbpp.jsonl``: task_id, text, code, test_list, test_setup_code): the standard test split
 (task_ids 11-510) when the file holds it, else every record; the lm-evaluation-harness prompt
 ("You are an expert Python programmer, and here is your task: ... Your code should pass these
 tests:" + the three asserts); few-shot examples from task_ids 2, 3, 4 (then the rest of 1-10);
 plain mode ends the prompt with ``[BEGIN]`` and stops at ``[DONE]``; program = code +
-test_setup_code + the asserts; passed as for HumanEval (the last assert returned).
+test_setup_code, and the asserts are the test (the reference code's function and class names are
+looked up in the program first, before the builtins: task 126 defines ``sum``); passed as for
+HumanEval (the last assert returned).
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from dataclasses import dataclass
@@ -33,6 +39,7 @@ from typing import Any
 
 from ..errors import InputError, UsageError
 from .readers import Where, check_limit, field, iter_jsonl
+from .sandbox_outcome import Program
 from .tasks import EvalOptions, EvalRun, model_name
 
 MAX_NEW_TOKENS = 512
@@ -45,9 +52,17 @@ HUMANEVAL_INSTRUCTION = (
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
 
+_FENCE_MARK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)")
+
+
 def extract_code(text: str) -> str:
     """The first fenced code block (a python one preferred; an unterminated fence runs to the end);
-    the whole text when there is no fence."""
+    the whole text when there is no fence. A reply that closes a block it never opened (an odd number of
+    fences, the first a bare one after some text: code, then a lone closing fence) is code up to that
+    fence, the mirror of an unterminated one."""
+    marks = list(_FENCE_MARK.finditer(text))
+    if len(marks) % 2 == 1 and not marks[0].group(1) and text[: marks[0].start()].strip():
+        return text[: marks[0].start()]
     blocks = _FENCE_RE.findall(text)
     if not blocks:
         return text
@@ -89,14 +104,41 @@ def load_humaneval(path: str | Path) -> list[Problem]:
     return problems
 
 
-def humaneval_program(problem: Problem, completion: str, *, chat: bool) -> str:
-    """The script that runs: the solution (see the module docstring) + tests + check(entry_point)."""
+def humaneval_program(problem: Problem, completion: str, *, chat: bool) -> Program:
+    """What runs: the solution (see the module docstring), and the test + check(entry_point) with
+    the prompt's other definitions as its helpers."""
     if chat:
         code = extract_code(completion)
         solution = problem.prompt + "\n" + code if _defines(code, problem.entry_point) else problem.prompt + code
     else:
         solution = problem.prompt + completion
-    return f"{solution}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
+    test = f"{problem.test}\n\ncheck({problem.entry_point})\n"
+    return Program(solution, test, _prompt_helpers(problem), (problem.entry_point,))
+
+
+def _prompt_helpers(problem: Problem) -> str:
+    """The prompt without the entry point's definition: its imports and helper functions, which
+    the test may use (HumanEval/32's ``poly``); "" when the prompt does not parse."""
+    try:
+        tree = ast.parse(problem.prompt)
+    except (SyntaxError, ValueError):
+        return ""
+    tree.body = [
+        node
+        for node in tree.body
+        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == problem.entry_point)
+    ]
+    return ast.unparse(tree)
+
+
+def _top_level_names(code: str) -> tuple[str, ...]:
+    """The functions and classes ``code`` defines at its top level (none when it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return ()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return tuple(node.name for node in tree.body if isinstance(node, kinds))
 
 
 def humaneval_prompt(problem: Problem, *, chat: bool) -> str:
@@ -160,9 +202,10 @@ def mbpp_prompt(task: MbppTask, shots: list[MbppTask], *, chat: bool) -> str | l
     return "\n".join(blocks + [f"{mbpp_question(task)}[BEGIN]\n"])
 
 
-def mbpp_program(task: MbppTask, completion: str, *, chat: bool) -> str:
+def mbpp_program(task: MbppTask, completion: str, *, chat: bool) -> Program:
+    """What runs: the code and the task's setup code; the asserts are the test."""
     code = extract_code(completion) if chat or "```" in completion else completion
-    return f"{code}\n\n{task.setup}\n\n" + "\n".join(task.tests) + "\n"
+    return Program(f"{code}\n\n{task.setup}", "\n".join(task.tests) + "\n", "", _top_level_names(task.code))
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -191,7 +234,7 @@ def check_code_options(options: EvalOptions) -> bool:
     return unsafe
 
 
-def _execute(programs: list[str], options: EvalOptions) -> list[Any]:
+def _execute(programs: list[Program], options: EvalOptions) -> list[Any]:
     from .sandbox import Limits, run_programs
 
     unsafe = check_code_options(options)
@@ -273,7 +316,7 @@ def _generate_and_run(
             "index": item.index,
             "task_id": item.task_id,
             "completion": c,
-            "program": prog,
+            "program": prog.text,
             "status": o.status,
             "error": o.error,
             "seconds": o.seconds,

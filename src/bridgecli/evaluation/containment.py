@@ -13,10 +13,14 @@ seccomp filter, and killing a process tree that is still being set up.
   EPERM, the calls that make memory no process maps and no file system counts: ``memfd_create``,
   ``memfd_secret`` and SysV ``shmget`` (and every call of a foreign ABI: 32-bit x86 and x32 on
   x86-64), and allows the rest.
+- :func:`start` starts a sandbox (bwrap, or the unsafe runner) under a supervisor
+  (:mod:`.sandbox_supervisor`), a child subreaper that kills everything the sandbox started when the
+  evaluator ends the run or dies, by any signal; :func:`end_run` ends and reaps a run that way,
+  then kills its process group and its cgroup.
 - :func:`kill_tree` stops a process and all its descendants (again and again until no new one
   appears), then kills them: it reaches processes that left the process group (``setsid``) and
-  those not yet bound to their parent's death, which ``killpg`` alone misses; :func:`end_run`
-  ends and reaps a run with it, its process group and its cgroup.
+  those not yet bound to their parent's death, which ``killpg`` alone misses; :func:`end_run` falls
+  back on it when the supervisor does not end in time.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ import platform
 import signal
 import struct
 import subprocess
+import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 GROUP_PREFIX = "bridge-sandbox-"
 
@@ -119,18 +124,71 @@ def kill_tree(pid: int) -> None:
         _signal(p, signal.SIGKILL)
 
 
-def end_run(proc: subprocess.Popen, cgroup: Cgroup | None = None) -> int:
-    """Kill what is left of a sandboxed run (its whole tree, wherever its setup had got to; its
-    process group; its cgroup) and reap it: the exit status."""
-    if proc.poll() is None:
-        kill_tree(proc.pid)
+@dataclass
+class Run:
+    """A sandbox started by :func:`start`: its supervisor's process, and our end of the control pipe
+    (-1 once closed: the supervisor then kills the sandbox)."""
+
+    proc: subprocess.Popen
+    control: int = field(default=-1)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.proc.wait(timeout)
+
+    def release(self) -> None:
+        """Close the control pipe: the supervisor kills whatever of the sandbox is left and exits."""
+        if self.control >= 0:
+            os.close(self.control)
+            self.control = -1
+
+
+def start(argv: list[str], *, user: tuple[int, int] | None = None, **popen) -> Run:
+    """Start ``argv`` under a supervisor (:mod:`.sandbox_supervisor`), as ``user`` (uid, gid) when
+    given (the supervisor stays ours and drops privileges in its child). ``popen``: what
+    :class:`subprocess.Popen` takes (``pass_fds`` reach the command; ``start_new_session`` is set)."""
+    from .sandbox_programs import supervisor_code
+
+    uid, gid = user if user is not None else (-1, -1)
+    control_r, control_w = os.pipe()
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-I", "-c", supervisor_code(), str(control_r), str(uid), str(gid), *argv],
+            pass_fds=(control_r, *popen.pop("pass_fds", ())),
+            start_new_session=True,
+            close_fds=True,
+            **popen,
+        )
+    except BaseException:
+        os.close(control_w)
+        raise
+    finally:
+        os.close(control_r)
+    return Run(proc, control_w)
+
+
+def end_run(run: Run, cgroup: Cgroup | None = None, wait: float = 5.0) -> int:
+    """End what is left of a sandboxed run: its supervisor kills its whole tree (wherever its setup
+    had got to) and exits; :func:`kill_tree` when it has not within ``wait`` seconds; then its
+    process group and its cgroup. Reaps it; returns its exit status."""
+    run.release()
+    try:
+        run.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        kill_tree(run.pid)
+    try:
+        os.killpg(run.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     if cgroup is not None:
         cgroup.kill()
-    return proc.wait()
+    return run.wait()
 
 
 # -- cgroups ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 from ..errors import UsageError
 from . import multiple_choice as mc
@@ -39,9 +39,9 @@ from .readers import check_limit
 from .tasks import EvalOptions, model_name, task_options
 
 ENGINES = ("bridge", "lm-eval")
-LM_EVAL_TASKS = ("arc_challenge", "arc_easy", "hellaswag", "mmlu")
 INSTALL_HINT = "pip install 'bridgecli[lm-eval]' (lm-evaluation-harness), or drop --engine"
-# the YAML file of lm-eval's task, under lm_eval/tasks/
+# the YAML file of lm-eval's task, under lm_eval/tasks/, for each task that declares "lm-eval" among its
+# engines (builtin/eval_tasks.py; which tasks an engine runs is only what the tasks declare)
 LM_EVAL_YAML = {
     "arc_challenge": "arc/arc_challenge.yaml",
     "arc_easy": "arc/arc_easy.yaml",
@@ -63,19 +63,13 @@ DATASET_KEYS = (
 )
 
 
-def check_engine(engine: str, tasks: Sequence[str]) -> None:
-    """Before the model loads: the engine exists, runs every task asked for, and is installed."""
+def check_engine(engine: str) -> None:
+    """Before the model loads: the engine exists and is installed (which tasks it runs is what each task
+    declares in its ``engines``, checked by the eval step)."""
     if engine not in ENGINES:
         raise UsageError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
-    if engine == "bridge":
-        return
-    other = [t for t in tasks if t not in LM_EVAL_TASKS]
-    if other:
-        raise UsageError(
-            f"--engine lm-eval runs {', '.join(LM_EVAL_TASKS)}; not {', '.join(other)}",
-            hint="run the other tasks with bridge's own engine: leave out --engine",
-        )
-    lm_eval_version()
+    if engine != "bridge":
+        lm_eval_version()
 
 
 def lm_eval_version() -> str:
@@ -90,10 +84,10 @@ def lm_eval_version() -> str:
         ) from None
 
 
-def engine_evaluate(engine: str, tasks: Sequence[str]) -> Callable[..., dict[str, Any]]:
+def engine_evaluate(engine: str) -> Callable[..., dict[str, Any]]:
     """What ``bridge eval`` calls to run one task: :func:`bridgecli.evaluation.run.evaluate` for the
     bridge engine, :func:`evaluate` of this module for lm-eval (checked first, see :func:`check_engine`)."""
-    check_engine(engine, tasks)
+    check_engine(engine)
     if engine == "bridge":
         from .run import evaluate as bridge_evaluate
 
@@ -157,8 +151,8 @@ def task_configs(task: str, options: EvalOptions) -> list[dict[str, Any]]:
     """The lm-eval task configs for ``task`` on ``options.data``: one, or one per MMLU subject
     (``mmlu_<subject>``, in file order, as ``bridge eval`` reads them)."""
     check_limit(options.limit, options.few_shot)
-    if task not in LM_EVAL_TASKS:
-        raise UsageError(f"--engine lm-eval runs {', '.join(LM_EVAL_TASKS)}; not {task}")
+    if task not in LM_EVAL_YAML:  # a task that declares the engine without a configuration for it here
+        raise UsageError(f"--engine lm-eval has no configuration for the task {task}")
     base = lm_eval_yaml(LM_EVAL_YAML[task])
     if task != "mmlu":
         reader = hellaswag_docs if task == "hellaswag" else arc_docs

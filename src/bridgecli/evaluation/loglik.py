@@ -12,7 +12,10 @@ Requests whose model input (all tokens but the last) is identical share one forw
 four ``" A"``..``" D"`` answers of an MMLU question cost one forward of the question. Inputs are
 sorted by length, left-padded per batch with explicit position ids (so every row sees the
 positions it would see alone), and only the last logits each row needs are computed
-(``logits_to_keep``) and log-softmaxed in float32.
+(``logits_to_keep``). Each continuation token's log-probability (its logit less the position's
+log-sum-exp, in float32) and whether it is the argmax are taken on the model's device; only those
+numbers leave it. (Moving the whole ``[batch, tail, vocab]`` log-softmax to the host made a
+151,936-token vocabulary's HellaSwag host-bound on a GPU: about 20 requests a second.)
 
 While ``bridge eval`` runs a task, each scored batch is recorded in the task's journal, and an
 interrupted run resumed with ``--resume`` scores only what the journal does not hold
@@ -72,14 +75,44 @@ def _max_length(model: Any) -> int | None:
 
 
 def _forward_tail(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int) -> torch.Tensor:
-    """Logits of the last ``keep`` positions, float32 log-softmaxed: ``[batch, keep, vocab]``."""
+    """Logits of the last ``keep`` positions: ``[batch, keep, vocab]``, in the model's dtype, on its device."""
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
     try:
         logits = model(**inputs, logits_to_keep=keep).logits
     except TypeError:  # a model whose forward has no logits_to_keep
         logits = model(**inputs).logits
-    return torch.log_softmax(logits[:, -keep:, :].float(), dim=-1)
+    return logits[:, -keep:, :]
+
+
+def continuation_scores(logits: torch.Tensor, conts: Sequence[tuple[int, Sequence[int]]]) -> list[tuple[float, bool]]:
+    """For each ``(row, continuation tokens)``, with the continuation right-aligned in the row's ``logits``
+    (``[batch, tail, vocab]``): the sum of its tokens' float32 log-probabilities (summed in float64) and
+    whether every token is its position's argmax. Computed where ``logits`` are; only the picked values
+    move to the host."""
+    tail = logits.shape[1]
+    rows: list[int] = []
+    cols: list[int] = []
+    targets: list[int] = []
+    owner: list[int] = []
+    for k, (b, cont) in enumerate(conts):
+        n = len(cont)
+        rows += [b] * n
+        cols += range(tail - n, tail)
+        targets += cont
+        owner += [k] * n
+    dev = logits.device
+    r = torch.tensor(rows, dtype=torch.long, device=dev)
+    c = torch.tensor(cols, dtype=torch.long, device=dev)
+    t = torch.tensor(targets, dtype=torch.long, device=dev)
+    picked = logits[r, c].float()  # [tokens, vocab]: only the positions some continuation reads
+    token_lp = picked.gather(-1, t[:, None])[:, 0] - torch.logsumexp(picked, dim=-1)
+    hit = picked.argmax(-1) == t
+    token_lp, hit = token_lp.double().cpu(), hit.cpu()
+    who = torch.tensor(owner, dtype=torch.long)
+    sums = torch.zeros(len(conts), dtype=torch.float64).index_add_(0, who, token_lp)
+    misses = torch.zeros(len(conts), dtype=torch.long).index_add_(0, who, (~hit).long())
+    return [(float(sums[k]), bool(misses[k] == 0)) for k in range(len(conts))]
 
 
 def loglikelihood(
@@ -142,20 +175,14 @@ def loglikelihood(
                 ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
                 mask[b, width - len(seq) :] = 1
             tail = max(keep[s] for s in slots)
-            logprobs = _forward_tail(model, ids.to(device), mask.to(device), tail).cpu()
+            logits = _forward_tail(model, ids.to(device), mask.to(device), tail)
+            batch = [(b, r) for b, s in enumerate(slots) for r in by_slot[s]]
+            values = continuation_scores(logits, [(b, needs[r][1]) for b, r in batch])
+            del logits
             scored: dict[int, LogLik] = {}  # this batch's, in the order they are recorded
-            for b, s in enumerate(slots):
-                for r in by_slot[s]:
-                    cont = needs[r][1]
-                    n = len(cont)
-                    lp = logprobs[b, tail - n :, :]
-                    target = torch.tensor(cont, dtype=torch.long)
-                    token_lp = lp.gather(-1, target[:, None])[:, 0]
-                    results[r] = scored[r] = LogLik(
-                        float(token_lp.double().sum()), bool((lp.argmax(-1) == target).all()), n
-                    )
-                bar.advance(task, len(by_slot[s]))
+            for (_, r), (logprob, greedy) in zip(batch, values):
+                results[r] = scored[r] = LogLik(logprob, greedy, len(needs[r][1]))
+            bar.advance(task, len(batch))
             if book is not None:
                 book.add([(keys[r], [ll.logprob, ll.greedy, ll.n_tokens]) for r, ll in scored.items()])
-            del logprobs
     return results  # type: ignore[return-value]

@@ -35,10 +35,16 @@ tasks need a stated opt-in (``--allow-code-execution`` or ``BRIDGE_ALLOW_CODE_EX
   so that none forks meanwhile (:func:`.containment.kill_tree`), which also reaches a sandbox still
   being set up (in a session of its own, before ``--die-with-parent`` applies), and its cgroup.
 
-A program passes only on the runner's success signal: a random token made for the run, which the
-runner reads from a pipe before the program starts and writes to a file of its own after the
-program's last statement (the test's check) has returned. Exit status 0 alone (``os._exit(0)``
-before the asserts) is a failure.
+The program and its test never share a process (:mod:`.sandbox_runner`): the program runs in one,
+the test in a checker that the program cannot reach (it is not dumpable, and what crosses between
+the two is plain data or an opaque handle), and a program passes only on the checker's success
+signal: a random token made for the run, which the checker reads with the test from a pipe before
+the program runs anything and writes to a file of its own once the test's last statement has
+returned. Exit status 0 alone (``os._exit(0)`` before the asserts) is a failure, and so is a
+program that reads the runner's frames or memory, or answers with an object equal to anything.
+
+Each sandbox is started under a supervisor (:mod:`.sandbox_supervisor`), a child subreaper that
+kills it all when the run ends or the evaluator dies, by any signal, SIGKILL included.
 
 Where bwrap is missing or cannot make namespaces here, :func:`run_program` refuses unless the
 caller passes ``unsafe=True`` (``--unsafe-code-execution``); then the old damage-control runner is
@@ -46,10 +52,12 @@ used: a separate ``python`` process with rlimits, ``unshare`` PID/network namesp
 works, and a Python-level guard, which is not a security boundary. See docs/security.md.
 
 This module holds the opt-in, the probe of what works here and the bwrap run; the pieces live in
-:mod:`.sandbox_outcome` (limits, outcome, the success signal), :mod:`.sandbox_programs` (the runner
-programs), :mod:`.sandbox_bwrap` (the box's command line), :mod:`.sandbox_memory` (the polling
-memory monitor), :mod:`.sandbox_unsafe` (the unsafe runner) and :mod:`.containment` (cgroups,
-seccomp, killing a process tree).
+:mod:`.sandbox_outcome` (the program, limits, outcome, the success signal), :mod:`.sandbox_runner`
+(the checker and the program's process, inside the box), :mod:`.sandbox_supervisor` (between the
+evaluator and each box), :mod:`.sandbox_programs` (their text for ``-c``), :mod:`.sandbox_bwrap`
+(the box's command line), :mod:`.sandbox_memory` (the polling memory monitor),
+:mod:`.sandbox_unsafe` (the unsafe runner) and :mod:`.containment` (cgroups, seccomp, starting
+under the supervisor, killing a process tree).
 """
 
 from __future__ import annotations
@@ -88,8 +96,8 @@ from .sandbox_bwrap import (
     seccomp_file,
 )
 from .sandbox_memory import box_namespace, resident_bytes
-from .sandbox_outcome import KILLED, MEMORY, PASSED, TIMEOUT, FAILED, Limits, Outcome, classify, last_error, signalled
-from .sandbox_outcome import tail, token_pipe
+from .sandbox_outcome import KILLED, MEMORY, PASSED, TIMEOUT, FAILED, Limits, Outcome, Program, classify, last_error
+from .sandbox_outcome import signalled, spec_pipe, tail
 from .sandbox_programs import PROBE, hash_seed
 from .sandbox_unsafe import UNSAFE_PREFIX, namespace_prefix, run_unsafe, unsafe_isolation
 
@@ -105,6 +113,7 @@ __all__ = [
     "UNSAFE_PREFIX",
     "Limits",
     "Outcome",
+    "Program",
     "SandboxError",
     "bwrap_problem",
     "code_execution_mode",
@@ -231,15 +240,21 @@ def _run_probe(box: Box) -> subprocess.CompletedProcess:
     with tempfile.TemporaryFile() as program, seccomp_file(box) as seccomp_fd:
         fds = Fds(seccomp=seccomp_fd)
         argv = bwrap_argv(box, Limits(), program.fileno(), runner=None, code=PROBE, fds=fds)
-        return subprocess.run(
+        run = containment.start(
             argv,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=30,
             pass_fds=(program.fileno(), *fds.passed()),
             stdin=subprocess.DEVNULL,
-            **drop_privileges(),
+            user=drop_privileges(),
         )
+        try:
+            stdout, stderr = run.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            containment.end_run(run)
+            raise
+        return subprocess.CompletedProcess(argv, containment.end_run(run), stdout, stderr)
 
 
 def _monitor_works(box: Box) -> bool:
@@ -248,27 +263,26 @@ def _monitor_works(box: Box) -> bool:
     with tempfile.TemporaryFile() as program:
         argv = bwrap_argv(box, Limits(), program.fileno(), runner=None, code="import time; time.sleep(5)")
         try:
-            proc = subprocess.Popen(
+            run = containment.start(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 pass_fds=(program.fileno(),),
-                start_new_session=True,
-                **drop_privileges(),
+                user=drop_privileges(),
             )
         except OSError:
             return False
         try:
             deadline = time.monotonic() + 4
-            while time.monotonic() < deadline and proc.poll() is None:
-                ns = box_namespace(proc.pid)
+            while time.monotonic() < deadline and run.poll() is None:
+                ns = box_namespace(run.pid)
                 if ns is not None and resident_bytes(ns) > 0:
                     return True
                 time.sleep(0.02)
             return False
         finally:
-            containment.end_run(proc)
+            containment.end_run(run)
 
 
 def bwrap_problem() -> str | None:
@@ -337,17 +351,19 @@ def _new_cgroup(parent: containment.CgroupParent | None, budget: int | None) -> 
         raise SandboxError(f"cannot create the sandbox's cgroup in {parent.path}: {exc}") from None
 
 
-def _box_fds(token: bytes, result: int, seccomp_fd: int, cgroup: bool, pipes: list[int]) -> tuple[Fds, int, int]:
+def _box_fds(
+    token: bytes, program: Program, result: int, seccomp_fd: int, cgroup: bool, pipes: list[int]
+) -> tuple[Fds, int, int]:
     """The box's descriptors, and our ends of the cgroup handshake (``info``, ``block``; -1 without
     a cgroup). Every pipe end made here is added to ``pipes`` (the caller closes them)."""
-    token_fd = token_pipe(token)
-    pipes.append(token_fd)
+    spec_fd = spec_pipe(token, program)
+    pipes.append(spec_fd)
     if not cgroup:
-        return Fds(token=token_fd, result=result, seccomp=seccomp_fd), -1, -1
+        return Fds(spec=spec_fd, result=result, seccomp=seccomp_fd), -1, -1
     info, info_w = os.pipe()
     block_r, block = os.pipe()
     pipes += [info, info_w, block_r, block]
-    return Fds(token=token_fd, result=result, seccomp=seccomp_fd, info=info_w, block=block_r), info, block
+    return Fds(spec=spec_fd, result=result, seccomp=seccomp_fd, info=info_w, block=block_r), info, block
 
 
 def _admit(cgroup: containment.Cgroup, info: int, block: int, deadline: float) -> bool:
@@ -369,7 +385,7 @@ def _admit(cgroup: containment.Cgroup, info: int, block: int, deadline: float) -
 
 
 def _watch(
-    proc: subprocess.Popen, box: Box, cgroup: containment.Cgroup | None, budget: int | None, deadline: float
+    proc: containment.Run, box: Box, cgroup: containment.Cgroup | None, budget: int | None, deadline: float
 ) -> tuple[bool, bool]:
     """Wait for the box to end, polling its memory: ``(timed out, over memory)``. The kernel keeps
     the limit where there is a cgroup (we read its OOM kills); elsewhere the monitor does."""
@@ -394,12 +410,16 @@ def _watch(
         interval = min(0.05, interval * 1.5)
 
 
-def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False) -> Outcome:
-    """Execute ``source`` as a script in the sandbox under ``limits``; never raises for what the
-    program does. Without a working bwrap this raises :class:`UsageError` unless ``unsafe``.
+def run_program(program: Program | str, limits: Limits = Limits(), *, unsafe: bool = False) -> Outcome:
+    """Execute ``program`` (a :class:`Program`, or a script without a test) in the sandbox under
+    ``limits``; never raises for what the program does. Without a working bwrap this raises
+    :class:`UsageError` unless ``unsafe``.
 
-    It passes only on the runner's success signal: a random token, made for this run, that the
-    runner writes to a file of its own after the program's last statement returned."""
+    It passes only on the checker's success signal: a random token, made for this run, that the
+    checker (a process the program cannot reach) writes to a file of its own once the test's last
+    statement returned."""
+    if isinstance(program, str):
+        program = Program(program)
     box, problem = _probe()
     if box is None:
         if not unsafe:
@@ -407,16 +427,16 @@ def run_program(source: str, limits: Limits = Limits(), *, unsafe: bool = False)
                 f"no sandbox for model-written code here: {problem}",
                 hint="install bubblewrap, or pass --unsafe-code-execution",
             )
-        return run_unsafe(source, limits)
-    return _run_boxed(box, source, limits)
+        return run_unsafe(program, limits)
+    return _run_boxed(box, program, limits)
 
 
-def _run_boxed(box: Box, source: str, limits: Limits) -> Outcome:
+def _run_boxed(box: Box, program_: Program, limits: Limits) -> Outcome:
     token = secrets.token_hex(16).encode()
     budget = limits.memory_mb * 2**20 if limits.memory_mb > 0 else None
     with contextlib.ExitStack() as stack:
         program, out, err, result = (stack.enter_context(tempfile.TemporaryFile()) for _ in range(4))
-        program.write(source.encode("utf-8", "surrogatepass"))
+        program.write(program_.source.encode("utf-8", "surrogatepass"))
         program.flush()
         program.seek(0)
         seccomp_fd = stack.enter_context(seccomp_file(box))
@@ -425,21 +445,19 @@ def _run_boxed(box: Box, source: str, limits: Limits) -> Outcome:
         cgroup = _new_cgroup(cgroup_parent(box), budget)
         if cgroup is not None:
             stack.callback(cgroup.remove)
-        fds, info, block = _box_fds(token, result.fileno(), seccomp_fd, cgroup is not None, pipes)
+        fds, info, block = _box_fds(token, program_, result.fileno(), seccomp_fd, cgroup is not None, pipes)
         start = time.monotonic()
         deadline = start + limits.timeout
-        proc = subprocess.Popen(
+        proc = containment.start(
             bwrap_argv(box, limits, program.fileno(), fds=fds),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env={},
             pass_fds=(program.fileno(), *fds.passed()),
-            start_new_session=True,
-            close_fds=True,
-            **drop_privileges(),
+            user=drop_privileges(),
         )
-        for fd in (fds.token, fds.info, fds.block):  # the box's ends: only bwrap holds them now
+        for fd in (fds.spec, fds.info, fds.block):  # the box's ends: only bwrap holds them now
             if fd >= 0:
                 os.close(fd)
                 pipes.remove(fd)
@@ -461,9 +479,9 @@ def _run_boxed(box: Box, source: str, limits: Limits) -> Outcome:
 
 
 def run_programs(
-    sources: Sequence[str], limits: Limits = Limits(), workers: int | None = None, *, unsafe: bool = False
+    sources: Sequence[Program | str], limits: Limits = Limits(), workers: int | None = None, *, unsafe: bool = False
 ) -> list[Outcome]:
-    """:func:`run_program` for each source, ``workers`` at a time (default: the CPU count); in order."""
+    """:func:`run_program` for each program, ``workers`` at a time (default: the CPU count); in order."""
     if not sources:
         return []
     workers = max(1, min(workers or os.cpu_count() or 1, len(sources)))

@@ -17,7 +17,7 @@ from typing import Iterator
 
 from . import containment
 from .sandbox_outcome import Limits
-from .sandbox_programs import BOX_RUNNER, hash_seed
+from .sandbox_programs import hash_seed, runner_code
 
 SANDBOX_UID = 65534  # nobody
 BWRAP = "bwrap"
@@ -41,14 +41,14 @@ class Box:
 class Fds:
     """File descriptors the box gets besides its program (-1: none)."""
 
-    token: int = -1  # the run's token, read and closed by the runner
-    result: int = -1  # where the runner writes the token when the program has run to its end
+    spec: int = -1  # the run's token and test, read and closed by the checker
+    result: int = -1  # where the checker writes the token when the test has passed
     seccomp: int = -1  # the seccomp filter (bwrap reads it)
     info: int = -1  # bwrap writes the sandbox's PID there (--info-fd)
     block: int = -1  # bwrap waits for a byte there before it starts anything (--block-fd)
 
     def passed(self) -> tuple[int, ...]:
-        return tuple(fd for fd in (self.token, self.result, self.seccomp, self.info, self.block) if fd >= 0)
+        return tuple(fd for fd in (self.spec, self.result, self.seccomp, self.info, self.block) if fd >= 0)
 
 
 def python_candidates() -> list[str]:
@@ -76,11 +76,11 @@ def installation(python: str) -> tuple[str, ...]:
     return (os.path.dirname(os.path.dirname(python)),)
 
 
-def drop_privileges() -> dict:
-    """Popen arguments that start bwrap as nobody when the evaluator is root."""
+def drop_privileges() -> tuple[int, int] | None:
+    """The (uid, gid) bwrap starts as: nobody when the evaluator is root; None (ours) otherwise."""
     if os.geteuid() != 0:
-        return {}
-    return {"user": SANDBOX_UID, "group": SANDBOX_UID, "extra_groups": []}
+        return None
+    return SANDBOX_UID, SANDBOX_UID
 
 
 def cgroup_parent(box: Box) -> containment.CgroupParent | None:
@@ -167,7 +167,7 @@ def bwrap_argv(
     limits: Limits,
     program_fd: int,
     *,
-    runner: str | None = BOX_RUNNER,
+    runner: str | None = None,
     code: str | None = None,
     fds: Fds = Fds(),
 ) -> list[str]:
@@ -196,12 +196,12 @@ def bwrap_argv(
     mem, cpu, fsize = limits.rlimits()
     return argv + [
         "-c",
-        runner or BOX_RUNNER,
+        runner or runner_code("box_main"),
         str(mem),
         str(cpu),
         str(fsize),
         str(limits.processes),
         str(limits.open_files),
-        str(fds.token),
+        str(fds.spec),
         str(fds.result),
     ]

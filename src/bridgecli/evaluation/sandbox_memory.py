@@ -37,15 +37,17 @@ def namespace(pid: int) -> str | None:
         return None
 
 
-def box_namespace(pid: int) -> str | None:
-    """The PID namespace of the box that process ``pid`` (bwrap) made: that of a child of it which
-    is not its own; None until there is one."""
-    outer, found = namespace(pid), None
-    for child in children(pid):
-        ns = namespace(child)
-        if ns is not None and ns != outer:
-            found = ns
-    return found
+def box_namespace(pid: int, depth: int = 3) -> str | None:
+    """The PID namespace of the box that process ``pid`` (bwrap's supervisor) made: that of the
+    nearest descendant of it (``depth`` generations at most) which is not its own; None until there
+    is one."""
+    outer, level = namespace(pid), [pid]
+    for _ in range(depth):
+        level = [child for parent in level for child in children(parent)]
+        found = [ns for ns in map(namespace, level) if ns is not None and ns != outer]
+        if found:
+            return found[-1]
+    return None
 
 
 def resident_bytes(namespace: str) -> int:

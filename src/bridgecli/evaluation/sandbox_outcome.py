@@ -1,20 +1,46 @@
-"""What a sandboxed run of generated code came to (:mod:`.sandbox`): its :class:`Limits`, its
-:class:`Outcome`, and how both runners (bubblewrap and the unsafe one) read a finished run.
+"""What a sandboxed run of generated code is and came to (:mod:`.sandbox`): the :class:`Program`
+and its test, its :class:`Limits`, its :class:`Outcome`, and how both runners (bubblewrap and the
+unsafe one) read a finished run.
 
-A program passes only on the runner's success signal: a random token made for the run, handed to
-the runner through a pipe (:func:`token_pipe`), which the runner writes to a result file of its own
-once the program's last statement has returned (:func:`signalled`). :func:`classify` turns the exit
+A program passes only on the checker's success signal: a random token made for the run, handed
+with the test to the checker through a pipe (:func:`spec_pipe`); the checker
+(:mod:`.sandbox_runner`), a process the program cannot reach, writes it to a result file of its own
+once the test's last statement has returned (:func:`signalled`). :func:`classify` turns the exit
 status, the timeout and memory flags and that signal into one of the statuses below."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..errors import InputError
+
 # Statuses of an execution
 PASSED, FAILED, TIMEOUT, MEMORY, KILLED = "passed", "failed", "timeout", "memory", "killed"
+
+
+@dataclass(frozen=True)
+class Program:
+    """What runs in the sandbox. ``source`` is the program (the model's solution with what it
+    needs), executed as ``__main__`` in a process of its own; ``test`` judges it, executed with
+    ``helpers`` (trusted code it uses, such as HumanEval's prompt helpers) in the checker's process,
+    where a name they do not define is looked up in the program (``names`` first, before the
+    builtins: the functions under test, which may shadow one). Without a test the program passes
+    when it runs to its end, as far as it says so itself (nothing judges it)."""
+
+    source: str
+    test: str = ""
+    helpers: str = ""
+    names: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The whole as one script (what a person would run): the program, then the test."""
+        return self.source if not self.test else f"{self.source}\n\n{self.test}"
 
 
 @dataclass(frozen=True)
@@ -72,11 +98,34 @@ def last_error(stderr: str) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
-def token_pipe(token: bytes) -> int:
-    """The read end of a pipe that holds ``token`` and nothing more (the write end is closed)."""
+#: the most a test (with its helpers) may hold: what a pipe can be made to hold without a reader
+MAX_SPEC = 1 << 20
+
+
+def spec_pipe(token: bytes, program: Program) -> int:
+    """The read end of a pipe that holds the run's token and ``program``'s test as JSON, and nothing
+    more (the write end is closed): the checker reads it before the program runs anything."""
+    data = json.dumps(
+        {"token": token.decode(), "test": program.test, "helpers": program.helpers, "names": list(program.names)}
+    ).encode("utf-8", "surrogatepass")
     read, write = os.pipe()
     try:
-        os.write(write, token)
+        if len(data) > 65536:
+            try:
+                fcntl.fcntl(write, getattr(fcntl, "F_SETPIPE_SZ", 1031), min(len(data), MAX_SPEC))
+            except OSError:
+                pass
+        os.set_blocking(write, False)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view) :]
+        except BlockingIOError:
+            os.close(read)
+            raise InputError(
+                f"a test of {len(data)} bytes (with its helpers) does not fit the checker's pipe "
+                f"(at most {MAX_SPEC} bytes here)"
+            ) from None
     finally:
         os.close(write)
     return read

@@ -1,7 +1,7 @@
 """The damage-control runner of the code sandbox (:mod:`.sandbox`), used only with
 ``--unsafe-code-execution`` where bubblewrap is not available: a separate interpreter with rlimits,
-``unshare`` PID and network namespaces where they work, and a Python-level guard
-(:data:`.sandbox_programs.UNSAFE_RUNNER`). Not a security boundary (see docs/security.md)."""
+``unshare`` PID and network namespaces where they work, and a Python-level guard in the program's
+process (:func:`.sandbox_runner.unsafe_main`). Not a security boundary (see docs/security.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from . import containment
-from .sandbox_outcome import Limits, Outcome, classify, signalled, tail, token_pipe
-from .sandbox_programs import UNSAFE_RUNNER, hash_seed
+from .sandbox_outcome import Limits, Outcome, Program, classify, signalled, spec_pipe, tail
+from .sandbox_programs import hash_seed, runner_code
 
 UNSAFE_PREFIX = "unsafe: "
 
@@ -65,7 +65,7 @@ def _command(program: Path, work: Path, limits: Limits) -> list[str]:
         "-B",
         *(["-P"] if sys.version_info >= (3, 11) else []),
         "-c",
-        UNSAFE_RUNNER,
+        runner_code("unsafe_main"),
         str(program),
         str(work),
         str(mem),
@@ -74,13 +74,13 @@ def _command(program: Path, work: Path, limits: Limits) -> list[str]:
     ]
 
 
-def run_unsafe(source: str, limits: Limits) -> Outcome:
-    """Run ``source`` with the damage-control runner under ``limits``; never raises for what the
+def run_unsafe(program_: Program, limits: Limits) -> Outcome:
+    """Run ``program_`` with the damage-control runner under ``limits``; never raises for what the
     program does."""
     with tempfile.TemporaryDirectory(prefix="bridge-exec-") as tmp:
         root = Path(tmp)
         program = root / "program.py"
-        program.write_text(source, encoding="utf-8")
+        program.write_text(program_.source, encoding="utf-8")
         work = root / "work"
         work.mkdir()
         env = {
@@ -92,7 +92,7 @@ def run_unsafe(source: str, limits: Limits) -> Outcome:
         }
         cmd = _command(program, work, limits)
         token = secrets.token_hex(16).encode()
-        token_fd = token_pipe(token)
+        spec_fd = spec_pipe(token, program_)
         timed_out = False
         start = time.monotonic()
         with (
@@ -101,19 +101,17 @@ def run_unsafe(source: str, limits: Limits) -> Outcome:
             tempfile.TemporaryFile() as result,
         ):
             try:
-                proc = subprocess.Popen(
-                    [*cmd, str(token_fd), str(result.fileno())],
+                proc = containment.start(
+                    [*cmd, str(spec_fd), str(result.fileno())],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
                     cwd=work,
                     env=env,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(token_fd, result.fileno()),
+                    pass_fds=(spec_fd, result.fileno()),
                 )
             finally:
-                os.close(token_fd)
+                os.close(spec_fd)
             try:
                 rc = proc.wait(timeout=limits.timeout)
             except subprocess.TimeoutExpired:

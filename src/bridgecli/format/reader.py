@@ -171,8 +171,16 @@ class StreamReader:
             if isinstance(rec, Header):
                 raise FormatError("a second header inside the stream", file=self.name, record=self._index)
             self._validate(rec, self._index)
+            self._index += 1  # counted before it is handed out: a caller may stop there (:meth:`check_rest`)
             yield rec
-            self._index += 1
+
+    def check_rest(self) -> None:
+        """Read what is left of the stream after the examples iterated so far, as every step reads a whole
+        stream: checksums, record order, the end record's count and what follows it (the same
+        :class:`FormatError`), without decoding or validating the rest's examples. For a step that needs
+        only one example (``bridge show``) and must not accept a stream the others refuse."""
+        for _ in self.payloads():
+            pass
 
     def payloads(self) -> Iterator[bytes]:
         """The Example records' payloads, undecoded and unvalidated (checksums, order and count checked as

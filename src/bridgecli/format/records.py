@@ -65,6 +65,11 @@ class Tokens(msgspec.Struct):
     def prompt_positions(self) -> np.ndarray:
         return self.positions(PROMPT)
 
+    def eligible(self) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt positions, response positions), from one reading of ``kinds``."""
+        kinds = np.frombuffer(self.kinds, dtype=np.uint8)
+        return np.flatnonzero(kinds == PROMPT), np.flatnonzero(kinds == RESPONSE)
+
     def response_positions(self) -> np.ndarray:
         return self.positions(RESPONSE)
 

@@ -39,6 +39,10 @@ ZSTD_LEVEL = 6
 MAX_QUANTITY = 2.0**48
 #: The largest magnitude of ``Selection.response_scores`` and ``u_sur``: float32's largest finite value.
 MAX_RESULT = 3.4028234663852886e38
+#: The model quantities that are never negative (losses, attention masses, gradient norms), whose values lie
+#: in [0, 2^48]: of ``Scores``, and every ``Reference`` array. A step may rely on it (``select --method
+#: importance --option by=loss`` tilts its sampling by the loss).
+NON_NEGATIVE_SCORES = ("c", "A", "loss")
 
 #: Per-token kinds in ``Tokens.kinds`` (one byte each).
 TEMPLATE = 0  # template / special token: always kept, never budgeted

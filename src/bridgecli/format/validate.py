@@ -30,8 +30,10 @@ What holds for every example (n_p prompt, n_r response positions, ``T = len(inpu
 - ``references``: arrays of a float dtype of shape [n_p] (``prompt_*``) or [n_r] (``response_*``), the
   bytes filling the shape;
 - numbers: every value of ``scores`` and ``references`` within +-2^48 (``spec.MAX_QUANTITY``, which keeps
-  whatever ``select`` computes from them inside float32's range), ``response_scores`` and ``u_sur`` within
-  float32's range (``spec.MAX_RESULT``); NaN and infinities nowhere.
+  whatever ``select`` computes from them inside float32's range), and >= 0 where the quantity is never
+  negative (``scores.c``, ``A`` and ``loss``, every ``references`` array: losses, attention masses, gradient
+  norms; ``spec.NON_NEGATIVE_SCORES``); ``response_scores`` and ``u_sur`` within float32's range
+  (``spec.MAX_RESULT``); NaN and infinities nowhere.
 
 The checks run twice over: :func:`~bridgecli.format.validate_fast._fast_ok` tries all of them at once,
 with few calls (the common case: they all hold); where it says no, :func:`_check_each` runs them one at a
@@ -47,7 +49,7 @@ import numpy as np
 
 from ..errors import FormatError
 from .records import ALLOWED_DTYPES, Array, Example, Header, Scores, Selection
-from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
+from .spec import EOS, MAX_QUANTITY, MAX_RESULT, NON_NEGATIVE_SCORES, PROMPT, RESPONSE, STAGES
 from .validate_fast import (
     _REFERENCE_FIELDS,
     MAX_TOKEN_ID,
@@ -85,9 +87,10 @@ def _array(
     *,
     dtypes=FLOAT_DTYPES,
     bound: float | None = None,
+    non_negative: bool = False,
 ) -> np.ndarray:
     """The values of ``arr``, checked: a float Array of ``shape`` whose bytes fill it, every value within
-    ``[-bound, bound]`` (no NaN, no infinity)."""
+    ``[-bound, bound]`` (no NaN, no infinity), and >= 0 with ``non_negative``."""
     if not isinstance(arr, Array):
         raise _Bad(field, "not an array")
     if arr.dtype not in ALLOWED_DTYPES or arr.dtype not in dtypes:
@@ -102,6 +105,15 @@ def _array(
     values = np.frombuffer(arr.data, dtype=np.dtype(arr.dtype).newbyteorder("<")).reshape(arr.shape)
     if bound is not None:
         _bounded(field, values, bound)
+    if non_negative:
+        negative = np.flatnonzero(values.reshape(-1) < 0)
+        if len(negative):
+            k = int(negative[0])
+            raise _Bad(
+                field,
+                f"holds {float(values.reshape(-1)[k]):.6g} at index {k} (a loss, an attention mass or a gradient "
+                "norm: values must be >= 0)",
+            )
     return values
 
 
@@ -217,13 +229,10 @@ def _check_tokens(ex: Example) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _check_scores(s, n_p: int, n_r: int) -> None:
-    _array("scores.a", s.a, (n_r,), bound=MAX_QUANTITY)
-    _array("scores.c", s.c, (n_r,), bound=MAX_QUANTITY)
-    _array("scores.A", s.A, (n_r, n_p), bound=MAX_QUANTITY)
-    if s.loss is not None:
-        _array("scores.loss", s.loss, (n_r,), bound=MAX_QUANTITY)
-    if s.B is not None:
-        _array("scores.B", s.B, (n_r, n_p), bound=MAX_QUANTITY)
+    for name, shape in (("a", (n_r,)), ("c", (n_r,)), ("A", (n_r, n_p)), ("loss", (n_r,)), ("B", (n_r, n_p))):
+        arr = getattr(s, name)
+        if arr is not None or name not in ("loss", "B"):
+            _array(f"scores.{name}", arr, shape, bound=MAX_QUANTITY, non_negative=name in NON_NEGATIVE_SCORES)
 
 
 def _check_selection(sel: Selection, t: int, prompt: np.ndarray, resp: np.ndarray) -> None:
@@ -337,7 +346,7 @@ def _check_references(ex: Example, n_p: int, n_r: int) -> None:
             arr = getattr(ref, name)
             if arr is not None:
                 size = n_p if name.startswith("prompt") else n_r
-                _array(f"references.{model}.{name}", arr, (size,), bound=MAX_QUANTITY)
+                _array(f"references.{model}.{name}", arr, (size,), bound=MAX_QUANTITY, non_negative=True)
 
 
 def _kept(budget: int, protected: list, size: int) -> int:
@@ -391,14 +400,16 @@ def check_example(ex: Example, stage: str, *, name: str = "<stream>") -> None:
 def first_bad_scores(batch: Sequence[Scores]) -> tuple[int, str, str] | None:
     """Where a scorer's output for a batch breaks the format's rule on numbers, as the reader would find it:
     ``(k, field, message)`` for the first bad array (``k`` its position in ``batch``, ``field`` such as
-    ``scores.a``, ``message`` the words :class:`Validator` uses: NaN, an infinity or a value beyond +-2^48,
+    ``scores.a``, ``message`` the words :class:`Validator` uses: NaN, an infinity, a value beyond +-2^48, a negative loss or attention,
     a dtype other than a float one, bytes that do not fill the shape); None when every array is sound.
     Shapes against the tokens are the reader's to check. A few numpy passes over the whole batch
     (:func:`_scores_within`); the arrays are looked at one by one only after those fail."""
-    arrays: list[Any] = []
+    arrays: list[tuple[Any, bool]] = []
     for s in batch:  # a, c and A are required: a missing one (None) fails the scan, and the look below names it
-        arrays += (s.a, s.c, s.A)
-        arrays += [arr for arr in (s.loss, s.B) if arr is not None]
+        for name in ("a", "c", "A", "loss", "B"):
+            arr = getattr(s, name)
+            if arr is not None or name not in ("loss", "B"):
+                arrays.append((arr, name in NON_NEGATIVE_SCORES))
     if _scores_within(arrays):
         return None
     for k, s in enumerate(batch):
@@ -407,7 +418,7 @@ def first_bad_scores(batch: Sequence[Scores]) -> tuple[int, str, str] | None:
             if arr is None and name in ("loss", "B"):
                 continue
             try:
-                _array(f"scores.{name}", arr, None, bound=MAX_QUANTITY)
+                _array(f"scores.{name}", arr, None, bound=MAX_QUANTITY, non_negative=name in NON_NEGATIVE_SCORES)
             except _Bad as bad:
                 return k, bad.field, bad.message
     return None

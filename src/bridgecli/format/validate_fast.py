@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .records import Array, Example
-from .spec import EOS, MAX_QUANTITY, MAX_RESULT, PROMPT, RESPONSE, STAGES
+from .spec import EOS, MAX_QUANTITY, MAX_RESULT, NON_NEGATIVE_SCORES, PROMPT, RESPONSE, STAGES
 
 MAX_TOKEN_ID = 2**31 - 1
 _REFERENCE_FIELDS = (
@@ -131,30 +131,34 @@ def _fills(arr: Array, shape) -> bool:
 
 
 def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
-    """Every ``(array, shape, bound)`` of ``arrays`` a float Array of ``shape`` whose bytes fill it, with every
-    value within ``[-bound, bound]`` (no NaN, no infinity), and every value of ``floats`` within
-    ``MAX_RESULT``. Per dtype, one numpy pass over the bytes of all its arrays gives the largest magnitude's
-    bit pattern; only when it lies beyond the smallest of their bounds are the arrays of each bound looked at
-    on their own."""
-    data: dict[str, tuple[list[bytes], list[float]]] = {}
-    for arr, shape, bound in arrays:
+    """Every ``(array, shape, bound, non-negative)`` of ``arrays`` a float Array of ``shape`` whose bytes fill
+    it, with every value within ``[-bound, bound]``, or ``[0, bound]`` where non-negative (no NaN, no
+    infinity), and every value of ``floats`` within ``MAX_RESULT``. Per dtype and sign rule, one numpy pass
+    over the bytes of all its arrays gives the largest bit pattern (the largest magnitude's, the sign bit
+    dropped; with it, for the non-negative ones: a negative value's pattern lies above every positive one's);
+    only when it lies beyond the smallest of their bounds are the arrays of each bound looked at on their
+    own. (-0.0 fails here and passes the step-by-step check.)"""
+    data: dict[tuple[str, bool], tuple[list[bytes], list[float]]] = {}
+    for arr, shape, bound, non_negative in arrays:
         if type(arr) is not Array or arr.shape != shape or not _fills(arr, shape):
             return False
-        entry = data.get(arr.dtype)
+        entry = data.get((arr.dtype, non_negative))
         if entry is None:
-            data[arr.dtype] = ([arr.data], [bound])
+            data[arr.dtype, non_negative] = ([arr.data], [bound])
         else:
             entry[0].append(arr.data)
             entry[1].append(bound)
     # Python floats: a finite sum has no NaN and no infinity in it (values within the bound never overflow it)
     if floats and not (math.isfinite(sum(floats)) and -MAX_RESULT <= min(floats) and max(floats) <= MAX_RESULT):
         return False
-    for dtype, (chunks, bounds) in data.items():
+    for (dtype, non_negative), (chunks, bounds) in data.items():
         uint, mask = _UINT[dtype]
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if not raw:
             continue
-        patterns = np.frombuffer(raw, dtype=uint) & mask
+        patterns = np.frombuffer(raw, dtype=uint)
+        if not non_negative:
+            patterns = patterns & mask
         if int(patterns.max()) <= _LIMIT[dtype, min(bounds)]:
             continue
         at = 0
@@ -170,29 +174,31 @@ def _all_bounded(arrays, floats: list[float] | None = None) -> bool:
 _JOIN_BELOW = 1 << 16
 
 
-def _scores_within(arrays: list[Any]) -> bool:
-    """Every array a float one whose bytes fill its shape, every value within +-2^48. On the bit patterns
-    (:data:`_UINT`), a scorer's batch at a time: the plain maximum first, which needs no temporary array and
-    settles arrays without a negative value (attention rows); the maximum without the sign bit only when
-    that one is beyond the bound's pattern. Small arrays are joined per dtype, large ones read where they
-    lie (no copy). (:func:`_all_bounded` does the reader's check, with a bound and a shape per array.)"""
-    small: dict[str, list[bytes]] = {}
-    scans: list[tuple[str, bytes]] = []
-    for arr in arrays:
+def _scores_within(arrays: list[tuple[Any, bool]]) -> bool:
+    """Every ``(array, non-negative)`` a float array whose bytes fill its shape, every value within +-2^48,
+    or within [0, 2^48] where non-negative. On the bit patterns (:data:`_UINT`), a scorer's batch at a time:
+    the plain maximum first, which needs no temporary array and settles arrays without a negative value (it
+    is the whole check of the non-negative ones: a negative value's pattern lies above every positive one's);
+    the maximum without the sign bit only when that one is beyond the bound's pattern. Small arrays are
+    joined per dtype, large ones read where they lie (no copy). (:func:`_all_bounded` does the reader's
+    check, with a bound and a shape per array.)"""
+    small: dict[tuple[str, bool], list[bytes]] = {}
+    scans: list[tuple[str, bool, bytes]] = []
+    for arr, non_negative in arrays:
         if type(arr) is not Array or any(type(d) is not int or d < 0 for d in arr.shape):
             return False
         if not _fills(arr, arr.shape):
             return False
         if len(arr.data) > _JOIN_BELOW:
-            scans.append((arr.dtype, arr.data))
+            scans.append((arr.dtype, non_negative, arr.data))
         else:
-            small.setdefault(arr.dtype, []).append(arr.data)
-    scans += [(dtype, b"".join(chunks)) for dtype, chunks in small.items()]
-    for dtype, data in scans:
+            small.setdefault((arr.dtype, non_negative), []).append(arr.data)
+    scans += [(dtype, non_negative, b"".join(chunks)) for (dtype, non_negative), chunks in small.items()]
+    for dtype, non_negative, data in scans:
         uint, mask = _UINT[dtype]
         limit = _LIMIT[dtype, MAX_QUANTITY]
         patterns = np.frombuffer(data, dtype=uint)
-        if len(patterns) and int(patterns.max()) > limit and int((patterns & mask).max()) > limit:
+        if len(patterns) and int(patterns.max()) > limit and (non_negative or int((patterns & mask).max()) > limit):
             return False
     return True
 
@@ -227,15 +233,14 @@ def _fast_ok(ex: Example, stage: str) -> bool:
     if (need >= 1 and ex.scores is None) or (need >= 2 and ex.selection is None) or (need >= 3 and ex.closure is None):
         return False
 
-    # (array, shape, bound) of every float array: checked together at the end
-    arrays: list[tuple[Array, list[int], float]] = []
+    # (array, shape, bound, non-negative) of every float array: checked together at the end
+    arrays: list[tuple[Array, list[int], float, bool]] = []
     s = ex.scores
     if s is not None:
-        arrays += ((s.a, [n_r], MAX_QUANTITY), (s.c, [n_r], MAX_QUANTITY), (s.A, [n_r, n_p], MAX_QUANTITY))
-        if s.loss is not None:
-            arrays.append((s.loss, [n_r], MAX_QUANTITY))
-        if s.B is not None:
-            arrays.append((s.B, [n_r, n_p], MAX_QUANTITY))
+        for name, shape in (("a", [n_r]), ("c", [n_r]), ("A", [n_r, n_p]), ("loss", [n_r]), ("B", [n_r, n_p])):
+            arr = getattr(s, name)
+            if arr is not None or name not in ("loss", "B"):
+                arrays.append((arr, shape, MAX_QUANTITY, name in NON_NEGATIVE_SCORES))
 
     sel = ex.selection
     u_sur = None
@@ -251,7 +256,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
             return False
         if not (_on_side(keep_p, kinds, PROMPT) and _on_side(keep_r, kinds, RESPONSE)):
             return False
-        arrays.append((sel.response_scores, [n_r], MAX_RESULT))
+        arrays.append((sel.response_scores, [n_r], MAX_RESULT, False))
         u_sur = sel.u_sur
         if protected_p and not (_ascending(protected_p) and set(protected_p) <= set(keep_p)):
             return False
@@ -265,7 +270,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
         if rho is not None and not (0.0 <= rho <= 1.0 and abs(rho * n_r - len(keep_r)) < 0.5):
             return False
         if sel.response_weights is not None:  # (1.3) bounded (with the others below) and > 0
-            arrays.append((sel.response_weights, [len(keep_r)], MAX_RESULT))
+            arrays.append((sel.response_weights, [len(keep_r)], MAX_RESULT, False))
             if not (sel.response_weights.numpy("float64") > 0).all():
                 return False
 
@@ -275,5 +280,5 @@ def _fast_ok(ex: Example, stage: str) -> bool:
         for name in _REFERENCE_FIELDS:
             arr = getattr(ref, name)
             if arr is not None:
-                arrays.append((arr, [n_p if name.startswith("prompt") else n_r], MAX_QUANTITY))
+                arrays.append((arr, [n_p if name.startswith("prompt") else n_r], MAX_QUANTITY, True))
     return _all_bounded(arrays, u_sur)

@@ -61,6 +61,11 @@ Neither rule is the single-removal path for a prompt of many keys: partially hid
 renormalises each softmax row (the prompt's share of the row falls), a first-order change even in a
 linear model, so a joint state is not a state of one key's path.
 
+With ``debias=common`` (the bridge scorer's option, scoring.py) every pass scores a_j - beta u_j: the
+constant beta d is added to the response rows' tangent before the LM head, so the reverse pass
+differentiates the debiased a_j (u_j depends on the prompt through p_j) and B estimates the effect of
+hiding a key on what ``select`` ranks.
+
 How close each rule comes to the exact effects is measured in docs/diagnostics.md (both help a
 little; neither closes the gap), and the sweep behind the defaults in ``IG_DEPTH`` is in
 docs/benchmarks.md ("The ``ig`` defaults").
@@ -187,7 +192,7 @@ class AttributionScorer(BridgeScorer):
     """a_j, A, c as the ``bridge`` scorer computes them, plus ``B`` by key-gate attribution."""
 
     name = "atp"
-    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers", "fast")
+    OPTIONS = ("chunks", "ig", "ig_depth", "ig_rule", "layers", "fast", "debias")
     #: the most padded tokens a command's batch gets by default on a GPU (the bridge scorer's)
     MAX_TOKENS = 32768
     #: ``atp_recompute=auto`` recomputes the L x L tensors only where passes would be smaller than this
@@ -429,6 +434,7 @@ class AttributionScorer(BridgeScorer):
                     self.lm_head,
                     self.row_chunk,
                     padded=batch.padded,
+                    shift=self.shift,
                 )
             else:
                 losses, a = self._gated_generic(batch, biases, plains, log_gate, recompute, r)

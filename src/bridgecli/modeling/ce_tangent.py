@@ -38,6 +38,27 @@ def token_ce_with_tangent(h, dh, weight, bias, targets, chunk: int = 4096):
     return torch.cat(losses), torch.cat(tangents)
 
 
+def residual_projection(h, weight, bias, targets, d, chunk: int = 4096):
+    """u_j = d . (w_{y_j} - W^T p_j) for the rows of ``h`` (final-normed hidden states): the target's
+    output embedding minus the expected one under the head's next-token distribution, projected on
+    ``d`` ([hidden]); the same softmax pieces as the loss (on a GPU in half precision the fused
+    kernel), accumulated in at least float32. No autograd."""
+    out = []
+    with torch.no_grad():
+        for s in range(0, h.shape[0], chunk):
+            _, qw = loss_and_residual(h[s : s + chunk], weight, bias, targets[s : s + chunk])
+            acc = _acc(qw.dtype)
+            out.append(-(qw.to(acc) @ d.to(device=qw.device, dtype=acc)))  # qw = (p - onehot) W
+    return torch.cat(out) if out else h.new_zeros(0, dtype=_acc(h.dtype))
+
+
+def loss_and_residual(h, weight, bias, targets) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-token losses, (p - onehot) W) of the rows of ``h``: (p - onehot) W is the loss's gradient
+    with respect to h, and minus the output residual w_y - W^T p. No autograd."""
+    with torch.no_grad():
+        return _loss_and_qw(h, weight, bias, targets)
+
+
 def _acc(dtype: torch.dtype) -> torch.dtype:
     """At least float32 (float64 stays float64)."""
     return torch.promote_types(dtype, torch.float32)

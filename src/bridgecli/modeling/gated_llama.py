@@ -300,11 +300,13 @@ class GatedLlama:
         lm_head: torch.nn.Module,
         row_chunk: int,
         padded: bool | None = None,
+        shift: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """(per-token losses, a) of the response rows ``rows`` (b_idx, q_pos, targets) with the
         gates ``gates`` (per gated layer) on. ``r`` is active: the blocks before the hand-run ones
         capture their rows through the registered attention, the others add theirs to it. ``padded``:
-        whether any row is padded, when known (see Tail.prefix)."""
+        whether any row is padded, when known (see Tail.prefix). ``shift``: a constant added to the
+        rows' tangent before the LM head (the bridge scorer's ``debias=common``)."""
         with torch.no_grad(), routing(r):
             _, calls = self.recorder.prefix(input_ids, attention_mask, padded=padded)
         capture = r.capture_layers
@@ -330,7 +332,10 @@ class GatedLlama:
         b_idx, q_pos, tgt = rows
         weight = lm_head.weight.to(self.tail_dtype)
         bias = lm_head.bias.to(self.tail_dtype) if lm_head.bias is not None else None
-        return scoring.token_ce_with_tangent(h[b_idx, q_pos], dh[b_idx, q_pos], weight, bias, tgt, row_chunk)
+        dhr = dh[b_idx, q_pos]
+        if shift is not None:
+            dhr = dhr.to(shift.dtype) + shift
+        return scoring.token_ce_with_tangent(h[b_idx, q_pos], dhr, weight, bias, tgt, row_chunk)
 
     def weights(self) -> list[Tensor]:
         """Every weight tensor the blocks hold (the concatenations made once per scorer among them):

@@ -325,12 +325,17 @@ def load_model(
     return model.to(device)  # type: ignore[arg-type]  # transformers' wrapper of Module.to hides its signature
 
 
-def claim_device(device: str) -> None:
-    """Make ``cuda:N`` the current CUDA device: the scorer's Triton kernels launch on the current one."""
-    if device.startswith("cuda:"):
-        import torch
+def claim_device(device: str) -> str:
+    """The device ``device`` names (``auto``: ``cuda`` when a GPU is visible, else ``cpu``), made the current
+    CUDA device when it is ``cuda:N``: the scorer's Triton kernels launch on the current one. The caller has
+    checked ``device`` (:func:`bridgecli.runtime.params.check_device`); :func:`resolve_device` checks it."""
+    import torch
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(device))
+    return device
 
 
 def resolve_device(device: str) -> str:

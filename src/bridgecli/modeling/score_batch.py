@@ -74,8 +74,9 @@ def make_batch(
         n = len(ex.tokens.input_ids)
         ids[b, :n] = ex.tokens.input_ids
         mask[b, :n] = 1
-        prompt.append(ex.tokens.prompt_positions())
-        resp.append(ex.tokens.response_positions())
+        p, r = ex.tokens.eligible()
+        prompt.append(p)
+        resp.append(r)
     counts = [len(r) for r in resp]
     b_idx = np.repeat(np.arange(len(examples)), counts)
     q_pos = np.concatenate(resp).astype(np.int64) - 1 if sum(counts) else np.zeros(0, dtype=np.int64)

@@ -7,18 +7,29 @@ without tangents (tail.py). The
 same forward pass captures the head-averaged attention rows of the routing layers for the
 response query rows (see attention.py); A[j, i] are the columns of eligible prompt positions and
 c_j the mass on earlier response tokens.
+
+``--scorer-option debias=common`` scores a_j - beta u_j instead (docs/method.md, "The common
+direction"), with u_j = d . (w_{y_j} - W^T p_j) and d, beta from the warm-up run
+(``common_direction.safetensors``). Since the LM head's loss gradient with respect to the final hidden
+state is (p_j - e_{y_j}) W = -(w_{y_j} - W^T p_j), a_j - beta u_j is the loss's tangent along the
+final hidden state's tangent plus the constant beta d: every path (the fused Llama tail, forward-mode
+AD, the ``atp`` scorer's gated passes) adds ``beta d`` to the response rows' tangent before the LM
+head, in plain torch ops, and computes the rest as before. No extra pass, no extra LM-head product.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
+import msgspec
 import numpy as np
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 
+from ..artifacts.common_file import FILENAME as COMMON_FILE
+from ..artifacts.common_file import CommonDirection
 from ..artifacts.direction_file import Direction
 from ..artifacts.warmup_run import WarmupMeta, WarmupRun
 from ..format.records import Array, Example, Scores
@@ -35,6 +46,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
+#: the values of ``--scorer-option debias=...``: a_j as the paper defines it, or a_j - beta u_j
+DEBIAS = ("none", "common")
+
+
 @dataclass
 class ScoringCheckpoint:
     """A warmup run loaded for scoring: its record, the checkpoint (eval mode), its tokenizer and
@@ -47,8 +62,24 @@ class ScoringCheckpoint:
     model: PreTrainedModel
     direction: Direction
 
+    def identity(self) -> dict[str, Any]:
+        """What names this checkpoint in a scores stream: the base model and its fingerprint (warmup's, else
+        computed), the tokenizer's fingerprint, the checkpoint's own fingerprint, v's blocks and lambda."""
+        from .loading import fingerprint, resolve
+
+        meta = self.meta
+        return {
+            "base_model": meta.base_model,
+            "base_fingerprint": meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "checkpoint_fingerprint": fingerprint(resolve(str(self.run.checkpoint))),
+            "direction_layers": self.direction.meta.layers,
+            "lambda": self.direction.meta.lam,
+        }
+
     def context(self, attention_layers: int, device: str, options: dict | None = None) -> ScoringContext:
-        """What a scorer gets from this checkpoint: its model, tokenizer and v, with the settings."""
+        """What a scorer gets from this checkpoint: its model, tokenizer and v, with the settings, and
+        the run's common direction on demand."""
         return ScoringContext(
             model=self.model,
             tokenizer=self.tokenizer,
@@ -56,7 +87,33 @@ class ScoringCheckpoint:
             attention_layers=attention_layers,
             device=device,
             options=options or {},
+            common=self.common_direction,
         )
+
+    def common_direction(self) -> CommonDirection:
+        """The run's D_val mean residual d and beta, checked against this checkpoint and v; one
+        :class:`ModelError` line when the run has none (made before warmup stored it) or when the
+        file belongs to another run."""
+        from .loading import fingerprint, resolve
+
+        common = self.run.common_direction()
+        path = str(self.run.common_path)
+        if common is None:
+            raise ModelError(
+                f"{self.run.root} holds no {COMMON_FILE} (D_val's mean residual), which debias=common needs: "
+                "the run was made before `bridge warmup` stored it",
+                hint="rerun `bridge warmup`, whose run folder holds it; plain scoring from this run still works",
+            )
+        head = self.model.get_output_embeddings().weight
+        why = common.meta.mismatch(
+            direction=self.direction.meta,
+            hidden_size=int(head.shape[1]),
+            vocab_size=int(head.shape[0]),
+            checkpoint_fingerprint=fingerprint(resolve(str(self.run.checkpoint))),
+        )
+        if why is not None:
+            raise ModelError(f"not this run's common direction: {why}", file=path, hint="rerun `bridge warmup`")
+        return common
 
 
 def load_scoring_checkpoint(run: WarmupRun, dtype: str, device: str) -> ScoringCheckpoint:
@@ -89,6 +146,9 @@ class ScoringContext:
     attention_layers: int = 4
     device: str = "cpu"
     options: dict = field(default_factory=dict)
+    #: the warm-up run's common direction, loaded and checked on demand (``debias=common``); None:
+    #: the context has none (raised as one error line when asked for)
+    common: Callable[[], CommonDirection] | None = None
 
 
 def _rows_on_device(routing_rows: torch.Tensor, batch: ScoreBatch, n_layers: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,7 +232,7 @@ class BridgeScorer:
 
     name = "bridge"
     #: the keys this scorer takes from ``bridge score --scorer-option KEY=VALUE``
-    OPTIONS: tuple[str, ...] = ()
+    OPTIONS: tuple[str, ...] = ("debias",)
 
     def __init__(self, ctx: ScoringContext):
         self.ctx = ctx
@@ -180,6 +240,10 @@ class BridgeScorer:
         if unknown:
             takes = ", ".join(f"{k}=..." for k in self.OPTIONS) or "none"
             raise UsageError(f"unknown option {unknown[0]!r} (scorer options: {takes})")
+        #: called with every batch's final-normed response rows and their targets before the LM head
+        #: (the warm-up's fit and ``analyze decompose`` read u_j there); the ``atp`` scorer's gated
+        #: passes do not call it
+        self.head_observer: Callable[[torch.Tensor, torch.Tensor], None] | None = None
         model = ctx.model
         use_bridge_attention(model)
         blocks = blocks_of(model)
@@ -209,10 +273,41 @@ class BridgeScorer:
             and getattr(model.config, "logit_scale", None) is None
         )
         self.pad_id = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else 0
+        #: ``debias=common``: the run's common direction, and beta d added to the head rows' tangent
+        self.common, self.shift = self._debias(dict(ctx.options.get("scorer_options") or {}))
         # Llama-family tails get the hand-fused (primal, tangent) pass; others use forward-mode AD
         self.fast: dual_llama.DualLlamaTail | None = None
         if ctx.options.get("fast_tail", True) and self.plain_head and dual_llama.supported(model, blocks):
             self.fast = dual_llama.DualLlamaTail(blocks, self.tail.indices, self.primals, self.tangents, self.tail.norm)
+
+    def _debias(self, opts: dict) -> tuple[CommonDirection | None, torch.Tensor | None]:
+        mode = str(opts.get("debias", "none"))
+        if mode not in DEBIAS:
+            raise UsageError(f"debias must be one of {', '.join(DEBIAS)}, got {mode!r}")
+        if mode == "none":
+            return None, None
+        if self.ctx.common is None:
+            raise UsageError("debias=common needs a warm-up run's common direction, and this scorer was given none")
+        common = self.ctx.common()
+        dtype = torch.promote_types(self.tail_dtype, torch.float32)
+        return common, (common.beta * common.d.double()).to(device=self.ctx.device, dtype=dtype)
+
+    @property
+    def header_params(self) -> dict[str, Any] | None:
+        """What ``bridge score`` records beside the scorer options: with ``debias=common``, beta and
+        the fit it came from."""
+        if self.common is None:
+            return None
+        return {"debias": {"mode": "common", "file": COMMON_FILE, **msgspec.to_builtins(self.common.meta.fit)}}
+
+    def _head_rows(self, h: torch.Tensor, dh: torch.Tensor | None, targets: torch.Tensor):
+        """The response rows' hidden state and tangent as the LM head gets them: shown to the
+        :attr:`head_observer`, and the tangent shifted by beta d under ``debias=common``."""
+        if self.head_observer is not None:
+            self.head_observer(h.detach(), targets)
+        if self.shift is not None:
+            dh = (dh if dh is not None else torch.zeros_like(h)).to(self.shift.dtype) + self.shift
+        return h, dh
 
     def _routing(self, batch: ScoreBatch, layers: frozenset[int]) -> Routing:
         return Routing(
@@ -239,6 +334,10 @@ class BridgeScorer:
         b_idx, q_pos, tgt = rows
         hr = h[b_idx, q_pos].to(self.tail_dtype)
         primal, tangent = fwAD.unpack_dual(hr)
+        if self.head_observer is not None or self.shift is not None:
+            primal, tangent = self._head_rows(primal, tangent, tgt)
+            if tangent is not None and not self.plain_head:  # the head below under forward-mode AD
+                hr = fwAD.make_dual(primal, tangent.to(primal.dtype))
         if tangent is not None and self.plain_head:
             weight, bias = self.lm_head.weight.to(self.tail_dtype), self.lm_head.bias
             bias = bias.to(self.tail_dtype) if bias is not None else None
@@ -267,7 +366,8 @@ class BridgeScorer:
         b_idx, q_pos, tgt = batch.flat_rows()
         weight = self.lm_head.weight.to(self.tail_dtype)
         bias = self.lm_head.bias.to(self.tail_dtype) if self.lm_head.bias is not None else None
-        losses, a = token_ce_with_tangent(h[b_idx, q_pos], dh[b_idx, q_pos], weight, bias, tgt, self.row_chunk)
+        hr, dhr = self._head_rows(h[b_idx, q_pos], dh[b_idx, q_pos], tgt)
+        losses, a = token_ce_with_tangent(hr, dhr, weight, bias, tgt, self.row_chunk)
         return losses, a, r.rows
 
     def score(self, examples: list[Example]) -> list[Scores]:
@@ -314,6 +414,8 @@ class ExactScorer(BridgeScorer):
     """Diagnostic reference: a_j by one backward pass per response token (slow, exact)."""
 
     name = "exact"
+    #: a_j as the paper defines it, for the diagnostics (no ``debias``)
+    OPTIONS: tuple[str, ...] = ()
 
     def score(self, examples: list[Example]) -> list[Scores]:
         batch = make_batch(examples, self.pad_id, self.ctx.device)

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 import msgspec
 
 from ..errors import BridgeError, FormatError
+from ..io import check_output
 from ..format.reader import example_index, frame_payloads, open_reader
 from ..format.records import Header
 from ..format.spec import RECORDS_PER_FRAME
@@ -98,6 +99,7 @@ def merge_streams(
     integer("--workers", workers)
     if not paths:
         raise FormatError("nothing to merge")
+    check_output(out, inputs=paths)
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(open_reader(p)) for p in paths]
         first = readers[0].header

@@ -7,6 +7,7 @@ one-line :class:`UsageError` (exit 2) as the command line. (An SFT configuration
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..errors import UsageError
@@ -19,11 +20,24 @@ __all__ = [
     "MAX_SEED",
     "RETENTION",
     "check",
+    "check_all",
     "check_data_options",
     "check_device",
     "integer",
     "real",
 ]
+
+
+def check_all(opts: Any) -> None:
+    """Every option field of the options object ``opts`` and of the groups it holds in its range, and its
+    ``--device`` (when it has one) present here: a step's checks in one call."""
+    check(opts)
+    for f in dataclasses.fields(opts):
+        value = getattr(opts, f.name)
+        if "group" in f.metadata and value is not None:
+            check_all(value)
+    if any(f.name == "device" for f in dataclasses.fields(opts)):
+        check_device(opts.device)
 
 
 def check_data_options(opts: Any) -> None:

@@ -161,27 +161,6 @@ def _missing_probe(out, tokens: list[str]) -> tuple[int, str] | None:
     return None
 
 
-def finished_shard(dist: Dist, out: str | os.PathLike, resume: bool, header) -> int | None:
-    """With ``--resume`` on several ranks: the number of examples in this rank's shard when the
-    interrupted run had finished it (another rank stopped before the merge), so this rank has
-    nothing left to score; None when there is a shard to (re)write. A finished shard made with other
-    parameters is refused, as a partial one is."""
-    from ..format.reader import open_reader
-    from .resumable import ResumableOutput, header_key
-
-    shard = dist.shard_path(out)
-    if dist.world == 1 or not resume or not shard.exists() or ResumableOutput(shard).leftover():
-        return None
-    with open_reader(shard) as reader:
-        if header_key(reader.header) != header_key(header):
-            raise UsageError(
-                "the finished shard was made with other parameters or data",
-                file=str(shard),
-                hint="delete it, or rerun with the same flags",
-            )
-        return sum(1 for _ in reader.payloads())
-
-
 def merge_reports(reports: list[Report]) -> Report:
     """One :class:`~bridgecli.data.examples.Report` for the whole run from each rank's: counts
     summed, lists joined in rank order, settings (``max_length``: the same on every rank) kept."""

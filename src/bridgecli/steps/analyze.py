@@ -3,6 +3,7 @@
 - ``fidelity``: surrogate vs exact state-conditioned scores (paper Table 2)
 - ``shift``: ranking shift with the opposite side's retention (paper Finding 2)
 - ``robustness``: kappa_q of the full-state selection (paper Theorem 1), from a scores stream
+- ``decompose``: a_j split into its target and anchor parts by token class, and its common direction
 
 The numbers are computed in :mod:`bridgecli.analysis`; this module loads the checkpoint, picks the
 examples, runs the passes and writes the JSON report.
@@ -27,6 +28,12 @@ from ..analysis import report as report_json
 from ..analysis import robustness as rob
 from ..analysis import shift as sh
 from ..analysis.matrix_cache import MatrixCache
+from ..analysis.tables import (  # noqa: F401  (re-exported: what `bridge analyze` prints)
+    decompose_table,
+    fidelity_table,
+    robustness_table,
+    shift_table,
+)
 from ..contracts import as_selector, build_scorer
 from ..core.budgets import budget
 from ..data.examples import file_digest, iter_pairs
@@ -35,11 +42,11 @@ from ..errors import UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..hookspecs import Selector
-from ..io import atomic_path, is_stdio
+from ..io import atomic_path, check_output, is_stdio
 from ..progress import note, progress_bar
 from ..registry import get
 from .common import now, plugin_spec, require_stage
-from .options import FidelityOptions, RobustnessOptions, ShiftOptions, Source
+from .options import DecomposeOptions, FidelityOptions, RobustnessOptions, ShiftOptions, Source
 
 if TYPE_CHECKING:
     from ..modeling.scoring import BridgeScorer, ScoringContext
@@ -65,9 +72,7 @@ def load(src: Source) -> Loaded:
 
     check_input(src.data)  # before the checkpoint loads
     run = WarmupRun.open(src.run)
-    device = resolve_device(src.device)
-    claim_device(device)
-    src.device = device
+    src.device = device = claim_device(resolve_device(src.device))
     note(f"scoring checkpoint {run.checkpoint} on {device} ({src.dtype})")
     ck = load_scoring_checkpoint(run, src.dtype, device)
     ctx = ck.context(src.attention_layers, device)
@@ -78,7 +83,7 @@ def pick_examples(src: Source, tokenizer, meta: WarmupMeta) -> list[Example]:
     """``n`` examples of DATA (a seeded uniform sample, or the first ``n`` with ``first``), leaving
     out the ids warmup used when DATA is the file it read, and those over ``--max-length``."""
     opts = src.data_opts
-    leave_out = meta.leave_out(src.data)
+    leave_out = meta.leave_out(file_digest(src.data))
     if leave_out is not None and meta.warm_ids is None:
         note(
             "warning: DATA is the file warmup read, and warmup recorded no warm ids (no `bridge warmup --warm-fraction`): "
@@ -206,6 +211,7 @@ def run_fidelity(opts: FidelityOptions) -> dict:
 
     check(opts)
     check_source(opts.src)
+    check_output(opts.out, inputs=(opts.src.data,))
     _check_perturb(opts.perturb)
     selector = as_selector(get("selector", opts.method).obj, opts.method)
     options = selector.parse({"rounds": opts.rounds})
@@ -307,11 +313,20 @@ def _fidelity_example(
 # --------------------------------------------------------------------------------------------- shift
 
 
+def _shift_png(opts: ShiftOptions) -> str | None:
+    """Where the shift plot goes: ``--png``, else the JSON report's path with ``.png``."""
+    if opts.png is None and opts.out is not None and not is_stdio(opts.out):
+        return str(Path(opts.out).with_suffix(".png"))
+    return opts.png
+
+
 def run_shift(opts: ShiftOptions) -> dict:
     from ..runtime.params import check
 
     check(opts)
     check_source(opts.src)
+    check_output(opts.out, inputs=(opts.src.data,))
+    check_output(_shift_png(opts), inputs=(opts.src.data,), stdout=False)
     if not opts.levels:
         raise UsageError("--levels is empty")
     # each level a retention ratio, but not 0: an empty opposite side leaves nothing to rank against
@@ -377,9 +392,7 @@ def run_shift(opts: ShiftOptions) -> dict:
     )
     report = report_json.clean(report)
     write_report(report, opts.out)
-    png = opts.png
-    if png is None and opts.out is not None and not is_stdio(opts.out):
-        png = str(Path(opts.out).with_suffix(".png"))
+    png = _shift_png(opts)
     if png:
         from ..analysis.plots import shift_plot
 
@@ -396,6 +409,7 @@ def run_robustness(opts: RobustnessOptions) -> dict:
     from ..runtime.params import check
 
     check(opts)
+    check_output(opts.out, inputs=(opts.inp,))
     examples = []
     with open_reader(opts.inp) as reader:
         require_stage(reader.header, "scores", reader.name, "run `bridge score` first")
@@ -421,3 +435,126 @@ def run_robustness(opts: RobustnessOptions) -> dict:
     report = report_json.clean(report)
     write_report(report, opts.out)
     return report
+
+
+# --------------------------------------------------------------------------------------------- decompose
+
+#: the token classes of the decomposition, in table order (analysis/tokenclass.py's, newline split off)
+DECOMPOSE_CLASSES = ("answer", "digits", "math", "words", "newline", "space/punct")
+#: the most frequent token ids listed one by one in the report
+TOP_IDS = 30
+
+
+def run_decompose(opts: DecomposeOptions) -> dict:
+    """a_j = t_j + n_j (target and anchor parts, one JVP each) for the response tokens of ``n``
+    examples, by token class; with the run's common direction, the same for a_j - beta u_j."""
+    from ..analysis import decompose as dec
+    from ..analysis.tokenclass import response_strata
+    from ..analysis.parts import anchor_of, score_parts, split_direction
+    from ..runtime.params import check
+
+    check(opts)
+    check_source(opts.src)
+    loaded = load(opts.src)
+    meta = loaded.meta
+    if meta.direction is None:
+        raise UsageError(f"{loaded.run.meta_path} records no lambda or norms of v: rerun `bridge warmup`")
+    common = loaded.ctx.common() if loaded.run.common_path.exists() and loaded.ctx.common is not None else None
+    params = dict(loaded.ctx.model.named_parameters())
+    note(f"theta_old from {opts.base_model or meta.base_model}")
+    g_anchor = anchor_of(meta, {n: params[n] for n in loaded.ctx.direction}, opts.base_model)
+    split = split_direction(loaded.ctx.direction, g_anchor, meta.direction.lam, meta.direction.eps)
+    examples = pick_examples(opts.src, loaded.ctx.tokenizer, meta)
+    note(
+        f"decompose on {len(examples)} examples (lambda {split.lam:g}"
+        + (f", common direction beta {common.beta:.4g})" if common is not None else ", no common direction stored)")
+    )
+    started = time.perf_counter()
+    with progress_bar() as bar:
+        task = bar.add_task("a_j in two parts", total=len(examples), unit="ex")
+        parts = score_parts(
+            loaded.ctx,
+            split,
+            examples,
+            d=common.d if common is not None else None,
+            batch_size=opts.src.batch_size,
+            on_batch=lambda k: bar.update(task, advance=k),
+        )
+    classes, ids = [], []
+    for ex in examples:
+        resp = ex.tokens.response_positions()
+        classes += response_strata(ex.text, ex.tokens.spans()[resp])
+        ids.append(np.asarray(ex.tokens.input_ids, dtype=np.int64)[resp])
+    t = np.concatenate([p.target for p in parts])
+    n = np.concatenate([p.anchor for p in parts])
+    u = np.concatenate([p.u for p in parts if p.u is not None]) if common is not None else None
+    all_ids = np.concatenate(ids)
+    body = dec.report(
+        t,
+        n,
+        classes,
+        all_ids,
+        DECOMPOSE_CLASSES,
+        min_count=opts.min_count,
+        u=u,
+        beta=common.beta if common is not None else None,
+    )
+    report = _header(
+        "analyze decompose",
+        loaded,
+        {**opts.src.describe(), "base_model": opts.base_model or meta.base_model, "min_id_count": opts.min_count},
+    )
+    report["direction"] = {
+        **msgspec.to_builtins(meta.direction),
+        "g_anchor_norm_rebuilt": split.anchor_norm,
+    }
+    report["common_direction"] = msgspec.to_builtins(common.meta.fit) if common is not None else None
+    report.update(
+        {
+            "examples_used": len(examples),
+            "seconds": round(time.perf_counter() - started, 1),
+            **body,
+            "frequent_ids": _frequent_ids(loaded.ctx.tokenizer, all_ids, t, n, u, common.beta if common else None),
+            "examples": [
+                {
+                    "id": ex.id,
+                    "index": ex.index,
+                    "target": _floats(p.target),
+                    "anchor": _floats(p.anchor),
+                    "loss": _floats(p.loss),
+                    **({"u": _floats(p.u)} if p.u is not None else {}),
+                }
+                for ex, p in zip(examples, parts)
+            ],
+        }
+    )
+    report = report_json.clean(report)
+    write_report(report, opts.out)
+    return report
+
+
+def _floats(x: np.ndarray) -> list[float]:
+    """Per-token values for the JSON report, to the 7 significant digits of the float32 scores."""
+    return [float(f"{v:.7g}") for v in np.asarray(x, dtype=np.float64).tolist()]
+
+
+def _frequent_ids(tokenizer, ids: np.ndarray, t: np.ndarray, n: np.ndarray, u, beta) -> list[dict]:
+    """The :data:`TOP_IDS` most frequent response token ids: their text, count, and share of a_j > 0
+    (and of target > 0, and of a_j - beta u_j > 0 with a common direction)."""
+    uniq, counts = np.unique(ids, return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:TOP_IDS]
+    out = []
+    a = t + n
+    for k in order:
+        m = ids == uniq[k]
+        row = {
+            "id": int(uniq[k]),
+            "text": tokenizer.decode([int(uniq[k])]),
+            "tokens": int(counts[k]),
+            "share_positive": float((a[m] > 0).mean()),
+            "share_target_positive": float((t[m] > 0).mean()),
+        }
+        if u is not None and beta is not None:
+            row["share_debiased_positive"] = float((a[m] - beta * u[m] > 0).mean())
+        out.append(row)
+    return out

@@ -9,7 +9,7 @@ from ..core.closure import fill_cuts, project_cuts, unit_cuts
 from ..errors import FormatError, PluginError, UsageError
 from ..format.records import Closure, Example, Header
 from ..format.spec import MAX_RESULT
-from ..optionspec import check
+from ..optionspec import check, recorded
 from ..registry import get
 from .common import MapArgs, map_stream, map_stream_parallel, selection_of, step_record
 from .options import CloseOptions
@@ -27,12 +27,6 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
     """The closure of one selected example; with ``fill``, the budget the knapsack leaves is spent
     (:func:`~bridgecli.core.closure.fill_cuts`)."""
     sel = selection_of(example)
-    if sel.response_weights is not None:
-        raise UsageError(
-            f"the selection ('{sel.method}') carries per-token loss weights: closing it onto whole units "
-            "would drop them",
-            hint="compact the selection directly (bridge compact)",
-        )
     resp = example.tokens.response_positions()
     if len(resp) == 0:
         closure = Closure(segmenter=name, alpha=alpha, units=[], chosen=[], supervise=[])
@@ -73,24 +67,23 @@ def close_example(example: Example, segment, name: str, alpha: float, fill: bool
         supervise += positions[cuts[k] : cuts[k + 1]]
     if filled:
         supervise = sorted(supervise + filled)
-    closure = Closure(
-        segmenter=name,
-        alpha=alpha,
-        units=flat_units,
-        chosen=chosen,
-        supervise=supervise,
-        protected_units=forced,
-        filled=filled,
-    )
+    if sel.response_weights is not None and supervise != sel.response_keep:
+        # the weights belong to the drawn tokens: a closure that keeps exactly those (a whole example) keeps them
+        raise UsageError(
+            f"the selection ('{sel.method}') carries per-token loss weights: closing it onto whole units "
+            "would drop them",
+            record=example.index,
+            hint="compact the selection directly (bridge compact)",
+        )
+    # the closure's fields in order: segmenter, alpha, units, chosen, supervise, protected_units, filled
+    closure = Closure(name, alpha, flat_units, chosen, supervise, forced, filled)
     return msgspec.structs.replace(example, closure=closure)
 
 
 def run_close(opts: CloseOptions) -> int:
     check(opts)
     entry = get("segmenter", opts.segmenter)
-    params = {"segmenter": opts.segmenter, "alpha": opts.alpha, "plugin": entry.plugin}
-    if opts.fill:
-        params["fill"] = True
+    params = recorded(opts, plugin=entry.plugin)
 
     def fn(ex: Example, header: Header) -> Example:
         return close_example(ex, entry.obj, opts.segmenter, opts.alpha, opts.fill)

@@ -14,9 +14,10 @@ from ..errors import BridgeError, FormatError
 from ..format.reader import frame_records, open_reader
 from ..format.records import Example, Header, Selection, Step
 from ..format.spec import RECORDS_PER_FRAME, STAGES
-from ..format.writer import compress_frame, encode_record, open_writer
+from ..format.writer import StreamWriter, compress_frame, encode_record
 from ..optionspec import key_values, number_list  # noqa: F401  (re-exported: the steps' text parsers)
 from ..progress import progress_bar
+from ..runtime.stream_output import StreamOutput
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack from Python 3.11
@@ -90,14 +91,23 @@ def _next_stage(reader, args: MapArgs) -> Header:
     return next_header(reader.header, args["stage"], args["step"])
 
 
+@contextlib.contextmanager
+def _writing(output: StreamOutput, header: Header) -> Iterator[StreamWriter]:
+    """The writer of ``output`` (a map's: never None)."""
+    with output.writing(header) as writer:
+        assert writer is not None
+        yield writer
+
+
 def map_stream(inp, out, **args: Unpack[MapArgs]) -> int:
-    """Read a stream, apply ``fn`` to every example (None drops it), write the next stage.
-    Returns the number of examples written."""
+    """Read a stream, apply ``fn`` to every example (None drops it), write the next stage to ``out``
+    (:class:`~bridgecli.runtime.stream_output.StreamOutput`). Returns the number of examples written."""
     fn = args["fn"]
+    output = StreamOutput(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         where = args.get("display") or reader.name
-        with open_writer(out, header) as writer, progress_bar() as bar:
+        with _writing(output, header) as writer, progress_bar() as bar:
             # timed from the first example: in a pipe, waiting for the step upstream is not this step's time
             task = bar.add_task(args["label"], total=None, unit="ex", start=False)
             for ex in reader:
@@ -130,6 +140,7 @@ def map_stream_parallel(
 
     workers = cap_workers(workers)
     fn = args["fn"]
+    output = StreamOutput(out, inputs=(inp,))
     with open_reader(inp) as reader:
         header = _next_stage(reader, args)
         source = reader.header
@@ -145,7 +156,7 @@ def map_stream_parallel(
         total = 0
         with (
             start_pool(reader, validator_of(reader), work, _pack_stream, workers) as pool,
-            open_writer(out, header) as writer,
+            _writing(output, header) as writer,
             progress_bar() as bar,
         ):
             task = bar.add_task(args["label"], total=None, unit="ex", start=False)

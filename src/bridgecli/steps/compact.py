@@ -23,17 +23,20 @@ from typing import Callable, Iterator
 import msgspec
 import numpy as np
 
-from ..artifacts.rows_meta import RowsMeta, StepParams, write_rows_meta
+from ..artifacts.rows_meta import RowsMeta, StepParams, rows_meta_path, write_rows_meta
+
 from ..display import printable
 from ..errors import EmptyResultError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Example
 from ..format.spec import PROMPT, RESPONSE
-from ..optionspec import check
-from ..io import atomic_dir, atomic_path, is_stdio, open_text_output
+from ..optionspec import check, recorded
+from ..io import atomic_dir, atomic_path, check_output, is_stdio
+from ..runtime.stream_output import StreamOutput
 from ..progress import note
 from ..training.layouts import DEFAULT_LAYOUT, LAYOUTS, record_of
 from ..training.rows import Row, compact_row, weighted_row
+from ..training.trim import tail_cut, trim_row
 from .common import now, require_stage, selection_of
 from .options import FORMATS, CompactOptions  # noqa: F401  (FORMATS: re-exported)
 
@@ -49,12 +52,18 @@ class CompactStats:
     #: why each dropped row has no supervised token: reason -> count (see :func:`drop_reason`)
     reasons: dict[str, int] = field(default_factory=dict)
     read: int = 0
+    #: the tokens of every example read (those left without a row too)
+    tokens_read: int = 0
+    #: the tokens of the examples that have a row, before compaction
     tokens_before: int = 0
     tokens_after: int = 0
     supervised: int = 0
     response_tokens: int = 0
     #: rows with per-token loss weights (a sampled selection)
     weighted: int = 0
+    #: ``--trim-tail``: rows cut after their last supervised response token, and the tokens cut from them
+    trimmed_rows: int = 0
+    trimmed: int = 0
     #: the longest row training takes (the model's limit; None: not known here) and what it is
     limit: int | None = None
     limit_source: str = ""
@@ -120,7 +129,7 @@ def _row_sink(out: str | None, fmt: str, preset: str, *, lines: bool = False) ->
     whole when the block ends and not at all when it fails. With ``lines`` (jsonl only) it takes the
     record's line, already encoded by :func:`_jsonl`."""
     if fmt == "jsonl":
-        with open_text_output(out) as fh:
+        with StreamOutput(out, binary=False).text() as fh:
             yield fh.write if lines else (lambda record: fh.write(_jsonl(record)))
         return
     assert out is not None, "run_compact refuses parquet and hf to stdout before reading anything"
@@ -215,6 +224,7 @@ def _quiet_datasets(datasets):
 #: why a row keeps no supervised response token, worded for the warning compact prints
 REASONS = {
     "no-response": "an empty response",
+    "left-out": "the selection left the whole example out (a selection of whole examples)",
     "selection": "the selection supervises no response token (b_r = 0: is `bridge select --rho-r` 0 or too small?)",
     "too-long": "every structural unit is longer than the budget b_r (close keeps whole units only: a finer "
     "`bridge close --segmenter`, e.g. step or sentence, or a larger `bridge select --rho-r` keeps them)",
@@ -222,11 +232,14 @@ REASONS = {
 }
 
 
-def drop_reason(example: Example) -> str:
-    """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`."""
+def drop_reason(example: Example, whole_examples: bool = False) -> str:
+    """Why ``example`` keeps no supervised response token: a key of :data:`REASONS`. ``whole_examples``:
+    the stream's selection keeps or leaves out whole examples (:func:`selects_whole_examples`)."""
     if len(example.tokens.response_positions()) == 0:
         return "no-response"
     sel = selection_of(example)
+    if whole_examples and not sel.prompt_keep and not sel.response_keep:
+        return "left-out"
     if not sel.response_keep or sel.b_r == 0:
         return "selection"
     closure = example.closure
@@ -237,12 +250,21 @@ def drop_reason(example: Example) -> str:
     return "no-gain"
 
 
+def selects_whole_examples(header) -> bool:
+    """Whether the stream's (last) select step chose whole examples: its record says so
+    (``budgets.unit == "example"``, what ``select --method example-importance`` and ``rho-loss`` write)."""
+    steps = [s for s in header.steps if s.step == "select"]
+    budgets = steps[-1].params.get("budgets") if steps else None
+    return isinstance(budgets, dict) and budgets.get("unit") == "example"
+
+
 def explain_drops(stats: "CompactStats") -> str:
     return "; ".join(f"{n} with {REASONS[r]}" for r, n in sorted(stats.reasons.items(), key=lambda kv: -kv[1]))
 
 
-def render_text(example: Example, row: Row, supervise: list[int]) -> str:
-    """A human view: the executed prompt, then the response with supervised runs in [[ ]]. Control
+def render_text(example: Example, row: Row, supervise: list[int], end: int | None = None) -> str:
+    """A human view: the executed prompt, then the response with supervised runs in [[ ]] (up to
+    position ``end`` when the row's tail was cut there, ``--trim-tail``). Control
     characters of the data are shown escaped (:func:`~bridgecli.display.printable`): the id on its
     ``###`` line wholly (a newline in an id cannot start a line of its own), the text all but its line
     breaks and tabs."""
@@ -252,6 +274,8 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
     sup = set(supervise)
     prompt_parts, resp_parts, open_ = [], [], False
     for pos, kind in enumerate(kinds):
+        if end is not None and pos > end:
+            break
         s, e = spans[pos]
         piece = example.text[s:e]
         if kind == RESPONSE:
@@ -269,6 +293,8 @@ def render_text(example: Example, row: Row, supervise: list[int]) -> str:
             prompt_parts.append(piece)
     if open_:
         resp_parts.append("]]")
+    if end is not None:
+        resp_parts.append(f" [tail cut: {len(kinds) - 1 - end} tokens not executed]")
     n_p = int((kinds == PROMPT).sum())
     n_r = int((kinds == RESPONSE).sum())
     head = (
@@ -310,11 +336,16 @@ def long_rows_warning(stats: CompactStats) -> str | None:
 def run_compact(opts: CompactOptions) -> CompactStats:
     check(opts)
     _check_format(opts)
+    _check_outputs(opts)
     stats = CompactStats()
     with open_reader(opts.inp) as reader:
         header = _open_stream(reader, stats)
         one = functools.partial(
-            _compact_one, opts=opts, file=reader.name, fingerprint=header.model.tokenizer_fingerprint or ""
+            _compact_one,
+            opts=opts,
+            file=reader.name,
+            fingerprint=header.model.tokenizer_fingerprint or "",
+            whole_examples=selects_whole_examples(header),
         )
         with contextlib.ExitStack() as stack:
             sink = _open_sink(stack, opts)
@@ -335,6 +366,24 @@ def _check_format(opts: CompactOptions) -> None:
         raise UsageError(f"--format {opts.format} needs a path: pass -o PATH (stdout takes jsonl or text)")
 
 
+def _check_outputs(opts: CompactOptions) -> None:
+    """What the rows and their side file may replace (:func:`bridgecli.io.check_output`), before
+    anything is read: ``--format hf`` replaces a folder only when it holds rows it wrote."""
+    hf = opts.format == "hf"
+    check_output(opts.out, inputs=(opts.inp,), folder=hf, ours=_compacted_folder if hf else None)
+    if opts.out is not None and not is_stdio(opts.out) and opts.format != "text":
+        check_output(rows_meta_path(opts.out), inputs=(opts.inp,))
+
+
+def _compacted_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds rows of ``compact --format hf``: a saved dataset and its side file."""
+    return (
+        (folder / "state.json").is_file()
+        and (folder / "dataset_info.json").is_file()
+        and (rows_meta_path(folder).is_file())
+    )
+
+
 def _open_stream(reader, stats: CompactStats):
     """The stream's header, once it is known to hold a selection; the row limit noted in ``stats``."""
     require_stage(reader.header, "selection", reader.name, "run `bridge select` (and `bridge close`) first")
@@ -347,14 +396,17 @@ def _open_stream(reader, stats: CompactStats):
     return header
 
 
-def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: str) -> tuple:
+def _compact_one(
+    ex: Example, *, opts: CompactOptions, file: str, fingerprint: str, whole_examples: bool = False
+) -> tuple:
     """(id, drop reason or None, tokens before, response tokens, tokens after, supervised, output,
-    weighted) of one example; jsonl lines are encoded here (in the workers with --workers)."""
+    weighted, tokens cut by --trim-tail) of one example; jsonl lines are encoded here (in the workers
+    with --workers)."""
     supervise = supervision_of(ex)
     sel = selection_of(ex)
-    row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if not supervise:
-        return ex.id, drop_reason(ex), 0, 0, 0, 0, None, False
+        return ex.id, drop_reason(ex, whole_examples), len(ex.tokens.input_ids), 0, 0, 0, None, False, 0
+    row = compact_row(ex.id, ex.tokens, sel.prompt_keep, supervise)
     if sel.response_weights is not None:
         if opts.format not in ("jsonl", "text") or not LAYOUTS[opts.columns].weights:
             raise UsageError(
@@ -363,11 +415,16 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
                 file=file,
                 record=ex.index,
             )
-        weights = dict(zip(sel.response_keep, (float(f"{w:.6g}") for w in sel.response_weights.numpy())))
-        row = weighted_row(row, ex.tokens, sel.prompt_keep, weights)
+        row = weighted_row(row, ex.tokens, sel.prompt_keep, loss_weights(ex))
+    end = tail_cut(ex.tokens, supervise) if opts.trim_tail else None
+    cut = 0
+    if end is not None:
+        untrimmed = len(row.input_ids)
+        row = trim_row(row, ex.tokens, sel.prompt_keep, end)
+        cut = untrimmed - len(row.input_ids)
     output: str | dict
     if opts.format == "text":
-        output = render_text(ex, row, supervise) + "\n"
+        output = render_text(ex, row, supervise, end) + "\n"
     else:
         columns = columns_of(row, opts.columns, fingerprint)
         output = _jsonl(columns, row=True) if opts.format == "jsonl" else columns
@@ -380,13 +437,33 @@ def _compact_one(ex: Example, *, opts: CompactOptions, file: str, fingerprint: s
         len(supervise),
         output,
         row.weights is not None,
+        cut,
     )
+
+
+def loss_weights(example: Example) -> dict[int, float]:
+    """The loss weight of each supervised position of a weighted selection (6 significant digits).
+
+    The drawn response tokens carry their ``response_weights``. The EOS weighs 1, except where the
+    selection supervises the whole response with one weight (an example-level draw,
+    ``select --method example-importance``): the EOS is then in the row exactly when the response is,
+    drawn with the same probability, and carries the same weight, so that the weighted loss stays an
+    unbiased estimate of full SFT's, the EOS included."""
+    sel = selection_of(example)
+    assert sel.response_weights is not None
+    w = sel.response_weights.numpy()
+    weights = dict(zip(sel.response_keep, (float(f"{x:.6g}") for x in w)))
+    whole = len(sel.response_keep) == len(example.tokens.response_positions())
+    if whole and len(w) and float(w.min()) == float(w.max()):
+        for e in example.tokens.eos_positions():
+            weights[int(e)] = weights[sel.response_keep[0]]
+    return weights
 
 
 def _open_sink(stack: contextlib.ExitStack, opts: CompactOptions) -> Callable:
     """The function taking each output of :func:`_compact_one`, its file (or folder) held by ``stack``."""
     if opts.format == "text":
-        return stack.enter_context(open_text_output(opts.out)).write
+        return stack.enter_context(StreamOutput(opts.out, binary=False).text()).write
     return stack.enter_context(_row_sink(opts.out, opts.format, opts.columns, lines=opts.format == "jsonl"))
 
 
@@ -401,8 +478,9 @@ def _results(reader, one: Callable[[Example], tuple], workers: int) -> Iterator[
 
 def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> None:
     """Count each result in ``stats`` and write the output of each row kept to ``sink``."""
-    for id_, reason, before, response, after, supervised, output, weighted in results:
+    for id_, reason, before, response, after, supervised, output, weighted, cut in results:
         stats.read += 1
+        stats.tokens_read += before
         stats.weighted += weighted
         if reason is not None:
             stats.dropped.append(id_)
@@ -413,6 +491,8 @@ def _tally(stats: CompactStats, results: Iterator[tuple], sink: Callable) -> Non
         stats.response_tokens += response
         stats.tokens_after += after
         stats.supervised += supervised
+        stats.trimmed += cut
+        stats.trimmed_rows += cut > 0
         if after > stats.longest[0]:
             stats.longest = (after, id_)
         if stats.limit is not None and after > stats.limit:
@@ -436,13 +516,20 @@ def _empty_error(stats: CompactStats, file: str) -> EmptyResultError:
 
 def _report(stats: CompactStats, fmt: str) -> None:
     """The notes after the run: dropped rows, weighted rows, rows too long to train on, the totals."""
-    if stats.dropped:
+    left = stats.reasons.get("left-out", 0)
+    if left:
+        note(f"{left} of {stats.read} examples left out by the selection: no row for them")
+    if len(stats.dropped) > left:
+        others = [r for r in stats.reasons if r != "left-out"]
         shown = ", ".join(stats.dropped[:5]) + (" ..." if len(stats.dropped) > 5 else "")
-        most = len(stats.dropped) * 2 > stats.read
+        most = (len(stats.dropped) - left) * 2 > stats.read - left
+        why = "; ".join(
+            f"{stats.reasons[r]} with {REASONS[r]}" for r in sorted(others, key=lambda r: -stats.reasons[r])
+        )
         note(
             ("warning: " if most else "")
-            + f"dropped {len(stats.dropped)} of {stats.read} rows with no supervised response token "
-            f"({shown}): {explain_drops(stats)}"
+            + f"dropped {len(stats.dropped) - left} of {stats.read - left} rows with no supervised response token "
+            f"({shown}): {why}"
         )
     if stats.weighted and fmt != "text":
         note(
@@ -452,10 +539,20 @@ def _report(stats: CompactStats, fmt: str) -> None:
     warning = long_rows_warning(stats)
     if warning is not None:
         note(warning)
+    if stats.trimmed_rows:
+        note(
+            f"--trim-tail cut {stats.trimmed} executed tokens from {stats.trimmed_rows} rows "
+            f"({stats.trimmed / (stats.tokens_after + stats.trimmed):.1%} of what they would execute)"
+        )
     if stats.tokens_before:
+        stream = (
+            f"; {stats.tokens_after / stats.tokens_read:.1%} of the {stats.tokens_read} tokens of all {stats.read} examples"
+            if stats.tokens_read != stats.tokens_before
+            else ""
+        )
         note(
             f"wrote {stats.rows} rows: {stats.tokens_after} executed tokens of {stats.tokens_before} "
-            f"({stats.tokens_after / stats.tokens_before:.1%}), {stats.supervised} supervised of "
+            f"({stats.tokens_after / stats.tokens_before:.1%}{stream}), {stats.supervised} supervised of "
             f"{stats.response_tokens} response tokens"
         )
 
@@ -471,11 +568,15 @@ def _write_meta(out: str, opts: CompactOptions, header, stats: CompactStats) -> 
             model=header.model.source,
             model_fingerprint=header.model.fingerprint,
             tokenizer_fingerprint=header.model.tokenizer_fingerprint,
-            steps=[StepParams(s.step, s.params) for s in header.steps],
+            steps=[*(StepParams(s.step, s.params) for s in header.steps), StepParams("compact", recorded(opts))],
             rows=stats.rows,
             dropped=stats.dropped,
             tokens_executed=stats.tokens_after,
             tokens_original=stats.tokens_before,
             supervised=stats.supervised,
+            examples_read=stats.read,
+            tokens_read=stats.tokens_read,
+            trim_tail=opts.trim_tail,
+            tokens_trimmed=stats.trimmed,
         ),
     )

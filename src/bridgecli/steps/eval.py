@@ -13,6 +13,25 @@ from ..optionspec import check, names
 from ..progress import note
 from .options import CompareOptions, EvalRunOptions
 
+
+def render_table(results: list[dict[str, Any]]):
+    """The table ``bridge eval`` prints of its results (:func:`bridgecli.evaluation.run.render_table`)."""
+    from ..evaluation.run import render_table as table
+
+    return table(results)
+
+
+def render_comparison(comparison, differences, title: str) -> list:
+    """The tables ``bridge compare`` prints: the runs side by side and, with ``--paired``, each run's
+    differences from the first (:mod:`bridgecli.evaluation.compare`)."""
+    from ..evaluation.compare import render, render_paired
+
+    tables = [render(comparison, title=title)]
+    if differences is not None:
+        tables.append(render_paired(differences, comparison.rows[0]["name"], title=title))
+    return tables
+
+
 __all__ = [
     "CompareOptions",
     "EvalRunOptions",
@@ -100,7 +119,7 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
     from .. import registry
     from ..contracts import as_eval_task
     from ..evaluation.code_tasks import check_code_options
-    from ..io import check_input
+    from ..io import check_input, check_output, is_stdio
 
     tasks = opts.tasks
     if not tasks:
@@ -109,11 +128,10 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         raise UsageError(f"--task names a task twice: {','.join(tasks)}")
     # unknown names fail before the model loads; what each task can do is what it declares
     declared = {name: as_eval_task(registry.get("eval_task", name).obj) for name in tasks}
-    from ..evaluation.lm_eval_engine import ENGINES, check_engine
+    from ..evaluation.lm_eval_engine import check_engine
 
-    if opts.engine in ENGINES:
-        _check_engines(opts.engine, declared)
-    check_engine(opts.engine, tasks)  # the engine, the tasks it knows, and that it is installed
+    check_engine(opts.engine)  # the engine exists and is installed
+    _check_engines(opts.engine, declared)  # and every task asked for declares it
     check(opts.settings)
     check(opts)  # --dtype
     if any(task.runs_code for task in declared.values()):
@@ -124,6 +142,10 @@ def check_eval_options(opts: EvalRunOptions) -> tuple[dict[str, str], dict[str, 
         raise UsageError("--resume needs results on disk: pass -o, or give a model folder")
     for name in tasks:  # missing data: one line before the model loads
         check_input(paths[name], hint=f"pass the {name} data with --data {name}=PATH")
+    if opts.output is not None and is_stdio(opts.output):  # a file or a folder of results; the table goes there
+        raise UsageError(f"-o {opts.output}: eval writes result files", hint="pass -o FILE.json or -o FOLDER")
+    for out in outputs.values():
+        check_output(out, inputs=paths.values())
     return paths, outputs
 
 
@@ -176,7 +198,7 @@ def run_eval(opts: EvalRunOptions) -> list[dict[str, Any]]:
         }
         for t in tasks
     }
-    evaluate = engine_evaluate(opts.engine, tasks)
+    evaluate = engine_evaluate(opts.engine)
     # --resume: every output is a file (check_eval_options)
     done = {
         t: r

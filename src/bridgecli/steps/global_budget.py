@@ -16,12 +16,14 @@ import numpy as np
 
 from ..core.allocate import GainSpill
 from ..core.budgets import budget
+from ..core.protect import protected_sets
 from ..core.select import surrogate_of
 from ..errors import FormatError
 from ..format.reader import open_reader
 from ..io import reporting_write_errors
 from ..format.records import Example
-from ..hookspecs import Plan, Selector, first_pass_sees
+from ..contracts import first_pass_sees
+from ..hookspecs import Plan, Selector
 from .common import naming, require_stage
 
 #: --budget choice -> allocate pool
@@ -57,8 +59,6 @@ def plan_global(
 ) -> Plan:
     """Read the stream once; returns every example's budgets and a summary for the step parameters
     (``options``: what ``selector.parse`` returned)."""
-    from .select import protected_sets
-
     indices: list[int] = []
     seen: set[int] = set()
     total_p = total_r = 0

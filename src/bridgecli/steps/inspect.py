@@ -11,6 +11,21 @@ from ..format.reader import open_reader
 from ..format.records import Example
 
 
+def summary_tables(info: dict) -> list:
+    """The tables ``bridge inspect`` prints of a summary (:func:`bridgecli.analysis.tables.summary_tables`)."""
+    from ..analysis.tables import summary_tables as tables
+
+    return tables(info)
+
+
+def run_stats(path: str | None, *, as_json: bool = False, png: str | None = None) -> dict:
+    """``bridge inspect --stats``: the distributions of the stream at ``path`` printed (a table, or JSON),
+    their histograms drawn into ``png`` (:func:`bridgecli.analysis.stats.run_stats`)."""
+    from ..analysis.stats import run_stats as print_stats
+
+    return print_stats(path, as_json=as_json, png=png)
+
+
 def summarize(path: str | None) -> dict:
     """What ``bridge inspect`` prints of the stream at ``path``: its header and totals over its examples."""
     totals = _Totals()
@@ -23,6 +38,7 @@ def summarize(path: str | None) -> dict:
         ("selection", totals.selection()),
         ("references", totals.references or None),  # name -> examples carrying it (bridge reference)
         ("closure", totals.closure()),
+        ("rows", totals.rows_summary()),
     ):
         if summary is not None:
             out[part] = summary
@@ -74,6 +90,10 @@ class _Totals:
     units: int = 0
     unit_tokens: int = 0
     chosen_units: int = 0
+    # what `bridge compact` writes (without --trim-tail): its rows, their executed and supervised tokens
+    rows: int = 0
+    executed: int = 0
+    row_supervised: int = 0
 
     def add(self, ex: Example) -> None:
         self.n += 1
@@ -99,6 +119,11 @@ class _Totals:
             if len(sel.u_sur) > 1:
                 self.gain_sum += sel.u_sur[-1] - sel.u_sur[0]
                 self.gains += 1
+        supervise = ex.closure.supervise if ex.closure is not None else sel.response_keep if sel is not None else []
+        if sel is not None and supervise:  # compact's rule: a row where a response token is supervised
+            self.rows += 1
+            self.executed += len(ex.tokens.input_ids) - len(ex.tokens.prompt_positions()) + len(sel.prompt_keep)
+            self.row_supervised += len(supervise) + len(ex.tokens.eos_positions())
         if ex.closure is not None:
             self.closure_sup += len(ex.closure.supervise)
             u = np.asarray(ex.closure.units, dtype=np.int64).reshape(-1, 2)
@@ -139,6 +164,18 @@ class _Totals:
             out["protected_prompt"] = self.protected_p
             out["protected_response"] = self.protected_r
         return out
+
+    def rows_summary(self) -> dict | None:
+        """The training rows ``bridge compact`` writes (before ``--trim-tail``): how many, the tokens they
+        execute (of every example's tokens) and supervise (the EOS included)."""
+        if not (self.budget_p or self.budget_r or self.rows):
+            return None
+        return {
+            "rows": self.rows,
+            "executed_tokens": self.executed,
+            "executed_fraction": self.executed / self.tokens if self.tokens else None,
+            "supervised_tokens": self.row_supervised,
+        }
 
     def closure(self) -> dict | None:
         if not self.units:

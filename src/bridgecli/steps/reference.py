@@ -17,8 +17,6 @@ from ..artifacts.warmup_run import WarmupRun
 from ..errors import ModelError, UsageError
 from ..format.reader import open_reader
 from ..format.records import Array, Example, Header, Reference
-from ..format.writer import open_writer
-from ..io import refuse_terminal
 from ..modeling.loading import (
     fingerprint,
     load_model,
@@ -27,7 +25,9 @@ from ..modeling.loading import (
     resolve_device,
     tokenizer_fingerprint,
 )
+from ..optionspec import recorded
 from ..progress import note, progress_bar
+from ..runtime.stream_output import StreamOutput
 from .common import next_header, step_record
 from .options import ReferenceOptions
 
@@ -77,7 +77,7 @@ def check_tokenizer(tokenizer, header: Header, source: str, mode: str) -> None:
 
 
 def run_reference(opts: ReferenceOptions) -> int:
-    refuse_terminal(opts.out)
+    output = StreamOutput(opts.out, inputs=(opts.inp,))  # its checks before anything loads
     from ..runtime.params import check, check_device
 
     check(opts)
@@ -103,21 +103,18 @@ def run_reference(opts: ReferenceOptions) -> int:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         from ..baselines.reference import reference_batch
 
-        params = {
-            "as": name,
-            "model": spec,
-            "fingerprint": model_fp,
-            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-            "attention": opts.attention,
-            "grad_norms": opts.grad_norms,
-            "batch_size": opts.batch_size,
-            "dtype": opts.dtype,
-            "device": device,
-            "tokenizer_check": opts.tokenizer_check,
-        }
+        params = recorded(
+            opts,
+            name=name,
+            model=spec,
+            device=device,
+            fingerprint=model_fp,
+            tokenizer_fingerprint=tokenizer_fingerprint(tokenizer),
+        )
         out_header = next_header(header, header.stage, step_record("reference", params))
         replaced = 0
-        with open_writer(opts.out, out_header) as writer, progress_bar() as bar:
+        with output.writing(out_header) as writer, progress_bar() as bar:
+            assert writer is not None  # a plain output: always a writer
             task = bar.add_task(f"reference {name}", total=None, unit="ex")
             pending: list[Example] = []
 

@@ -1,27 +1,27 @@
 """``bridge score``: tokenise the data and score every example with the warmup checkpoint.
 
-This module orchestrates: the checks before anything loads, stdin copied to a file, the model and the
-scorer (built through its plugin's factory and held to :class:`bridgecli.hookspecs.Scorer`), the
-stream's header, and where the stream goes. Examples are scored in windows of ``window`` examples,
-one zstd frame per window, by the pipelined loop of :mod:`.score_loop` (on a GPU the data is read and
-tokenised by a child process once it has loaded the tokenizer: :mod:`bridgecli.data.prefetch`). On a
-GPU's first run the fast tail's kernels compile in a thread while the model loads
-(:mod:`bridgecli.modeling.kernel_warmup`), for a scorer whose factory declares ``warm_kernels``.
-Under ``torchrun`` (one node or several) each rank reads and scores the records whose index is
-congruent to its rank, writes a shard next to the output, and rank 0 merges the shards into the
-output (:mod:`.score_torchrun`). With an output file, progress is committed after every window, so
-``--resume`` continues a killed run and produces the same bytes as an uninterrupted one. Scores
-holding a NaN, an infinity or a number the format does not allow stop the run with one line naming the
-data's record (:func:`.score_loop.check_batch`); the windows committed before stay resumable.
+This module orchestrates, each part handed over once: the options checked; the data scanned
+(:class:`~bridgecli.data.source.DataSource`: one pass for its digest, its records and the check that it
+holds some, stdin copied on the way; the examples are the second pass); the output prepared
+(:class:`~bridgecli.runtime.stream_output.StreamOutput`: stdout, or a file committed window by window
+that ``--resume`` continues, under ``torchrun`` this rank's shard, which rank 0 merges); the model and the
+scorer (built through its plugin's factory and held to :class:`bridgecli.hookspecs.Scorer`); the stream's
+header. Examples are scored in windows of ``window`` examples, one zstd frame per window, by the pipelined
+loop of :mod:`bridgecli.modeling.score_loop` (on a GPU the data is read and tokenised by a child process once it has loaded
+the tokenizer: :mod:`bridgecli.data.prefetch`). On a GPU's first run the fast tail's kernels compile in a
+thread while the model loads (:mod:`bridgecli.modeling.kernel_warmup`), for a scorer whose factory
+declares ``warm_kernels``. Under ``torchrun`` each rank scores the records whose index is congruent to its
+rank (:mod:`.score_torchrun`). A resumed run writes the same records as an uninterrupted one. Scores holding
+a NaN, an infinity or a number the format does not allow stop the run with one line naming the data's record
+(:func:`bridgecli.modeling.score_loop.check_batch`); the windows committed before stay resumable. Stopped by SIGINT or
+SIGTERM, the run keeps what it wrote, the window it was in too, and says how to resume.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 from pathlib import Path
-from typing import Any, Iterator
 
 import msgspec
 import torch
@@ -30,45 +30,29 @@ from .. import PRODUCER
 from ..artifacts.warmup_run import WarmupRun
 from ..contracts import as_scorer_factory, build_scorer
 from ..data import prefetch
-from ..data.examples import CHOOSE_SPLIT, DataOptions, Report, file_digest, iter_examples, with_model_limit
-from ..data.sources import read_records, require_records
-from ..errors import BridgeError, EmptyResultError, UsageError
-from ..format.records import Example, Header, ModelInfo
-from ..format.writer import StreamWriter
-from ..hookspecs import Scorer, ScorerFactory
-from ..io import (
-    check_input,
-    check_output_file,
-    is_stdio,
-    open_binary_output,
-    refuse_terminal,
-    reporting_write_errors,
-)
+from ..data.source import DataSource
+from ..errors import EmptyResultError
+from ..format.records import Header, ModelInfo
+from ..hookspecs import Scorer
 from ..modeling import kernel_warmup
-from ..modeling.loading import cache_root, fingerprint, resolve, resolve_device
+from ..modeling.loading import cache_root
 from ..modeling.scoring import ScoringCheckpoint, load_scoring_checkpoint
+from ..optionspec import recorded
 from ..progress import note
 from ..registry import Entry, get
-from ..runtime import ranks
-from ..runtime.ranks import Dist
-from ..runtime.resumable import ResumableOutput
 from ..runtime.precision import use_tf32
+from ..runtime.stream_output import StreamOutput
 from ..timings import mark
 from . import score_torchrun as torchrun
 from .common import now, step_record
 from .options import ScoreOptions
-from .score_loop import run_windows, score_window, windows
+from ..modeling.score_loop import run_windows, score_window, windows
 
 __all__ = ["ScoreOptions", "check_score_options", "compile_caches", "run_score", "score_window", "windows"]
 
 #: padded tokens of one pass when neither --max-tokens nor the scorer says: on a GPU, elsewhere
 MAX_TOKENS_CUDA = 32768
 MAX_TOKENS_CPU = 4096
-
-
-def _count(path: str, opts: DataOptions) -> int:
-    n = sum(1 for _ in read_records(path, opts.split, choose=CHOOSE_SPLIT))
-    return min(n, opts.limit) if opts.limit is not None else n
 
 
 def compile_caches() -> None:
@@ -87,12 +71,12 @@ def _load(opts: ScoreOptions, run: WarmupRun, device: str) -> tuple[ScoringCheck
     return load_scoring_checkpoint(run, dtype, device), dtype
 
 
-def _start_kernel_warmup(
-    opts: ScoreOptions, run: WarmupRun, device: str, factory: ScorerFactory
-) -> kernel_warmup.Warmup | None:
+def _start_kernel_warmup(opts: ScoreOptions, run: WarmupRun, device: str, entry: Entry) -> kernel_warmup.Warmup | None:
     """Compile the scorer's GPU kernels in a thread while the model loads (kernel_warmup.py), when its
     factory declares ``warm_kernels``."""
-    if not device.startswith("cuda") or not factory.warm_kernels or opts.dtype not in ("auto", "bfloat16", "float16"):
+    if not device.startswith("cuda") or opts.dtype not in ("auto", "bfloat16", "float16"):
+        return None
+    if not as_scorer_factory(entry.obj).warm_kernels:
         return None
     config = kernel_warmup.read_config(run.checkpoint)
     if config is None or not kernel_warmup.wanted(device, config):
@@ -104,62 +88,29 @@ def _start_kernel_warmup(
     return kernel_warmup.start(config, device, dtype, done)
 
 
-def _score_stdin(opts: ScoreOptions) -> int:
-    """Data on stdin (``bridge score - ...``): it is read twice (counted for the progress bar, digested
-    to recognise the data later) and then scored, so it is first copied to a temporary JSONL file
-    (errors name it ``<stdin>``)."""
-    import shutil
-    import sys
-    import tempfile
-
-    torchrun.check_stdin(Dist.from_env())
-    with tempfile.TemporaryDirectory(prefix="bridge-score-") as tmp:
-        path = Path(tmp) / "stdin.jsonl"
-        with reporting_write_errors(path), open(path, "wb") as fh:  # a full /tmp: one line naming the copy
-            shutil.copyfileobj(sys.stdin.buffer, fh)
-        try:
-            return run_score(dataclasses.replace(opts, data=str(path), source="<stdin>"))
-        except BridgeError as err:  # a bad record: name the data as the user gave it
-            if err.file == str(path):
-                err.file = "<stdin>"
-                err.args = (err.render(),)
-            raise
-
-
 def check_score_options(opts: ScoreOptions) -> None:
-    """Every parameter in its range (see :mod:`bridgecli.runtime.params`), before anything is read."""
+    """Every parameter in its range, the device present here (see :mod:`bridgecli.runtime.params`),
+    before anything is read."""
     from ..runtime import params
 
-    params.check(opts)
-    params.check_data_options(opts.data_opts)
-    params.check_device(opts.device)
+    params.check_all(opts)
 
 
 def run_score(opts: ScoreOptions) -> int:
-    if is_stdio(opts.data):
-        return _score_stdin(opts)
     check_score_options(opts)
-    check_output_file(opts.out)
-    refuse_terminal(opts.out)
-    check_input(opts.data)  # missing or empty data, missing warmup run: one line before any model loads
-    require_records(
-        opts.data,
-        opts.data_opts.split,
-        allow_empty=opts.allow_empty,
-        hint="pass --allow-empty to accept an empty result",
-        choose=CHOOSE_SPLIT,
-    )
+    output = StreamOutput(
+        opts.out, resumable=True, resume=opts.resume, frame=opts.window, inputs_one_for_one=True, inputs=(opts.data,)
+    )  # the output's checks, and the ranks'
+    torchrun.check_data(output.dist, opts.data)
+    # missing, unreadable or empty data, stdin copied: one line before any model loads
+    source = DataSource.scan(opts.data, opts.data_opts, allow_empty=opts.allow_empty, name=opts.source)
     run = WarmupRun.open(opts.run)
-    dist = Dist.from_env()
-    torchrun.check_options(dist, opts.out)
-    if opts.resume and is_stdio(opts.out):
-        raise UsageError("--resume needs an output file (-o FILE)")
     started = now()
-    with torchrun.session(dist, resolve_device(opts.device), opts.out) as device:
-        return _score(opts, run, dist, device, started)
+    with torchrun.session(output.dist, opts.device, opts.out) as device:
+        return _score(opts, run, source, output, device, started)
 
 
-def _score(opts: ScoreOptions, run: WarmupRun, dist: Dist, device: str, started: str) -> int:
+def _score(opts: ScoreOptions, run: WarmupRun, source: DataSource, output: StreamOutput, device, started) -> int:
     # the tokenising process (opt-in, see data/prefetch.py) starts first: its interpreter and
     # tokenizer load while the model does
     tokproc = None
@@ -167,7 +118,7 @@ def _score(opts: ScoreOptions, run: WarmupRun, dist: Dist, device: str, started:
         tokproc = prefetch.TokenizeProcess(str(run.checkpoint))
         mark("tokenising process started")
     try:
-        return _score_with(opts, run, dist, device, started, tokproc)
+        return _score_with(opts, run, source, output, device, started, tokproc)
     finally:
         if tokproc is not None:
             tokproc.close()
@@ -181,16 +132,18 @@ def _build(opts: ScoreOptions, entry: Entry, ck: ScoringCheckpoint, device: str)
 def _score_with(
     opts: ScoreOptions,
     run: WarmupRun,
-    dist: Dist,
+    source: DataSource,
+    output: StreamOutput,
     device: str,
     started: str,
     tokproc: prefetch.TokenizeProcess | None,
 ) -> int:
+    dist = output.dist
     entry = get("scorer", opts.scorer)
     if dist.rank == 0:
         note(f"scoring on {device}" + (f" with {dist.world} ranks" if dist.world > 1 else ""))
     mark("start of scoring")
-    warmup = _start_kernel_warmup(opts, run, device, as_scorer_factory(entry.obj))
+    warmup = _start_kernel_warmup(opts, run, device, entry)
     ck, dtype = _load(opts, run, device)
     mark("model loaded")
     scorer = _build(opts, entry, ck, device)
@@ -206,145 +159,87 @@ def _score_with(
         max_tokens = MAX_TOKENS_CPU
     else:  # a scorer may size its own passes (atp: what its reverse pass fits in the free GPU memory)
         max_tokens = scorer.max_tokens_cuda or MAX_TOKENS_CUDA
-
-    data_opts = with_model_limit(opts.data_opts, ck.model)  # --max-length defaults to the model's limit
-    digest = file_digest(opts.data)
-    leave_out = ck.meta.leave_out(opts.data, digest)
-    if leave_out is not None:
-        data_opts = dataclasses.replace(data_opts, exclude_ids=leave_out)
-    params = _params(opts, ck, dtype, device, data_opts, digest, max_tokens)
-    if dist.world > 1:
-        params["shard"] = [dist.rank, dist.world]
-    header = _header(opts, ck, data_opts, params, started)
-    report = Report()
-    total = (_count(opts.data, opts.data_opts) + dist.world - 1 - dist.rank) // dist.world
-    if dist.world > 1:  # each rank reads and tokenises only its own records (index % world == rank)
-        data_opts = dataclasses.replace(data_opts, shard=(dist.rank, dist.world))
-    if tokproc is not None:  # tokenised here until the child process is ready, then by the child
-        examples = prefetch.handover(opts.data, ck.tokenizer, data_opts, report, tokproc)
-    else:
-        examples = iter_examples(opts.data, ck.tokenizer, data_opts, report)
-    done = _write(opts, dist, scorer, examples, header, max_tokens, total)
-    report, total = torchrun.finish(dist, opts.out, report, done, frame=opts.window)
-    _conclude(opts, dist, report, total, done)
+    identity = ck.identity()
+    # --max-length defaults to the model's limit; the ids warmup used are left out when this is its data;
+    # each rank reads and tokenises only its own records (index % world == rank)
+    source = source.bound(ck.model, ck.meta, shard=(dist.rank, dist.world) if dist.world > 1 else None)
+    header = _header(opts, run, source, identity, dtype, device, max_tokens, started, scorer.header_params)
+    total = (source.total + dist.world - 1 - dist.rank) // dist.world
+    with output.writing(header) as writer:
+        if writer is None:  # --resume: this rank's shard was finished before another rank stopped
+            done = output.finished or 0
+        else:
+            done = run_windows(
+                scorer,
+                source.examples(ck.tokenizer, tokproc),
+                writer,
+                window=opts.window,
+                batch_size=opts.batch_size,
+                max_tokens=max_tokens,
+                total=total,
+                skip=output.skip,
+                commit=output.commit,
+                rank=dist.rank if dist.world > 1 else None,
+                source=source.name,
+                hint=f"scorer '{opts.scorer}' with the checkpoint of {opts.run}: did its warmup diverge?",
+            )
+    # the run's report; an empty result is an error (its output removed) unless --allow-empty
+    report, total = torchrun.finish(dist, source.report, done)
+    for line in report.lines() if dist.rank == 0 else ():
+        note(line)
+    if total == 0 and not opts.allow_empty:
+        if opts.out not in (None, "-") and dist.rank == 0:
+            Path(opts.out).unlink(missing_ok=True)
+        why = "; ".join(report.lines()) or "no example in the data"
+        raise EmptyResultError(
+            f"scored 0 examples ({why})", file=source.name, hint="pass --allow-empty to accept an empty result"
+        )
+    note(f"scored {done} examples" + (f" on rank {dist.rank}" if dist.world > 1 else ""))
     return done
 
 
-def _params(
+def _header(
     opts: ScoreOptions,
-    ck: ScoringCheckpoint,
+    run: WarmupRun,
+    source: DataSource,
+    identity: dict,
     dtype: str,
     device: str,
-    data_opts: DataOptions,
-    digest: str,
     max_tokens: int,
-) -> dict[str, Any]:
-    """The ``score`` step's parameters, recorded in the stream's header."""
-    direction = ck.direction
-    return {
-        "scorer": opts.scorer,
-        "scorer_options": dict(opts.scorer_options),
-        "from": str(ck.run.root),
-        "checkpoint_fingerprint": fingerprint(resolve(str(ck.run.checkpoint))),
-        "direction_layers": direction.meta.layers,
-        "lambda": direction.meta.lam,
-        "attention_layers": opts.attention_layers,
-        "dtype": dtype,
-        "tf32": opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
-        "device": device.split(":")[0],
-        "max_tokens": max_tokens,
-        "batch_size": opts.batch_size,
-        "window": opts.window,
-        "data": opts.source or str(opts.data),
-        "data_digest": digest,
-        "chat_template": data_opts.chat_template,
-        "max_length": data_opts.max_length,
-        "limit": data_opts.limit,
-        "prompt_field": data_opts.prompt_field,
-        "response_field": data_opts.response_field,
-        "excluded_warmup_ids": len(data_opts.exclude_ids),
-    }
-
-
-def _header(
-    opts: ScoreOptions, ck: ScoringCheckpoint, data_opts: DataOptions, params: dict[str, Any], started: str
+    started: str,
+    scorer_params: dict | None = None,
 ) -> Header:
-    meta = ck.meta
+    """The stream's header: the base model, and the ``score`` step with its parameters (every recorded
+    field of its options, :func:`~bridgecli.optionspec.recorded`, as resolved here, and what identifies
+    the checkpoint, the direction and the data; and the scorer's own parameters, e.g. debias=common's beta)."""
+    params = recorded(
+        dataclasses.replace(opts, data_opts=source.opts),
+        data=source.name,
+        run=str(run.root),
+        dtype=dtype,
+        tf32=opts.tf32 if device.startswith("cuda") and dtype == "float32" else False,
+        device=device.split(":")[0],
+        max_tokens=max_tokens,
+        checkpoint_fingerprint=identity["checkpoint_fingerprint"],
+        direction_layers=identity["direction_layers"],
+        data_digest=source.digest,
+        excluded_warmup_ids=len(source.opts.exclude_ids),
+        **{"lambda": identity["lambda"]},
+    )
+    if scorer_params:  # e.g. debias=common's beta: a reader of the stream sees what a_j is
+        params["scorer_params"] = scorer_params
+    if source.opts.shard is not None:
+        params["shard"] = list(source.opts.shard)
     return Header(
         stage="scores",
         producer=PRODUCER,
         created=started,
         model=ModelInfo(
-            source=meta.base_model,
-            fingerprint=meta.base_fingerprint or fingerprint(resolve(meta.base_model)),
-            tokenizer_fingerprint=ck.tokenizer_fingerprint,
-            chat_template=data_opts.chat_template,
+            source=identity["base_model"],
+            fingerprint=identity["base_fingerprint"],
+            tokenizer_fingerprint=identity["tokenizer_fingerprint"],
+            chat_template=source.opts.chat_template,
         ),
         steps=[msgspec.structs.replace(step_record("score", params), time=started)],
-        source=opts.source or str(opts.data),
+        source=source.name,
     )
-
-
-def _write(
-    opts: ScoreOptions,
-    dist: Dist,
-    scorer: Scorer,
-    examples: Iterator[Example],
-    header: Header,
-    max_tokens: int,
-    total: int,
-) -> int:
-    """Score ``examples`` into the output (stdout, a file, or this rank's shard; resumable with a file)."""
-    loop = functools.partial(
-        run_windows,
-        window=opts.window,
-        batch_size=opts.batch_size,
-        max_tokens=max_tokens,
-        total=total,
-        rank=dist.rank if dist.world > 1 else None,
-        source=str(opts.data),
-        hint=f"scorer '{opts.scorer}' with the checkpoint of {opts.run}: did its warmup diverge?",
-    )
-    out = opts.out
-    if out is None or is_stdio(out):
-        with open_binary_output(out) as fh:
-            writer = StreamWriter(fh, header, records_per_frame=None)
-            done = loop(scorer, examples, writer, skip=0, commit=lambda w, pos: w.flush())
-            writer.close()
-        return done
-    finished = ranks.finished_shard(dist, out, opts.resume, header)
-    if finished is not None:  # --resume: this rank had written its whole shard before another rank stopped
-        note(f"rank {dist.rank}: its shard was finished ({finished} examples)")
-        return finished
-    target = torchrun.target(dist, out)
-    output = ResumableOutput(target)
-    if not opts.resume and output.leftover():
-        note(f"replacing {output.partial.name} left by an interrupted run (pass --resume to continue it)")
-    with reporting_write_errors(target):  # a full disk: one line naming the output
-        writer, skip = output.open(header, opts.resume)
-        if skip:
-            note(f"resuming after {skip} examples ({writer.count} written)")
-        try:
-            done = loop(scorer, examples, writer, skip=skip, commit=output.commit)
-            output.finish(writer)
-        except BaseException:
-            kept = output.abandon()
-            if kept:
-                note(kept)
-            raise
-    return done
-
-
-def _conclude(opts: ScoreOptions, dist: Dist, report: Report, total: int, done: int) -> None:
-    """The run's report; an empty result is an error (its output removed) unless ``--allow-empty``."""
-    for line in report.lines():
-        if dist.rank == 0:
-            note(line)
-    if total == 0 and not opts.allow_empty:
-        if opts.out is not None and not is_stdio(opts.out) and dist.rank == 0:
-            Path(opts.out).unlink(missing_ok=True)
-        why = "; ".join(report.lines()) or "no example in the data"
-        raise EmptyResultError(
-            f"scored 0 examples ({why})", file=str(opts.data), hint="pass --allow-empty to accept an empty result"
-        )
-    note(f"scored {done} examples" + (f" on rank {dist.rank}" if dist.world > 1 else ""))

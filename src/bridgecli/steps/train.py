@@ -34,7 +34,7 @@ from ..artifacts.train_run import (
 from ..data.sources import read_records
 from ..errors import EmptyResultError, InputError, ModelError, UsageError
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
-from ..io import check_input, replace_dir
+from ..io import check_input, check_output, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
 from ..runtime.allocator import fix_mmap_threshold
@@ -211,6 +211,7 @@ def run_train(opts: TrainOptions) -> dict:
     if opts.resume and opts.overwrite:
         raise UsageError("--resume and --overwrite exclude each other")
     check_input(opts.data)  # before anything loads
+    check_output(opts.out, inputs=(opts.data,), folder=True)
     if os.environ.get("RANK", "0") != "0":
         return _run_train(opts)
     with folder_lock(opts.out, "training run folder"):
@@ -221,6 +222,7 @@ def run_train(opts: TrainOptions) -> dict:
 
 def _run_train(opts: TrainOptions) -> dict:
     out = Path(opts.out)
+    existed = out.exists()
     action = check_run_dir(out, resume=opts.resume, overwrite=opts.overwrite)  # before anything is read
     side = read_rows_meta(opts.data)
     model_spec = opts.model or (side.model if side is not None else None)
@@ -229,7 +231,7 @@ def _run_train(opts: TrainOptions) -> dict:
     limit = row_limit(opts.max_length, opts.clip_long_rows, model_limit(ref))
     rows = read_rows(opts.data, None, limit=limit)  # read (and checked) before the model loads
     clip_note = limit.summary() if limit is not None else None
-    if not any(r.supervised for r in rows):
+    if not any(r.loss_weight > 0 for r in rows):
         return _nothing_to_train(opts, rows, limit)
     cfg = opts.sft
     acc, device = _accelerator(opts)
@@ -249,7 +251,27 @@ def _run_train(opts: TrainOptions) -> dict:
     except BaseException:
         if run_dir != out and main:  # --overwrite: the earlier run stays as it was
             shutil.rmtree(run_dir, ignore_errors=True)
+        elif main:
+            _keep_only_resumable(out, existed)
         raise
+
+
+def _keep_only_resumable(out: Path, existed: bool) -> None:
+    """After a run into ``out`` failed: keep what it wrote when ``--resume`` can continue it (a complete
+    checkpoint), else remove it: the folder when this run made it, else its contents (a folder a run may
+    train in holds nothing else: :func:`check_run_dir`)."""
+    from ..training import checkpoint
+
+    if not out.is_dir() or checkpoint.complete(out):
+        return
+    if not existed and not out.is_symlink():
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def _train_into(
@@ -343,7 +365,9 @@ def _base_meta(ref) -> dict:
 def _nothing_to_train(opts: TrainOptions, rows: list[Row], limit: RowLimit | None) -> dict:
     """The result of a run whose rows hold no supervised token (with --allow-empty; refused without)."""
     what = f"none of its {len(rows)} rows has a supervised token (labels all -100)" if rows else "it holds no rows"
-    if limit is not None and limit.dropped:
+    if any(r.supervised for r in rows):  # supervised tokens, every one of weight 0
+        what = f"every supervised token of its {len(rows)} rows has loss weight 0 (loss_weights)"
+    elif limit is not None and limit.dropped:
         what = f"no row keeps a supervised token after clipping to {limit.what}"
     if not opts.allow_empty:
         raise EmptyResultError(
@@ -419,9 +443,9 @@ def _rows_for_model(opts: TrainOptions, model, tokenizer, ref, limit: RowLimit |
     if late and limit is not None:
         if main and limit.summary():
             note(str(limit.summary()))
-        if not any(r.supervised for r in rows):
+        if not any(r.loss_weight > 0 for r in rows):
             raise EmptyResultError(
-                f"nothing to train on: no row keeps a supervised token after clipping to {limit.what}",
+                f"nothing to train on: no row keeps a supervised token of loss weight > 0 after clipping to {limit.what}",
                 file=str(opts.data),
             )
     empty = [r.id for r in rows if r.supervised == 0]

@@ -11,8 +11,8 @@ from ..artifacts.direction_file import Direction, DirectionMeta
 from ..artifacts.warmup_run import WarmupMeta, check_warmup_dir, write_warmup_run
 from ..data.examples import CHOOSE_SPLIT, DataOptions, Report, file_digest, iter_examples, iter_pairs, with_model_limit
 from ..errors import UsageError
-from ..io import check_input
-from ..modeling import direction as direction_mod
+from ..io import check_input, check_output
+from ..training import direction as direction_mod
 from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve, resolve_device, tokenizer_fingerprint
 from ..modeling.params import tail_parameters
 from ..progress import note, progress_bar
@@ -50,6 +50,7 @@ def run_warmup(opts: WarmupOptions) -> dict:
     from ..io import folder_lock
 
     check_warmup_options(opts)
+    check_output(opts.out, inputs=(opts.data, opts.val), folder=True)
     with folder_lock(opts.out, "warmup run folder"):
         return _run_warmup(opts)
 
@@ -69,6 +70,8 @@ def _run_warmup(opts: WarmupOptions) -> dict:
     warm_ids, val_ids = _held_out_ids(opts)
     warm, val = _warm_and_val(opts, tokenizer, model, warm_ids, val_ids)
     history, v, stats, val_loss, val_tokens = _warm_up(opts, model, tokenizer, warm, val, device)
+    direction = Direction(v, DirectionMeta.of(stats, layers=opts.direction_layers, base_model=ref.spec))
+    common = _common_direction(opts, model, tokenizer, direction, val, device)
     meta = WarmupMeta(
         producer=PRODUCER,
         created=now(),
@@ -87,16 +90,54 @@ def _run_warmup(opts: WarmupOptions) -> dict:
         val_tokens=val_tokens,
         direction_layers=opts.direction_layers,
         direction=stats,
+        common_direction=common.meta.fit,
         sft=config_dict(opts.sft),
         steps=len(history),
         final_train_loss=history[-1]["loss"] if history else None,
     )
-    direction = Direction(v, DirectionMeta.of(stats, layers=opts.direction_layers, base_model=ref.spec))
-    write_warmup_run(opts.out, model=model, tokenizer=tokenizer, meta=meta, direction=direction, history=history)
+    write_warmup_run(
+        opts.out,
+        model=model,
+        tokenizer=tokenizer,
+        meta=meta,
+        direction=direction,
+        history=history,
+        common=common,
+        fingerprint=lambda folder: fingerprint(resolve(str(folder))),
+    )
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return meta.to_dict()
+
+
+def _common_direction(opts: WarmupOptions, model, tokenizer, direction: Direction, val: list, device: str):
+    """D_val's mean residual d and the slope beta of a_j on u_j over D_val's response tokens, which
+    ``bridge score --scorer-option debias=common`` subtracts (docs/method.md, "The common direction"):
+    a forward pass and a scoring pass over D_val."""
+    from ..artifacts.common_file import CommonDirection
+    from ..training import common_direction
+
+    val_rows = [full_response_row(e.id, e.tokens) for e in val]
+    with progress_bar() as bar:
+        task = bar.add_task("common direction (D_val)", total=len(val), unit="ex")
+        common: CommonDirection = common_direction.fit(
+            model,
+            tokenizer,
+            direction.v,
+            direction.meta,
+            val,
+            val_rows,
+            device=device,
+            batch_size=opts.sft.batch_size,
+            on_batch=lambda n: bar.update(task, advance=n),
+        )
+    fit = common.meta.fit
+    r = "undefined" if fit.fit_pearson is None else f"{fit.fit_pearson:.3f}"
+    note(
+        f"common direction: beta {fit.beta:.4g} over {fit.fit_tokens} D_val response tokens (Pearson of a_j and u_j {r})"
+    )
+    return common
 
 
 def _check_inputs(opts: WarmupOptions) -> None:

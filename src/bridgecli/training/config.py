@@ -163,9 +163,13 @@ class SFTConfig:
         range=count(),
         panel=CHECKPOINT_PANEL,
     )
-    #: complete checkpoints kept (oldest removed first; None, or 0, keeps all)
+    #: complete checkpoints kept (oldest removed first, once a new one is complete; None, or 0, keeps all)
     keep_checkpoints: int | None = option(
-        2, "Complete checkpoints kept (0: all).", range=count(), optional=True, panel=CHECKPOINT_PANEL
+        1,
+        "Complete checkpoints kept (0: all); the disk holds these and the one being written.",
+        range=count(),
+        optional=True,
+        panel=CHECKPOINT_PANEL,
     )
 
     def __post_init__(self) -> None:

@@ -26,6 +26,14 @@ class Row:
         """Positions that carry loss (position 0 has no preceding token, so it never does)."""
         return sum(1 for x in self.labels[1:] if x != IGNORE)
 
+    @property
+    def loss_weight(self) -> float:
+        """What the row weighs in the loss: the sum of its loss weights over the positions that carry loss
+        (their count when it has no weights). A row of weight 0 trains nothing."""
+        if self.weights is None:
+            return float(self.supervised)
+        return float(sum(w for w, y in zip(self.weights[1:], self.labels[1:]) if y != IGNORE))
+
 
 def full_response_row(id: str, tokens: Tokens) -> Row:
     """Standard SFT: loss on every response token and the EOS."""

@@ -7,7 +7,7 @@ errors as the command line.
 
 The types live in four modules by the commands they serve: :mod:`.pipeline` (warmup, score, reference,
 select, close, compact, train), :mod:`.streams` (show, inspect, merge), :mod:`.evaluation` (eval,
-compare) and :mod:`.analysis` (analyze fidelity, shift, robustness); every name is importable from here.
+compare) and :mod:`.analysis` (analyze fidelity, shift, robustness, decompose); every name is importable from here.
 The step modules re-export their type (``from bridgecli.steps.score import ScoreOptions`` works)."""
 
 from .analysis import (
@@ -19,8 +19,9 @@ from .analysis import (
     FidelityOptions,
     ShiftOptions,
     RobustnessOptions,
+    DecomposeOptions,
 )
-from .evaluation import CompareOptions, EvalRunOptions
+from .evaluation import CompareOptions, EvalCommand, EvalRunOptions
 from .pipeline import (
     FORMATS,
     TOKENIZER_CHECKS,
@@ -54,6 +55,7 @@ __all__ = [
     "InspectOptions",
     "MergeOptions",
     "EvalRunOptions",
+    "EvalCommand",
     "CompareOptions",
     "SCORE_KINDS",
     "PERTURB_HELP",
@@ -63,4 +65,5 @@ __all__ = [
     "FidelityOptions",
     "ShiftOptions",
     "RobustnessOptions",
+    "DecomposeOptions",
 ]

@@ -1,4 +1,4 @@
-"""The options of ``bridge analyze``: fidelity, shift, robustness (see :mod:`bridgecli.steps.options`)."""
+"""The options of ``bridge analyze``: fidelity, shift, robustness, decompose (see :mod:`bridgecli.steps.options`)."""
 
 from __future__ import annotations
 
@@ -116,3 +116,18 @@ class RobustnessOptions:
     out: str | None = option("robustness.json", ANALYZE_OUT_HELP, "--output", "-o")
     #: every q's pair and improving swap in the JSON
     full: bool = option(False, "Write the improving swap of every q with kappa_q < 0.", "--all-swaps")
+
+
+@dataclass
+class DecomposeOptions:
+    src: Source = group(Source, exclude=("cache", "attention_layers"))
+    base_model: str | None = option(
+        None,
+        "theta_old, the model the warm-up started from, for the anchor term g_anchor = theta_bar - theta_old "
+        "(default: the one warmup.json records; checked against it).",
+        "--base-model",
+    )
+    min_count: int = option(
+        20, "Per-id statistics over the token ids occurring at least this many times.", "--min-id-count", range=count()
+    )
+    out: str | None = option("decompose.json", ANALYZE_OUT_HELP, "--output", "-o")

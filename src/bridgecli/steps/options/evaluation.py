@@ -74,3 +74,25 @@ class CompareOptions:
         "bootstrap 95% interval over the items both evaluated.",
         "--paired",
     )
+
+
+@dataclass
+class EvalCommand:
+    """``bridge eval``: the evaluation's options (one MODEL), and `bridge compare`'s older spelling
+    (``--compare``: the MODEL arguments are run folders)."""
+
+    model: list[str] = option(
+        help="Model folder (e.g. runs/final), .gguf file, HF id, or 'smollm2'; with --compare, run "
+        "folders (or eval-*.json files).",
+        argument=True,
+    )
+    #: its model is the one MODEL (set below)
+    run: EvalRunOptions = group(EvalRunOptions, defaults={"model": ""})
+    compare: bool = option(
+        False,
+        "Don't evaluate: print the paper's Table 1 for the given run folders (and their held-out losses with "
+        "intervals).",
+        "--compare",
+    )
+    #: its runs are the MODEL arguments
+    table: CompareOptions = group(CompareOptions, defaults={"runs": []}, exclude=("runs",), prefix="--compare: ")

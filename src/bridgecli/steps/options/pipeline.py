@@ -17,9 +17,11 @@ from ...optionspec import (
     MAX_LAYERS,
     MAX_ROUNDS,
     MODEL_HELP,
+    ONCE,
     RETENTION,
     count,
     group,
+    internal,
     number,
     option,
     stream_input,
@@ -91,12 +93,13 @@ class ScoreOptions:
     run: str | Path | None = option(None, FROM_HELP, "--from")
     scorer: str = option("bridge", "Scorer plugin (`bridge plugins` lists them).")
     #: what the stream's header names as the data (default ``data``; ``<stdin>`` for data on stdin,
-    #: which is scored from a temporary copy)
-    source: str | None = None
+    #: which is scored from a temporary copy): recorded as ``data``
+    source: str | None = internal(None, record=False)
     #: --scorer-option KEY=VALUE, passed to the scorer
     scorer_options: dict = option(
         None,
-        "KEY=VALUE passed to the scorer (repeatable), e.g. chunks=4 for atp.",
+        "KEY=VALUE passed to the scorer (repeatable), e.g. debias=common (bridge, atp: a_j less its common "
+        "direction, from the warm-up run) or chunks=4 (atp).",
         "--scorer-option",
         factory=dict,
         parse=KEY_VALUES,
@@ -114,7 +117,8 @@ class ScoreOptions:
     )
     #: examples per bucketing window and per committed frame
     window: int = option(256, "Examples per bucketing window and per committed (resumable) frame.", range=count())
-    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume")
+    #: not recorded: a resumed run's header is the interrupted run's
+    resume: bool = option(False, "Continue an interrupted run into the same -o FILE.", "--resume", record=False)
     attention_layers: int = option(4, "Final blocks whose attention rows give A and c.", range=count(1, MAX_LAYERS))
     device: str = option("auto", DEVICE_HELP)
     #: bfloat16 on CUDA, float32 on CPU
@@ -128,7 +132,7 @@ class ScoreOptions:
     tf32: bool = option(True, "float32 on a GPU: TensorFloat-32 matmuls.", "--tf32/--no-tf32")
     data_opts: DataOptions = group(DataOptions)
     #: an input with no example, or nothing scored: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
 
 
 # ---------------------------------------------------------------------------------------------- reference
@@ -177,13 +181,14 @@ class SelectOptions:
         None,
         (
             "Selector: bridge, one-pass, independent, a compared method (random, rho1, tokencleaning, sstoken, "
-            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md) or a plugin's. "
-            "Not given: the --preset's, else the default."
+            "llmlingua1, llmlingua2, llm+tc, tokenseek-approx; docs/compared-methods.md), a selection of whole "
+            "examples (example-importance, rho-loss; docs/method.md) or a plugin's. Not given: the --preset's, "
+            "else the default."
         ),
         fallback=DEFAULT_METHOD,
     )
     #: a named setting of method, rho_p and options (steps/presets.py); what is given wins
-    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME")
+    preset: str | None = option(None, presets_help(), "--preset", choices=tuple(PRESETS), metavar="NAME", parse=ONCE)
     #: None: the --preset's, else 0.75
     rho_p: float | None = option(
         None,
@@ -200,7 +205,8 @@ class SelectOptions:
         0.75,
         (
             "Response retention ratio: b_r = ceil(rho_r * eligible), an upper bound on supervision. After "
-            "`bridge close` the supervised share can end well below rho_r (see below)."
+            "`bridge close` the supervised share can end well below rho_r (see below). For the selections of "
+            "whole examples, the share of examples kept: ceil(rho_r * examples with a response)."
         ),
         "--rho-r",
         range=RETENTION,
@@ -288,8 +294,18 @@ class CompactOptions:
     )
     #: a trainer's column layout (bridgecli/training/layouts.py)
     columns: str = option(DEFAULT_LAYOUT, layouts_help(), choices=tuple(LAYOUTS))
+    #: cut each row after its last supervised response token (training/trim.py)
+    trim_tail: bool = option(
+        False,
+        (
+            "Cut each row after its last supervised response token: the rest of the response and the EOS are "
+            "then neither executed nor supervised. A row whose last response token is supervised stays whole. "
+            "Saves executed tokens where the tail is unsupervised; the summary reports how many."
+        ),
+        "--trim-tail",
+    )
     #: writing 0 rows: an error unless set
-    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty")
+    allow_empty: bool = option(False, ALLOW_EMPTY_HELP, "--allow-empty", record=False)
     #: processes for the per-example work (runtime/workers.py)
     workers: int = workers_option()
 

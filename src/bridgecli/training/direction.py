@@ -16,8 +16,8 @@ import torch
 
 from ..artifacts.direction_file import DirectionStats
 from ..errors import ModelError
-from ..training.rows import Row
-from ..training.sft import accumulate
+from .rows import Row
+from .sft import accumulate
 
 
 def flat_norm(tensors: dict[str, torch.Tensor]) -> float:

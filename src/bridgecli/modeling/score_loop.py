@@ -172,12 +172,13 @@ class WriterThread:
 
 class Window:
     """A window in the loop: its examples, their scored copies so far, how many of them (in input
-    order) went to the writer, and the input position after it."""
+    order) went to the writer, and the input position after it. ``first``: how many of its first examples
+    an interrupted run already wrote (they are scored again with their batches, not written)."""
 
-    def __init__(self, examples: list[Example], end: int):
+    def __init__(self, examples: list[Example], end: int, first: int = 0):
         self.examples = examples
         self.scored: dict[int, Example] = {}
-        self.sent = 0
+        self.sent = self.first = first
         self.end = end
 
     def ready(self) -> list[Example]:
@@ -204,7 +205,13 @@ class _Loop:
         self.pending: tuple[Window, list[int], Any] | None = None  # (its window, its indices there, handle)
         self.tokens = 0
         self.first_tokens: int | None = None  # tokens in the first scored window
-        self.first_batch_done = False
+        self.phases: set[str] = set()
+
+    def reached(self, phase: str) -> None:
+        """Mark ``phase`` (``BRIDGE_TIMINGS``, :mod:`bridgecli.timings`) the first time the loop reaches it."""
+        if phase not in self.phases:
+            self.phases.add(phase)
+            mark(phase)
 
     def collect(self) -> None:
         """Wait for the pending batch; hand what is ready to the writer, and a window's end once complete."""
@@ -213,12 +220,11 @@ class _Loop:
         self.pending = None
         results = handle.result()
         check_batch([win.examples[i] for i in group], results, self.source, self.hint)
-        if not self.first_batch_done:
-            self.first_batch_done = True
-            mark("first batch done")
+        self.reached("first batch done")
         for i, sc in zip(group, results):
-            win.scored[i] = msgspec.structs.replace(win.examples[i], scores=sc)
-        self.bar.update(self.task, advance=len(group))
+            if i >= win.first:
+                win.scored[i] = msgspec.structs.replace(win.examples[i], scores=sc)
+        self.bar.update(self.task, advance=sum(i >= win.first for i in group))
         ready = win.ready()  # written as soon as every example before them is scored
         if ready:
             self.out.put(ready)
@@ -226,20 +232,23 @@ class _Loop:
         if win.complete:
             if self.first_tokens is None:
                 self.first_tokens = self.tokens
-                mark("first window scored")
+            self.reached("first window scored")
             self.out.commit(win.end)
 
-    def score(self, window: list[Example], end: int, launch, ahead: Ahead, max_tokens: int, batch_size: int) -> None:
-        """Queue each batch of ``window``, collecting the one before it and reading ahead in between."""
-        if self.pending is None and not self.first_batch_done:
-            mark("first window read and tokenised")
-        win = Window(window, end)
+    def score(
+        self, window: list[Example], end: int, launch, ahead: Ahead, max_tokens: int, batch_size: int, first: int = 0
+    ) -> None:
+        """Queue each batch of ``window``, collecting the one before it and reading ahead in between. The
+        batches are always the whole window's (the scores are those of an uninterrupted run); a batch of
+        only the ``first`` examples, which an interrupted run wrote, is left out."""
+        self.reached("first window read and tokenised")
+        win = Window(window, end, first)
         groups = bucket([len(ex.tokens.input_ids) for ex in window], max_tokens, batch_size)
-        step = -(-ahead.most // len(groups))  # read the next window over this window's batches
+        groups = [group for group in groups if max(group) >= first]
+        step = -(-ahead.most // max(1, len(groups)))  # read the next window over this window's batches
         for group in groups:
             handle = launch([window[i] for i in group])
-            if self.pending is None and not self.first_batch_done:
-                mark("first batch queued")
+            self.reached("first batch queued")
             if self.pending is not None:
                 self.collect()
             self.pending = (win, group, handle)
@@ -262,34 +271,38 @@ def run_windows(
     hint: str | None = None,
 ) -> int:
     """Score window after window of ``window`` examples and write each in input order through ``writer``,
-    ``commit(writer, position)`` after each; the first ``skip`` inputs were committed by an interrupted run.
+    ``commit(writer, position)`` after each; the first ``skip`` inputs were committed by an interrupted run
+    (which may have stopped inside a window: that window is scored in its own batches again, and only
+    its examples after ``skip`` are written).
     The GPU work of one batch is queued before the results of the one before are collected
     (``scorer.launch``, else ``score`` at once), and between the two the host reads ahead into the next
     window; finished windows go to a writer thread. Each batch's scores are checked before any is written
     (:func:`check_batch`: ``source`` names the data file, ``hint`` ends the error). Returns the number of
     examples written."""
-    from ..modeling.scoring import DoneScores
+    from .scoring import DoneScores
 
     launch = scorer.launch or (lambda batch: DoneScores(scorer.score(batch)))
     ahead = Ahead(examples, most=window)
     out = WriterThread(writer, commit, window)
     t0 = time.perf_counter()
-    mark("scoring loop starts")
     position = 0
     try:
         with progress_bar() as bar:
             task = bar.add_task("scoring", total=total, unit="ex")
             loop = _Loop(out, bar, task, source, hint)
+            loop.reached("scoring loop starts")
             while chunk := ahead.take(window):
-                position += len(chunk)
+                start, position = position, position + len(chunk)
                 if position <= skip:  # already committed by the interrupted run
                     bar.update(task, completed=position, _start=position)  # the rate counts this run's work only
                     continue
-                loop.score(chunk, position, launch, ahead, max_tokens, batch_size)
+                if start < skip:  # the window an interrupted run stopped in: its first examples are written
+                    bar.update(task, completed=skip, _start=skip)
+                loop.score(chunk, position, launch, ahead, max_tokens, batch_size, first=max(0, skip - start))
             if loop.pending is not None:
                 loop.collect()
             out.close()
-            mark("last window written")
+            loop.reached("last window written")
     finally:
         if out.thread.is_alive():  # an error in the loop: stop the writer after what it holds
             with contextlib.suppress(BaseException):
