@@ -62,14 +62,19 @@ def _log_progress(console, clock):
     return progress.LineProgress(console=console, every=progress.LOG_EVERY, milestones=True, get_time=clock)
 
 
-def test_a_log_gets_a_line_at_each_tenth(log):
-    console, lines = log
+def _loop(console, description: str, total: int, units: int, seconds: float) -> None:
+    """``units`` updates of one unit, ``seconds`` apart on a fake clock, of a task of ``total`` in log mode."""
     clock = Clock()
     with _log_progress(console, clock) as bar:
-        task = bar.add_task("scoring", total=50, unit="ex")
-        for _ in range(50):
-            clock.t += 1  # 50 s in all: the line at 30 s is the one at 60%
+        task = bar.add_task(description, total=total, unit="ex")
+        for _ in range(units):
+            clock.t += seconds
             bar.update(task, advance=1)
+
+
+def test_a_log_gets_a_line_at_each_tenth(log):
+    console, lines = log
+    _loop(console, "scoring", 50, 50, 1)  # 50 s in all: the line at 30 s is the one at 60%
     out = lines()
     assert out[:-1] == [
         f"scoring: {5 * k}/50 ex {10 * k}% after 0:00:{5 * k:02d} (1.0 ex/s, ETA 0:00:{50 - 5 * k:02d})"
@@ -80,12 +85,7 @@ def test_a_log_gets_a_line_at_each_tenth(log):
 
 def test_tenths_closer_than_the_gap_print_every_other_one(log):
     console, lines = log
-    clock = Clock()
-    with _log_progress(console, clock) as bar:
-        task = bar.add_task("scoring", total=50, unit="ex")
-        for _ in range(50):
-            clock.t += 0.5  # a tenth every 2.5 s, MILESTONE_GAP 3 s
-            bar.update(task, advance=1)
+    _loop(console, "scoring", 50, 50, 0.5)  # a tenth every 2.5 s, MILESTONE_GAP 3 s
     assert [line.split(" after")[0] for line in lines()[:-1]] == [
         "scoring: 10/50 ex 20%",
         "scoring: 20/50 ex 40%",
@@ -96,12 +96,7 @@ def test_tenths_closer_than_the_gap_print_every_other_one(log):
 
 def test_a_log_gets_a_line_every_30_s_between_tenths(log):
     console, lines = log
-    clock = Clock()
-    with _log_progress(console, clock) as bar:
-        task = bar.add_task("scoring", total=1000, unit="ex")
-        for _ in range(70):
-            clock.t += 1
-            bar.update(task, advance=1)  # 7% in 70 s: no tenth yet
+    _loop(console, "scoring", 1000, 70, 1)  # 7% in 70 s: no tenth yet
     assert lines()[:-1] == [
         "scoring: 30/1000 ex 3% after 0:00:30 (1.0 ex/s, ETA 0:16:10)",
         "scoring: 60/1000 ex 6% after 0:01:00 (1.0 ex/s, ETA 0:15:40)",
@@ -146,12 +141,7 @@ def test_the_thread_prints_without_any_update(log):
 
 def test_a_quick_loop_prints_only_its_summary(log):
     console, lines = log
-    clock = Clock()
-    with _log_progress(console, clock) as bar:
-        task = bar.add_task("closing", total=48, unit="ex")
-        for _ in range(48):
-            clock.t += 0.05
-            bar.update(task, advance=1)
+    _loop(console, "closing", 48, 48, 0.05)
     assert lines() == ["closing: 48/48 ex in 2.4 s (20.0 ex/s)"]
 
 
