@@ -275,6 +275,13 @@ class BridgeScorer:
         self.pad_id = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else 0
         #: ``debias=common``: the run's common direction, and beta d added to the head rows' tangent
         self.common, self.shift = self._debias(dict(ctx.options.get("scorer_options") or {}))
+        #: what ``bridge score`` records beside the scorer options: with ``debias=common``, beta and the fit
+        #: it came from (a plain attribute, as the Scorer protocol declares it)
+        self.header_params: dict[str, Any] | None = (
+            None
+            if self.common is None
+            else {"debias": {"mode": "common", "file": COMMON_FILE, **msgspec.to_builtins(self.common.meta.fit)}}
+        )
         # Llama-family tails get the hand-fused (primal, tangent) pass; others use forward-mode AD
         self.fast: dual_llama.DualLlamaTail | None = None
         if ctx.options.get("fast_tail", True) and self.plain_head and dual_llama.supported(model, blocks):
@@ -291,14 +298,6 @@ class BridgeScorer:
         common = self.ctx.common()
         dtype = torch.promote_types(self.tail_dtype, torch.float32)
         return common, (common.beta * common.d.double()).to(device=self.ctx.device, dtype=dtype)
-
-    @property
-    def header_params(self) -> dict[str, Any] | None:
-        """What ``bridge score`` records beside the scorer options: with ``debias=common``, beta and
-        the fit it came from."""
-        if self.common is None:
-            return None
-        return {"debias": {"mode": "common", "file": COMMON_FILE, **msgspec.to_builtins(self.common.meta.fit)}}
 
     def _head_rows(self, h: torch.Tensor, dh: torch.Tensor | None, targets: torch.Tensor):
         """The response rows' hidden state and tangent as the LM head gets them: shown to the
