@@ -284,6 +284,7 @@ class _Poisoned:
         self.launch = None
         self.max_tokens_cuda = None
         self.startup_note = None
+        self.header_params = None
 
     def score(self, examples):
         results = self.inner.score(examples)
