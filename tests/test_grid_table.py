@@ -152,6 +152,33 @@ def test_grid_refuses_malformed_jobs_before_any_work(tmp_path, env, message):
     assert not out.exists()
 
 
+@pytest.mark.integration  # runs bash
+@pytest.mark.parametrize(
+    ("key", "general", "expected"),
+    [
+        ("full/1/42", "arc_challenge hellaswag", 0),  # every GENERAL task in the entry: skipped
+        ("full/1/42", "", 0),
+        ("partial/0.5/42", "", 0),  # a grid without GENERAL takes the entry as it is
+        ("partial/0.5/42", "arc_challenge hellaswag", 1),  # lacks hellaswag: redone
+        ("absent/0.5/42", "", 1),
+    ],
+)
+def test_a_row_recorded_without_a_general_task_is_redone(tmp_path, key, general, expected):
+    """A row recorded from a lost machine's state (its evaluation lane cut) is in results.json without some
+    GENERAL task; a later machine seeded with that file redoes it instead of skipping it."""
+    script = (ROOT / "bench/results/grid.sh").read_text()
+    start = script.index("recorded() {")
+    function = script[start : script.index("\n}\n", start) + 3]
+    (tmp_path / "results.json").write_text(json.dumps({"runs": {
+        "full/1/42": {"general": {"arc_challenge": {}, "hellaswag": {}}},
+        "partial/0.5/42": {"general": {"arc_challenge": {}}},
+    }}))
+    proc = subprocess.run(["bash", "-c", f'{function}\nrecorded "$1"', "-", key], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "out": str(tmp_path), "PYTHON": sys.executable,
+                               "GENERAL": general}, timeout=60)
+    assert proc.returncode == expected, proc.stderr
+
+
 @pytest.mark.integration  # runs the script as a process
 def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     """Every row minus full SFT (rho 1, compared at each row's own retention), and how many pairs of trained

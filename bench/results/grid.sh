@@ -294,8 +294,13 @@ step data make_data
 # one that read the key while another rewrote it saw it empty and stopped (2026-11-28, one worker of seven)
 if [ ! -f "$out/data/key" ]; then echo "$data_key" > "$out/data/key.$$" && mv "$out/data/key.$$" "$out/data/key"; fi
 
-recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already?
-  [ -f "$out/results.json" ] && "$PYTHON" -c 'import json, sys; sys.exit(sys.argv[2] not in json.load(open(sys.argv[1])).get("runs", {}))' "$out/results.json" "$1"
+recorded() {  # recorded KEY: is METHOD/RHO/SEED in results.json already, with every GENERAL task? (an entry
+  # recorded from a lost machine's state without some task is redone, and its new entry replaces it)
+  [ -f "$out/results.json" ] && "$PYTHON" -c '
+import json, sys
+entry = json.load(open(sys.argv[1])).get("runs", {}).get(sys.argv[2])
+sys.exit(entry is None or any(t not in entry.get("general", {}) for t in sys.argv[3].split()))' \
+    "$out/results.json" "$1" "$GENERAL"
 }
 
 # 1. the jobs SEED:METHOD:RHO, in priority order (GRID_JOBS as given, else SEEDS x METHODS x RHOS); recorded ones out
