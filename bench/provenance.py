@@ -34,6 +34,17 @@ def commit() -> str | None:
     return sha + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def stamp(script: str, argv: list[str] | None = None) -> dict:
+    """A script's run as it starts, the first keys of what it records: the commit, the date and the
+    command (``python SCRIPT ARGS``, ``argv`` the arguments, default ``sys.argv[1:]``: no path of
+    this machine)."""
+    return {
+        "commit": commit() or "unknown",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["python", script, *(argv if argv is not None else sys.argv[1:])]),
+    }
+
+
 def result_parser(doc: str, out: str | None) -> argparse.ArgumentParser:
     """A bench script's command line: its docstring ``doc`` as the help, as written, and ``--out``
     (default ``out``; None: no file is written)."""
@@ -73,14 +84,14 @@ def settings(args, *names: str) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
-def write_json(path: str | Path | None, result: dict) -> None:
-    """``result`` as indented JSON at ``path`` (its folder made), in one rename: a killed run leaves the
-    earlier file or none, never half of one. Nothing when ``path`` is None."""
+def write_json(path: str | Path | None, result: dict, indent: int = 2) -> None:
+    """``result`` as JSON indented by ``indent`` at ``path`` (its folder made), in one rename: a killed
+    run leaves the earlier file or none, never half of one. Nothing when ``path`` is None."""
     if not path:
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    tmp.write_text(json.dumps(result, indent=indent, ensure_ascii=False) + "\n")
     tmp.replace(path)
     print(f"wrote {path}")
 

@@ -17,26 +17,15 @@ from typer.testing import CliRunner
 from bridgecli.analysis.decompose import slope
 from bridgecli.artifacts.common_file import CommonDirection, CommonFit, CommonMeta, load_common, save_common
 from bridgecli.artifacts.direction_file import DirectionMeta
-from bridgecli.data.shapes import to_pair
-from bridgecli.data.tokenize import tokenize_pair
 from bridgecli.errors import ModelError, UsageError
 from bridgecli.format.records import Example
 from bridgecli.training.direction import combine
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
-from tiny import RECORDS, sample_inputs, tiny_llama_config, tiny_model
+from tiny import record_examples, sample_inputs, tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.integration  # tiny random models, backward passes per token, CLI runs (seconds)
-
-
-def examples(tokenizer):
-    out = []
-    for i, rec in enumerate(RECORDS):
-        pair = to_pair(rec, i, f"line {i + 1}", "test")
-        tok = tokenize_pair(tokenizer, pair, chat_template=True)
-        out.append(Example(id=str(i), index=i, text=tok.text, tokens=tok.tokens))
-    return out
 
 
 def per_token_grads(model, ex: Example, names: list[str]) -> list[dict[str, torch.Tensor]]:
@@ -76,7 +65,7 @@ def common_of(d: torch.Tensor, beta: float, vocab: int) -> CommonDirection:
 @pytest.mark.parametrize("path", ["fused-llama", "forward-ad", "forward-ad-head", "atp", "atp-fast"])
 def test_debiased_a_is_a_minus_beta_u_by_brute_force(tokenizer, path):
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
-    exs = examples(tokenizer)
+    exs = record_examples(tokenizer)
     torch.manual_seed(3)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
     d = torch.randn(model.config.hidden_size, dtype=torch.float64)
@@ -112,7 +101,7 @@ def test_atp_interactions_follow_the_debiased_a(tokenizer):
     from bridgecli.modeling.attribution import AttributionScorer
 
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
-    exs = examples(tokenizer)[:2]
+    exs = record_examples(tokenizer)[:2]
     torch.manual_seed(4)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
     d = torch.randn(model.config.hidden_size, dtype=torch.float64)
@@ -150,7 +139,7 @@ def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
     from bridgecli.analysis.parts import score_parts, split_direction
 
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
-    exs = examples(tokenizer)
+    exs = record_examples(tokenizer)
     torch.manual_seed(5)
     tail = tail_parameters(model, 2)
     g_target = {n: torch.randn_like(p) for n, p in tail.items()}
@@ -184,7 +173,7 @@ def test_warmup_fit_is_d_over_g_targets_tokens_and_the_least_squares_slope(token
     from bridgecli.training.rows import full_response_row
 
     model = tiny_model(tiny_llama_config(len(tokenizer), layers=3), dtype=torch.float64)
-    val = examples(tokenizer)
+    val = record_examples(tokenizer)
     torch.manual_seed(6)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
     attn = model.config._attn_implementation

@@ -56,40 +56,40 @@ EARLY_EXITS = {
 CHEAT_TEST = "def check(candidate):\n    assert candidate(1) == 999\n"
 
 
+@pytest.fixture(params=["default", "unsafe"])
+def unsafe(request, monkeypatch) -> bool:
+    """Each runner in turn: the default one (bwrap, where it works) and the unsafe one, as a machine
+    without bwrap falls back to it. True where the unsafe runner runs."""
+    if request.param == "unsafe":
+        monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
+    return UNSAFE or request.param == "unsafe"
+
+
 @pytest.mark.integration  # runs programs in the sandbox
-@pytest.mark.parametrize("runner", ["default", "unsafe"])
 @pytest.mark.parametrize("how", sorted(EARLY_EXITS))
-def test_exiting_0_before_the_asserts_is_not_passing(runner, how, monkeypatch):
+def test_exiting_0_before_the_asserts_is_not_passing(unsafe, how):
     # issue 30: exit status 0 counted as passed, so a solution that ends the process before the
     # test's asserts run was graded passed; now only the runner's success signal counts
-    if runner == "unsafe":
-        monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
     program = sandbox.Program(f"def inc(x):\n{EARLY_EXITS[how]}\n", f"{CHEAT_TEST}\ncheck(inc)\n")
-    outcome = sandbox.run_program(program, FAST, unsafe=UNSAFE or runner == "unsafe")
+    outcome = sandbox.run_program(program, FAST, unsafe=unsafe)
     assert outcome.status == "failed" and not outcome.passed, (outcome.status, outcome.error)
-    guarded = runner == "unsafe" or UNSAFE  # the unsafe runner's guard refuses some of them first
-    assert guarded or "no success signal" in outcome.error
-    whole = sandbox.run_program(program.text, FAST, unsafe=UNSAFE or runner == "unsafe")  # no test of its own
-    assert whole.status == "failed" and (guarded or "no success signal" in whole.error)
-    honest = sandbox.run_program("def inc(x):\n    return x + 1\nassert inc(1) == 2\n", FAST,
-                                 unsafe=UNSAFE or runner == "unsafe")
+    assert unsafe or "no success signal" in outcome.error  # the unsafe runner's guard refuses some of them first
+    whole = sandbox.run_program(program.text, FAST, unsafe=unsafe)  # no test of its own
+    assert whole.status == "failed" and (unsafe or "no success signal" in whole.error)
+    honest = sandbox.run_program("def inc(x):\n    return x + 1\nassert inc(1) == 2\n", FAST, unsafe=unsafe)
     assert honest.passed
 
 
 @pytest.mark.integration  # runs programs in the sandbox
-@pytest.mark.parametrize("runner", ["default", "unsafe"])
 @pytest.mark.parametrize("how", sorted(FORGERIES))
-def test_a_solution_cannot_forge_its_pass(runner, how, monkeypatch):
+def test_a_solution_cannot_forge_its_pass(unsafe, how):
     # issue 40: the runner kept the token and the result descriptor as locals of the function that
     # ran the program, which read them (frames, a traceback, gc) and wrote the token before its
     # asserts ran; now the test runs in a process the program cannot reach
-    if runner == "unsafe":
-        monkeypatch.setattr(sandbox, "_probe", lambda: (None, "bubblewrap (bwrap) is not installed"))
-    unsafe = UNSAFE or runner == "unsafe"
     forged = sandbox.run_program(sandbox.Program(FORGERIES[how], FORGED_TEST, "", ("inc",)), FAST, unsafe=unsafe)
     # (a root evaluator's unsafe runner lets a ptrace stop the checker: a timeout)
     assert not forged.passed and forged.status in ("failed", "timeout"), (forged.status, forged.error, forged.stderr)
-    if runner == "default" and not UNSAFE:
+    if not unsafe:
         assert not {"READ", "OPENED", "ATTACHED"} & set(forged.stdout.split()), forged.stdout  # the checker is out of reach
     honest = sandbox.Program("def inc(x):\n    return 999\n", FORGED_TEST, "", ("inc",))
     assert sandbox.run_program(honest, FAST, unsafe=unsafe).passed

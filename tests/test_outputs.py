@@ -16,33 +16,24 @@ import os
 import shutil
 import socket
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
-from bridgecli.cli.app import app
 from bridgecli.errors import UsageError
 from bridgecli.io import check_output, output_target
 
-from tiny import sample_inputs
+from tiny import run_bridge, sample_inputs
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
 def invoke(argv: list[str]) -> tuple[int, str, bytes]:
     """`bridge ARGV` in this process: (exit code, stderr, what went to stdout)."""
-    err, out = io.StringIO(), io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        code = app([str(a) for a in argv], prog_name="bridge", standalone_mode=False)
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.stdout, sys.stderr = saved
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    code, err = run_bridge(argv, stdout=out)
     out.flush()
-    return (code if isinstance(code, int) else 0), err.getvalue(), out.buffer.getvalue()  # type: ignore[attr-defined]
+    return code, err, out.buffer.getvalue()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

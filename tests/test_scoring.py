@@ -8,24 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bridgecli.data.shapes import to_pair
-from bridgecli.data.tokenize import tokenize_pair
 from bridgecli.format.records import Example
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ExactScorer, ScoringContext
 
-from tiny import RECORDS, tiny_llama_config, tiny_model
+from tiny import record_examples, tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.integration  # every scorer on tiny models of four families (seconds each)
-
-
-def examples(tokenizer, chat_template=True):
-    out = []
-    for i, rec in enumerate(RECORDS):
-        pair = to_pair(rec, i, f"line {i + 1}", "test")
-        tok = tokenize_pair(tokenizer, pair, chat_template=chat_template)
-        out.append(Example(id=str(i), index=i, text=tok.text, tokens=tok.tokens))
-    return out
 
 
 def configs(vocab):
@@ -69,7 +58,7 @@ def reference_rows(model, ex: Example, layers: list[int]) -> tuple[np.ndarray, n
 def test_jvp_matches_per_token_backward_and_eager_attention(tokenizer, arch):
     config = dict(configs(len(tokenizer)))[arch]
     model = tiny_model(config, dtype=torch.float64)
-    exs = examples(tokenizer)
+    exs = record_examples(tokenizer)
     torch.manual_seed(1)
     tail = tail_parameters(model, 4)
     v = {n: torch.randn_like(p) for n, p in tail.items()}
@@ -94,7 +83,7 @@ def test_jvp_matches_per_token_backward_and_eager_attention(tokenizer, arch):
 
 def test_exact_scorer_agrees_with_jvp(tokenizer):
     model = tiny_model(tiny_llama_config(len(tokenizer)), dtype=torch.float64)
-    exs = examples(tokenizer)[:2]
+    exs = record_examples(tokenizer)[:2]
     torch.manual_seed(2)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=4)
@@ -107,7 +96,7 @@ def test_exact_scorer_agrees_with_jvp(tokenizer):
 
 def test_batching_does_not_change_scores(tokenizer):
     model = tiny_model(tiny_llama_config(len(tokenizer)))
-    exs = examples(tokenizer)
+    exs = record_examples(tokenizer)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
     scorer = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v))
     together = scorer.score(exs)
@@ -120,7 +109,7 @@ def test_batching_does_not_change_scores(tokenizer):
 
 def test_shapes_follow_eligible_positions(tokenizer):
     model = tiny_model(tiny_llama_config(len(tokenizer)))
-    exs = examples(tokenizer, chat_template=False)
+    exs = record_examples(tokenizer, chat_template=False)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 4).items()}
     for ex, sc in zip(exs, BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v)).score(exs)):
         m, n = len(ex.tokens.prompt_positions()), len(ex.tokens.response_positions())

@@ -21,11 +21,12 @@ from bridgecli.core.sampling import inclusion_probabilities, ipw_weights
 from bridgecli.core.whole_examples import draw_examples, kept_count, top_share
 from bridgecli.errors import FormatError, UsageError
 from bridgecli.format.reader import read_all
-from bridgecli.format.records import Array, Example, Header, ModelInfo, Reference, Scores, Tokens
+from bridgecli.format.records import Array, Example, Reference, Scores, Tokens
 from bridgecli.format.spec import EOS, PROMPT, RESPONSE, TEMPLATE
-from bridgecli.format.writer import open_writer
 from bridgecli.steps.select import select_example
 from bridgecli.training.rows import IGNORE
+
+from test_show import write_stream  # as the other tests of the steps write their streams
 
 FAST = settings(max_examples=300, deadline=None)
 tilt = st.floats(0.0, 20.0, allow_nan=False, allow_infinity=False)
@@ -254,7 +255,7 @@ def test_rho_loss_reads_the_warmup_loss_from_the_scores_and_refuses_missing_loss
     with pytest.raises(FormatError, match=r"no response losses named 'base'.*bridge reference STREAM --as base"):
         run(RhoLoss(), [synthetic(0, 3, 5)], 0.5)
     # through the command line: one line, the exit code of a stream that lacks what the step needs (3)
-    src = write(tmp_path / "noref.bridge", [synthetic(0, 3, 5), synthetic(1, 2, 4)])
+    src = write_stream(tmp_path / "noref.bridge", [synthetic(0, 3, 5), synthetic(1, 2, 4)], "scores")
     r = CliRunner().invoke(app, ["select", str(src), "-o", str(tmp_path / "x.bridge"), "--method", "rho-loss",
                                  "--rho-p", "1", "--rho-r", "0.5"])
     assert r.exit_code == 3 and "record 0" in r.output and "bridge reference" in r.output
@@ -272,7 +273,7 @@ def test_rho_loss_reads_the_warmup_loss_from_the_scores_and_refuses_missing_loss
     (["--method", "example-importance", "--rho-p", "1", "--protect-response", "answer"], "cannot keep protected"),
 ])
 def test_bad_settings_are_usage_errors(tmp_path, args, message):
-    src = write(tmp_path / "s.bridge", STREAM)
+    src = write_stream(tmp_path / "s.bridge", STREAM, "scores")
     r = CliRunner().invoke(app, ["select", str(src), "-o", str(tmp_path / "x.bridge"), *args])
     assert r.exit_code == UsageError.exit_code == 2, r.output
     assert message in r.output and not (tmp_path / "x.bridge").exists()
@@ -286,20 +287,11 @@ def test_a_direct_call_without_the_first_pass_is_refused():
 
 # --- through the steps after select ---------------------------------------------------------------------------
 
-def write(path, examples: list[Example], stage: str = "scores"):
-    header = Header(stage=stage, producer="test", created="2026-01-01T00:00:00+00:00",
-                    model=ModelInfo(source="test", fingerprint="sha256:0", tokenizer_fingerprint="sha256:0"))
-    with open_writer(path, header) as w:
-        for ex in examples:
-            w.write(ex)
-    return path
-
-
 def test_close_passes_whole_examples_through_and_compact_writes_no_row_for_those_left_out(tmp_path, tokenizer):
     from test_show import synthetic as texts
 
     exs = [msgspec.structs.replace(e, selection=None, closure=None) for e in texts(tokenizer, closure=False)]
-    src = write(tmp_path / "s.bridge", exs)
+    src = write_stream(tmp_path / "s.bridge", exs, "scores")
     cli = CliRunner()
     r = cli.invoke(app, ["select", str(src), "-o", str(tmp_path / "sel.bridge"), "--method", "example-importance",
                          "--rho-p", "1", "--rho-r", "0.5", "--option", "seed=1"])
@@ -337,7 +329,7 @@ def test_close_still_refuses_a_token_level_weighted_selection(tmp_path, tokenize
     from test_show import synthetic as texts
 
     exs = [msgspec.structs.replace(e, selection=None, closure=None) for e in texts(tokenizer, closure=False)]
-    src = write(tmp_path / "s.bridge", exs)
+    src = write_stream(tmp_path / "s.bridge", exs, "scores")
     cli = CliRunner()
     assert cli.invoke(app, ["select", str(src), "-o", str(tmp_path / "sel.bridge"), "--method", "importance",
                             "--rho-p", "1", "--rho-r", "0.5"]).exit_code == 0

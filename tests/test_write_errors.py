@@ -12,7 +12,6 @@ the process itself is the point (/dev/full and a closed pipe at exit, the file s
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import resource
@@ -28,27 +27,13 @@ from bridgecli.cli.app import app
 from bridgecli.errors import WriteError
 from bridgecli.io import failed_write, human_bytes, write_error
 
-from tiny import sample_inputs
+from tiny import run_bridge, sample_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "v1.2-closure.bridge"
 
 # integration: its fixture runs every command on a tiny model, and several tests start `python -m bridgecli`
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
-
-
-def invoke(argv: list[str], stdout=None) -> tuple[int, str]:
-    """Run `bridge ARGV` in this process with ``stdout`` (default: a buffer); return (exit code, stderr)."""
-    err = io.StringIO()
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = stdout if stdout is not None else io.StringIO(), err
-    try:
-        code = app([str(a) for a in argv], prog_name="bridge", standalone_mode=False)
-    except SystemExit as exc:
-        code = exc.code
-    finally:
-        sys.stdout, sys.stderr = saved
-    return (code if isinstance(code, int) else 0), err.getvalue()
 
 
 def assert_one_line(code: int, err: str, command: str, names: str) -> None:
@@ -77,7 +62,7 @@ def work(tmp_path_factory, tiny_model_dir):
          "--batch-size", "2", "-o", w / "res" / "eval-gsm8k.json"],
     ]
     for argv in steps:
-        code, err = invoke(argv)
+        code, err = run_bridge(argv)
         assert code == 0, f"{argv[0]}: {err}"
     return w
 
@@ -174,7 +159,7 @@ def test_full_disk_is_one_line_and_keeps_the_earlier_output(work, tiny_model_dir
     fill(small_disk, leave=64 << 10 if command in {"warmup", "train"} else 0)
     before = _tree(small_disk)
 
-    code, err = invoke(argv_of(template, work, tiny_model_dir, out))
+    code, err = run_bridge(argv_of(template, work, tiny_model_dir, out))
 
     assert_one_line(code, err, command, str(out))
     after = _tree(small_disk)
@@ -265,7 +250,7 @@ STDOUT_CASES = [
 @pytest.mark.parametrize("command, template", [c[1:] for c in STDOUT_CASES], ids=[c[0] for c in STDOUT_CASES])
 def test_stdout_on_dev_full_is_one_line(work, tiny_model_dir, tmp_path, command, template):
     with open("/dev/full", "w") as full:
-        code, err = invoke(argv_of(template, work, tiny_model_dir, tmp_path / "out"), stdout=full)
+        code, err = run_bridge(argv_of(template, work, tiny_model_dir, tmp_path / "out"), stdout=full)
         assert_one_line(code, err, command, "<stdout>")
 
 

@@ -1,6 +1,7 @@
 """Shared test helpers: tiny random models built from configs (fast, deterministic), three
-GSM8K-shaped records, the first lines of the sample data in a folder, the zstd frames of a stream, and a
-callable that stops with Ctrl-C on its Nth call."""
+GSM8K-shaped records and their tokenized examples, the first lines of the sample data in a folder, the
+zstd frames of a stream, a callable that stops with Ctrl-C on its Nth call, and ``bridge`` run in this
+process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,21 @@ RECORDS = [
     {"question": "Sam reads 10 pages a day for a week. How many pages?",
      "answer": "A week has 7 days, so 10 * 7 = <<10*7=70>>70 pages.\n#### 70"},
 ]
+
+
+def record_examples(tokenizer, chat_template: bool = True) -> list:
+    """:data:`RECORDS` tokenized by ``tokenizer`` (with its chat template or not), as tokens-stage
+    Examples: id and index k, read from ``line k+1`` of a file ``test``."""
+    from bridgecli.data.shapes import to_pair
+    from bridgecli.data.tokenize import tokenize_pair
+    from bridgecli.format.records import Example
+
+    out = []
+    for i, rec in enumerate(RECORDS):
+        pair = to_pair(rec, i, f"line {i + 1}", "test")
+        tok = tokenize_pair(tokenizer, pair, chat_template=chat_template)
+        out.append(Example(id=str(i), index=i, text=tok.text, tokens=tok.tokens))
+    return out
 
 
 def sample_module():
@@ -92,3 +108,23 @@ def interrupting(real, calls: list, at: int | None = None):
         return real(*args, **kwargs)
 
     return wrapper
+
+
+def run_bridge(argv: list, stdout=None) -> tuple[int, str]:
+    """`bridge ARGV` in this process with ``stdout`` (default: a text buffer) as sys.stdout; (exit code,
+    what went to stderr). A command that ends without an exit code counts as exit 0."""
+    import io
+    import sys
+
+    from bridgecli.cli.app import app
+
+    err = io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = stdout if stdout is not None else io.StringIO(), err
+    try:
+        code = app([str(a) for a in argv], prog_name="bridge", standalone_mode=False)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.stdout, sys.stderr = saved
+    return (code if isinstance(code, int) else 0), err.getvalue()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -36,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # the tiny model and the sample data of the test suite
 sys.path.insert(0, str(ROOT / "bench"))
-from provenance import commit  # noqa: E402
+from provenance import stamp, write_json  # noqa: E402
 
 VALUES = ["nan", "inf", "-inf", "1e999", "-1", "0", "-0", "1e-320", "1.5", str(2**70), "abc", ""]
 #: seconds one run may take (an accepted value runs the command for real)
@@ -332,8 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
             if name not in keep:
                 del COMMANDS[name]
         KEYED[:] = [k for k in KEYED if k[0] in keep]
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    code = commit() or "unknown"
+    run = stamp("bench/fuzz/flags.py", argv)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bridge-flags-") as tmp:
         w = _inputs(Path(tmp) / "inputs")
@@ -345,13 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
             summary = sweep(w, scratch)
         finally:
             os.chdir(here)
-    summary = {
-        "commit": code,
-        "date": started,
-        "command": "python bench/fuzz/flags.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "seconds": round(time.perf_counter() - t0, 1),
-        **summary,
-    }
+    summary = {**run, "seconds": round(time.perf_counter() - t0, 1), **summary}
     print(
         f"{summary['runs']} runs over {summary['flags']} numeric flags of {summary['commands']} commands in "
         f"{summary['seconds']} s: {summary['outcomes']}; {summary['tracebacks']} tracebacks, "
@@ -360,9 +352,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     for row in summary["problems"]:
         print(json.dumps(row), file=sys.stderr)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(args.output, summary, indent=1)
     return summary
 
 

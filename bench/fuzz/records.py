@@ -19,7 +19,6 @@ failures) is printed and, with ``-o``, written as JSON with the commit, the date
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the cases are the test suite's (tests
 import fuzz_cases  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from provenance import commit  # noqa: E402
+from provenance import stamp, write_json  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -41,16 +40,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("-o", "--output", type=Path, help="write the summary as JSON here")
     args = parser.parse_args(argv)
     os.environ.setdefault("BRIDGE_NO_PROGRESS", "1")
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    code = commit() or "unknown"  # the code as the run starts
+    run = stamp("bench/fuzz/records.py", argv)  # the code as the run starts
     with tempfile.TemporaryDirectory(prefix="bridge-fuzz-") as tmp:
         summary = fuzz_cases.run(args.cases, args.seed, Path(tmp))
-    summary = {
-        "commit": code,
-        "date": started,
-        "command": "python bench/fuzz/records.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        **summary,
-    }
+    summary = {**run, **summary}
     print(
         f"{args.cases} cases ({summary['command_runs']} command runs over {summary['mutations']} mutations and "
         f"the extreme valid streams) in {summary['seconds']} s: {summary['outcomes']}, "
@@ -59,9 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     for case in summary["first_failures"]:
         print(json.dumps(case), file=sys.stderr)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(args.output, summary)
     return summary
 
 

@@ -54,6 +54,22 @@ def convert_option(name: str, raw: Any, spec: Opt) -> Any:
     return value
 
 
+def parse_options(selector: str, options: dict | None, spec: dict[str, Opt], also: str = "") -> dict:
+    """Every option of ``spec`` at its default, the user's ``--option`` values in ``options`` converted
+    over them (:func:`convert_option`); the keys ``bridge select`` itself adds (:data:`STEP_KEYS`, and
+    ``_``-prefixed ones of a first pass) are passed over. A key ``spec`` lacks is a one-line UsageError
+    naming ``selector``'s options (``also``: what it takes besides them, e.g. ``", and -T"``)."""
+    out = {k: s.default for k, s in spec.items()}
+    for key, raw in (options or {}).items():
+        if key in STEP_KEYS or key.startswith("_"):
+            continue
+        if key not in spec:
+            known = ", ".join(spec) or "none"
+            raise UsageError(f"selector '{selector}' has no option '{key}' (its options: {known}{also})")
+        out[key] = convert_option(key, raw, spec[key])
+    return out
+
+
 @dataclass
 class Baseline:
     """One compared method. ``prompt_score``/``response_score`` give the per-token scores of the side(s)
@@ -89,14 +105,7 @@ class Baseline:
 
     # -- options -------------------------------------------------------------------------------
     def parse(self, options: dict) -> dict:
-        out = {k: spec.default for k, spec in self.options.items()}
-        for key, raw in (options or {}).items():
-            if key in STEP_KEYS or key.startswith("_"):
-                continue
-            if key not in self.options:
-                known = ", ".join(sorted(self.options)) or "none"
-                raise UsageError(f"selector '{self.name}' has no option '{key}' (its options: {known})")
-            out[key] = convert_option(key, raw, self.options[key])
+        out = parse_options(self.name, options, self.options)
         if out.get("ranking") == "batch" and out["batch"] < 1:
             raise UsageError(f"--option batch must be >= 1, got {out['batch']}")
         if self.validate is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..baselines.selector import Opt, convert_option
+from ..baselines.selector import Opt, parse_options
 from ..contracts import default_budgets
 from ..core.sampling import inclusion_probabilities, ipw_weights, systematic_sample
 from ..core.select import SelectionResult, alternate, select, surrogate_of
@@ -83,15 +83,7 @@ class Importance(Schedule):
         self.__name__ = "select_importance"
 
     def parse(self, options: dict) -> dict:
-        out = {k: spec.default for k, spec in self.OPTIONS.items()}
-        for key, raw in options.items():
-            if key == "rounds" or key.startswith("_"):
-                continue
-            if key not in self.OPTIONS:
-                raise UsageError(
-                    f"selector 'importance' has no option '{key}' (its options: {', '.join(self.OPTIONS)}, and -T)"
-                )
-            out[key] = convert_option(key, raw, self.OPTIONS[key])
+        out = parse_options(self.name, options, self.OPTIONS, also=", and -T")
         if not 0.0 <= out["floor"] <= 1.0:
             raise UsageError(f"--option floor must lie in [0, 1], got {out['floor']}")
         if not 0 <= out["seed"] < 2**32:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..baselines.quantities import WARMUP, losses
-from ..baselines.selector import Opt, convert_option
+from ..baselines.selector import Opt, parse_options
 from ..core.select import SelectionResult
 from ..core.whole_examples import draw_examples, kept_count, top_share
 from ..core.sampling import ipw_weights
@@ -48,15 +48,7 @@ class WholeExamples:
 
     # -- options -------------------------------------------------------------------------------------
     def parse(self, options: dict) -> dict:
-        out = {k: spec.default for k, spec in self.OPTIONS.items()}
-        for key, raw in options.items():
-            if key == "rounds" or key.startswith("_"):
-                continue
-            if key not in self.OPTIONS:
-                raise UsageError(
-                    f"selector '{self.name}' has no option '{key}' (its options: {', '.join(self.OPTIONS)})"
-                )
-            out[key] = convert_option(key, raw, self.OPTIONS[key])
+        out = parse_options(self.name, options, self.OPTIONS)
         self.validate(out)
         return out
 

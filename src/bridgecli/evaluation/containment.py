@@ -36,6 +36,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from .sandbox_supervisor import descendants
+
 GROUP_PREFIX = "bridge-sandbox-"
 
 # -- seccomp -----------------------------------------------------------------------------------
@@ -71,33 +73,6 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
 
 
 # -- killing a process tree ---------------------------------------------------------------------
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid, for every process in /proc."""
-    out: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-                out[int(entry.name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    """Every living descendant of ``pid`` (children first)."""
-    children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
-        children.setdefault(parent, []).append(child)
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import os
 
+from .sandbox_supervisor import parents
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def children(pid: int) -> list[int]:
     """The PIDs whose parent is ``pid``."""
-    out = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 1 and int(fields[1]) == pid:
-                out.append(int(entry.name))
-    return out
+    return [child for child, parent in parents().items() if parent == pid]
 
 
 def namespace(pid: int) -> str | None:

@@ -17,7 +17,8 @@ process behind for ever, a child of PID 1. The supervisor closes that gap from o
   (dropping root's privileges in the child, before the exec), and exits with its status (128+N
   for signal N) once it has killed whatever the command left.
 
-Standard library only: its text is handed to the evaluator's interpreter with ``-c``."""
+Standard library only: its text is handed to the evaluator's interpreter with ``-c``. The evaluator
+imports it too, for :func:`parents` and :func:`descendants` (:mod:`.containment`, :mod:`.sandbox_memory`)."""
 
 from __future__ import annotations
 
@@ -27,22 +28,24 @@ import signal
 import sys
 
 
-def _parents() -> dict:
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
+def parents() -> dict[int, int]:
+    """pid -> parent pid, for every process in /proc (one that ends while it is read is left out)."""
+    out: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
             try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
                     stat = fh.read()
-                out[int(name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
+                out[int(entry.name)] = int(stat[stat.rfind(b")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
     return out
 
 
-def descendants(pid: int) -> list:
-    children: dict = {}
-    for child, parent in _parents().items():
+def descendants(pid: int) -> list[int]:
+    """Every living descendant of ``pid`` (children first)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parents().items():
         children.setdefault(parent, []).append(child)
     out, todo = [], [pid]
     while todo:

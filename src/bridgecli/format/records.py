@@ -176,6 +176,10 @@ class Reference(msgspec.Struct):
     response_grad: Array | None = None
 
 
+#: The names of a ``Reference``'s arrays (every field but ``model`` and ``fingerprint``), in order.
+REFERENCE_ARRAYS: tuple[str, ...] = tuple(f for f in Reference.__struct_fields__ if f not in ("model", "fingerprint"))
+
+
 class Example(msgspec.Struct, tag="example"):
     """One example; every step adds its part and passes the rest through unchanged."""
 

@@ -10,7 +10,7 @@ import json
 
 import msgspec
 
-from .records import Record
+from .records import REFERENCE_ARRAYS, Record
 from .spec import MAJOR, MAX_QUANTITY, MAX_RESULT, MINOR, NON_NEGATIVE_SCORES
 
 #: The rules on numbers that the reader enforces (format/validate.py), as JSON Schema keywords: on the
@@ -41,18 +41,7 @@ _NON_NEGATIVE = "every value finite and within [0, 2^48]: never negative"
 #: The rules on the values an Array's bytes hold (JSON Schema cannot see into them): the property's description.
 ARRAYS: dict[tuple[str, str], str] = {
     **{("Scores", f): _NON_NEGATIVE if f in NON_NEGATIVE_SCORES else _QUANTITY for f in ("a", "c", "A", "loss", "B")},
-    **{
-        ("Reference", f): _NON_NEGATIVE
-        for f in (
-            "prompt_loss",
-            "response_loss",
-            "response_attention",
-            "prompt_received",
-            "response_received",
-            "prompt_grad",
-            "response_grad",
-        )
-    },
+    **{("Reference", f): _NON_NEGATIVE for f in REFERENCE_ARRAYS},
     ("Selection", "response_scores"): "every value finite and within float32's range",
     ("Selection", "response_weights"): "every value finite, > 0 and within float32's range",
 }

@@ -48,10 +48,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import FormatError
-from .records import ALLOWED_DTYPES, Array, Example, Header, Scores, Selection
+from .records import ALLOWED_DTYPES, REFERENCE_ARRAYS, Array, Example, Header, Scores, Selection
 from .spec import EOS, MAX_QUANTITY, MAX_RESULT, NON_NEGATIVE_SCORES, PROMPT, RESPONSE, STAGES
 from .validate_fast import (
-    _REFERENCE_FIELDS,
     MAX_TOKEN_ID,
     _ascending,
     _closure_ok,
@@ -342,7 +341,7 @@ def _units(units: list, t: int, resp: np.ndarray) -> list[tuple[int, int]]:
 
 def _check_references(ex: Example, n_p: int, n_r: int) -> None:
     for model, ref in ex.references.items():
-        for name in _REFERENCE_FIELDS:
+        for name in REFERENCE_ARRAYS:
             arr = getattr(ref, name)
             if arr is not None:
                 size = n_p if name.startswith("prompt") else n_r

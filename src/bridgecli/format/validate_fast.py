@@ -17,19 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .records import Array, Example
+from .records import REFERENCE_ARRAYS, Array, Example
 from .spec import EOS, MAX_QUANTITY, MAX_RESULT, NON_NEGATIVE_SCORES, PROMPT, RESPONSE, STAGES
 
 MAX_TOKEN_ID = 2**31 - 1
-_REFERENCE_FIELDS = (
-    "prompt_loss",
-    "response_loss",
-    "response_attention",
-    "prompt_received",
-    "response_received",
-    "prompt_grad",
-    "response_grad",
-)
 
 
 def _ascending(values: list) -> bool:
@@ -277,7 +268,7 @@ def _fast_ok(ex: Example, stage: str) -> bool:
     if ex.closure is not None and not _closure_ok(ex.closure, t, kinds, n_r, sel):
         return False
     for ref in ex.references.values():
-        for name in _REFERENCE_FIELDS:
+        for name in REFERENCE_ARRAYS:
             arr = getattr(ref, name)
             if arr is not None:
                 arrays.append((arr, [n_p if name.startswith("prompt") else n_r], MAX_QUANTITY, True))
