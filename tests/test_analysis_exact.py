@@ -16,7 +16,7 @@ from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import ScoringContext
 
 from tiny import tiny_llama_config, tiny_model
-from test_scoring import examples
+from tiny import record_examples as examples
 
 pytestmark = pytest.mark.integration  # exact references on a tiny model (seconds each)
 

@@ -20,7 +20,7 @@ from bridgecli.modeling.attribution import AttributionScorer, chunk_ids, spread
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import ScoringContext
 
-from test_scoring import examples
+from tiny import record_examples as examples
 from tiny import tiny_llama_config, tiny_model
 
 

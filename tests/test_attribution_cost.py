@@ -24,7 +24,7 @@ from bridgecli.modeling.saved_bytes import saved_bytes
 from bridgecli.modeling.score_batch import make_batch
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
-from test_scoring import examples
+from tiny import record_examples as examples
 from tiny import tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.integration  # scores tiny models against the golden scores (seconds each)

@@ -259,7 +259,7 @@ def test_fast_tail_on_the_kernels_matches_its_eager_path(tokenizer, monkeypatch)
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
-    from test_scoring import examples
+    from tiny import record_examples as examples
     from tiny import tiny_llama_config, tiny_model
 
     served = []

@@ -9,7 +9,7 @@ import torch
 from bridgecli.modeling.params import tail_parameters
 from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
-from test_scoring import examples
+from tiny import record_examples as examples
 from tiny import tiny_llama_config, tiny_model
 
 

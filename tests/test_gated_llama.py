@@ -22,7 +22,7 @@ from bridgecli.modeling.score_batch import make_batch
 from bridgecli.modeling.scoring import ScoringContext
 
 from test_dual_llama import qwen2
-from test_scoring import examples
+from tiny import record_examples as examples
 from tiny import tiny_llama_config, tiny_model
 
 pytestmark = pytest.mark.integration  # tiny models' gated passes, torch.compile (seconds each)

@@ -75,7 +75,7 @@ def test_scorer_with_fused_attention_matches_math(tokenizer, monkeypatch):
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.scoring import BridgeScorer, ScoringContext
 
-    from test_scoring import examples
+    from tiny import record_examples as examples
     from tiny import tiny_llama_config, tiny_model
 
     model = tiny_model(tiny_llama_config(len(tokenizer), hidden=64, heads=4, kv_heads=2))

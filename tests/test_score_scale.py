@@ -190,7 +190,7 @@ def test_token_ce_tangent_matches_forward_ad():
 def test_tail_dtype_and_prefix_autocast_options(tokenizer):
     from bridgecli.modeling.params import tail_parameters
     from bridgecli.modeling.scoring import BridgeScorer, ScoringContext, _cast_floats
-    from test_scoring import examples
+    from tiny import record_examples as examples
     from tiny import tiny_llama_config, tiny_model
 
     model = tiny_model(tiny_llama_config(len(tokenizer)), dtype=torch.float64)
