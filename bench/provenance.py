@@ -96,6 +96,16 @@ def write_json(path: str | Path | None, result: dict, indent: int = 2) -> None:
     print(f"wrote {path}")
 
 
+def finish(line: str, problems: list, summary: dict, path: str | Path | None, indent: int = 2) -> dict:
+    """A checking run's end: its one-line count to stdout, each of its ``problems`` as a JSON line to
+    stderr, its ``summary`` at ``path`` (:func:`write_json`); returns ``summary``."""
+    print(line)
+    for problem in problems:
+        print(json.dumps(problem), file=sys.stderr)
+    write_json(path, summary, indent)
+    return summary
+
+
 def named_files(ap: argparse.ArgumentParser, words: list[str]) -> dict[str, Path]:
     """``NAME=FILE`` words as {name: path}, in order; ``ap.error`` names a word of another shape or a FILE
     that is not there."""

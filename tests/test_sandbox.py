@@ -360,22 +360,16 @@ def _argv0(pid: int) -> str:
         return ""
 
 
-@needs_bwrap
-def test_nothing_of_a_sandbox_outlives_a_killed_evaluator():
+@pytest.mark.parametrize("unsafe, kills", [pytest.param(False, 10, marks=needs_bwrap, id="bwrap"),
+                                           pytest.param(True, 5, id="unsafe")])
+def test_nothing_of_a_sandbox_outlives_a_killed_evaluator(unsafe, kills):
     # issue 40: after a SIGKILL of the evaluator during a run, one bwrap (uid 65534, parent PID 1,
-    # stuck in eventfd_read) outlived it; now each sandbox's supervisor kills it all
+    # stuck in eventfd_read) outlived it; now each sandbox's supervisor kills it all (the unsafe
+    # runner's too); ``kills`` evaluators killed at random moments of their first 0.5 s
     seed = time.time_ns() % 2**32
     rng = random.Random(seed)
-    delays = [round(rng.uniform(0, 0.5), 3) for _ in range(10)]
-    left = left_after_sigkill(delays, unsafe=False)
-    assert not any(left), (seed, [(d, found) for d, found in zip(delays, left) if found])
-
-
-def test_nothing_of_the_unsafe_runner_outlives_a_killed_evaluator():
-    seed = time.time_ns() % 2**32
-    rng = random.Random(seed)
-    delays = [round(rng.uniform(0, 0.5), 3) for _ in range(5)]
-    left = left_after_sigkill(delays, unsafe=True)
+    delays = [round(rng.uniform(0, 0.5), 3) for _ in range(kills)]
+    left = left_after_sigkill(delays, unsafe=unsafe)
     assert not any(left), (seed, [(d, found) for d, found in zip(delays, left) if found])
 
 

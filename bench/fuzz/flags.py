@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # the tiny model and the sample data of the test suite
 sys.path.insert(0, str(ROOT / "bench"))
-from provenance import stamp, write_json  # noqa: E402
+from provenance import finish, stamp  # noqa: E402
 
 VALUES = ["nan", "inf", "-inf", "1e999", "-1", "0", "-0", "1e-320", "1.5", str(2**70), "abc", ""]
 #: seconds one run may take (an accepted value runs the command for real)
@@ -344,16 +344,13 @@ def main(argv: list[str] | None = None) -> dict:
         finally:
             os.chdir(here)
     summary = {**run, "seconds": round(time.perf_counter() - t0, 1), **summary}
-    print(
+    line = (
         f"{summary['runs']} runs over {summary['flags']} numeric flags of {summary['commands']} commands in "
         f"{summary['seconds']} s: {summary['outcomes']}; {summary['tracebacks']} tracebacks, "
         f"{summary['wrong_exit_0']} exit 0 on a refused value, {summary['exit_0_with_a_bad_output']} exit 0 with "
         f"a bad output, {summary['several_error_lines']} with several error lines, {summary['timeouts']} timeouts"
     )
-    for row in summary["problems"]:
-        print(json.dumps(row), file=sys.stderr)
-    write_json(args.output, summary, indent=1)
-    return summary
+    return finish(line, summary["problems"], summary, args.output, indent=1)
 
 
 if __name__ == "__main__":

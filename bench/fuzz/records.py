@@ -19,7 +19,6 @@ failures) is printed and, with ``-o``, written as JSON with the commit, the date
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -30,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the cases are the test suite's (tests
 import fuzz_cases  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
-from provenance import stamp, write_json  # noqa: E402
+from provenance import finish, stamp  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,16 +43,13 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bridge-fuzz-") as tmp:
         summary = fuzz_cases.run(args.cases, args.seed, Path(tmp))
     summary = {**run, **summary}
-    print(
+    line = (
         f"{args.cases} cases ({summary['command_runs']} command runs over {summary['mutations']} mutations and "
         f"the extreme valid streams) in {summary['seconds']} s: {summary['outcomes']}, "
         f"{summary['tracebacks']} tracebacks, {summary['exit_0_on_a_broken_stream']} exit 0 on a broken stream, "
         f"{summary['failures']} cases not as they must end"
     )
-    for case in summary["first_failures"]:
-        print(json.dumps(case), file=sys.stderr)
-    write_json(args.output, summary)
-    return summary
+    return finish(line, summary["first_failures"], summary, args.output)
 
 
 if __name__ == "__main__":

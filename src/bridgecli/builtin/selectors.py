@@ -14,6 +14,21 @@ from ..format.records import Example
 from ..hookspecs import Plan, hookimpl
 
 
+def checkpoint_loss(example: Example, hint: str | None = None) -> np.ndarray:
+    """The scoring checkpoint's per-token loss over ``example``'s response (``scores.loss``), as float64,
+    what ``--option by=loss`` tilts by; a FormatError naming the record and the field where the stream
+    holds none (``hint``: what to do about it)."""
+    loss = example.scores.loss if example.scores is not None else None
+    if loss is None:
+        raise FormatError(
+            "--option by=loss needs the scoring checkpoint's per-token loss (scores.loss)",
+            record=example.index,
+            field="scores.loss",
+            hint=hint,
+        )
+    return loss.numpy("float64")
+
+
 class Schedule:
     """One of BRIDGE's schedules as a :class:`~bridgecli.hookspecs.Selector`: the default budgets,
     no first pass, protected tokens honoured, ranked by the surrogate (``--budget global`` can use it)."""
@@ -99,14 +114,7 @@ class Importance(Schedule):
         delta_r = res.response_scores
         by = options.get("by", "abs")
         if by == "loss":
-            loss = example.scores.loss if example.scores is not None else None
-            if loss is None:
-                raise FormatError(
-                    "--option by=loss needs the scoring checkpoint's per-token loss (scores.loss)",
-                    record=example.index,
-                    field="scores.loss",
-                )
-            tilt = loss.numpy("float64")
+            tilt = checkpoint_loss(example)
         else:
             tilt = np.abs(delta_r) if by == "abs" else np.maximum(delta_r, 0.0)
         if not np.isfinite(tilt).all():

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..baselines.quantities import WARMUP, losses
 from ..baselines.selector import Opt, parse_options
+from .selectors import checkpoint_loss
 from ..core.select import SelectionResult
 from ..core.whole_examples import draw_examples, kept_count, top_share
 from ..core.sampling import ipw_weights
@@ -148,15 +149,8 @@ class WholeExamples:
 
 def _mean_loss(example: Example) -> float:
     """The scoring checkpoint's mean per-token loss over the example's response (``scores.loss``)."""
-    loss = example.scores.loss if example.scores is not None else None
-    if loss is None:
-        raise FormatError(
-            "--option by=loss needs the scoring checkpoint's per-token loss (scores.loss)",
-            record=example.index,
-            field="scores.loss",
-            hint="score the data with `bridge score`, which stores it, or pass --option by=uniform",
-        )
-    value = float(loss.numpy("float64").mean())
+    hint = "score the data with `bridge score`, which stores it, or pass --option by=uniform"
+    value = float(checkpoint_loss(example, hint).mean())
     if not np.isfinite(value):
         raise FormatError("the per-token loss is not finite", record=example.index, field="scores.loss")
     return max(value, 0.0)
