@@ -18,7 +18,6 @@ import numpy as np
 
 from ..baselines.quantities import WARMUP, losses
 from ..baselines.selector import Opt, parse_options
-from .selectors import checkpoint_loss
 from ..core.select import SelectionResult
 from ..core.whole_examples import draw_examples, kept_count, top_share
 from ..core.sampling import ipw_weights
@@ -26,6 +25,7 @@ from ..errors import FormatError, UsageError
 from ..format.records import Example
 from ..contracts import first_pass_sees
 from ..hookspecs import Plan, hookimpl
+from .selectors import checkpoint_loss
 
 #: the tag of the example-level draw's seed sequences: example k's sort key comes from ``(seed, index_k, 3)``
 #: (``random`` uses sides 0 and 1, ``importance`` 2), the start from ``SeedSequence(seed, spawn_key=(3,))``
