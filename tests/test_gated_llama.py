@@ -261,18 +261,19 @@ def test_compiled_functions_work_under_autograd(compiled_on_cpu):
         assert fn.compiled is not None and not fn.failed, fn.fn.__name__
 
 
-@pytest.mark.parametrize("recompute", ["never", "always"])
-def test_the_fast_pass_runs_with_compiled_functions(models, tokenizer, compiled_on_cpu, recompute):
+def test_the_fast_pass_runs_with_compiled_functions(models, tokenizer, compiled_on_cpu):
     """The whole fast pass with its functions and the gated attention core compiled (aot_eager),
-    checkpointed or not, equals it eager; nothing fell back to eager on the way."""
+    checkpointed or not, equals it eager; nothing fell back to eager on the way. Both modes in one test:
+    the second reuses the first's compiled graphs (two tests compiled everything twice)."""
     model, v = models["llama"]
     exs = examples(tokenizer)
-    scorer = scorer_of(model, tokenizer, v, {"layers": "5"}, True, atp_recompute=recompute)
-    got = gated(scorer, exs, 0.7, True)
+    scorers = {r: scorer_of(model, tokenizer, v, {"layers": "5"}, True, atp_recompute=r) for r in ("never", "always")}
+    got = {r: gated(scorer, exs, 0.7, True) for r, scorer in scorers.items()}
     assert all(c.compiled is not None and not c.failed for c in gated_llama.COMPILED)
     for c in gated_llama.COMPILED:
         c.device_types = ()
-    assert_close(got, gated(scorer, exs, 0.7, True), 1e-12)
+    for r, scorer in scorers.items():
+        assert_close(got[r], gated(scorer, exs, 0.7, True), 1e-12)
 
 
 def test_inductor_backward_serves_batches_of_other_lengths(monkeypatch, tmp_path):

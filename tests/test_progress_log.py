@@ -183,10 +183,10 @@ def test_a_redirected_warmup_and_train_write_a_line_at_least_every_60_s(tmp_path
     sample = Path(__file__).resolve().parents[1] / "examples" / "data"
     rows = [full_response_row(e.id, e.tokens) for e in iter_examples(sample / "train.jsonl", tokenizer, DataOptions())]
     (tmp_path / "rows.jsonl").write_text(
-        "".join(json.dumps({"input_ids": r.input_ids, "labels": r.labels}) + "\n" for r in rows[:8]))
+        "".join(json.dumps({"input_ids": r.input_ids, "labels": r.labels}) + "\n" for r in rows[:4]))
     env = {k: v for k, v in os.environ.items() if k != "BRIDGE_NO_PROGRESS"}
-    # two steps of four rows: every kind of line (load, steps, summary) in half the time of the batch 8
-    steps = ["--batch-size", "4", "--grad-accum", "1", "--max-steps", "2", "--device", "cpu"]
+    # two steps of two rows: every kind of line (load, steps, summary) in a fraction of the batch 8
+    steps = ["--batch-size", "2", "--grad-accum", "1", "--max-steps", "2", "--device", "cpu"]
     runs = {
         "warmup": ["warmup", str(sample / "warm.jsonl"), "--val", str(sample / "val.jsonl"), "-o", str(tmp_path / "w")],
         "train": ["train", str(tmp_path / "rows.jsonl"), "-o", str(tmp_path / "t")],

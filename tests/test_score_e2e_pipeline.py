@@ -377,8 +377,8 @@ def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_record
     from bridgecli.runtime.resumable import header_key
 
     record = json.loads(SAMPLE.read_text().splitlines()[0])
-    data = tmp_path / "data.jsonl"  # 120 examples of one length: batches in input order, one window
-    data.write_text("".join(json.dumps({**record, "id": f"x{i:03d}"}) + "\n" for i in range(120)))
+    data = tmp_path / "data.jsonl"  # 64 examples of one length: batches in input order, one window
+    data.write_text("".join(json.dumps({**record, "id": f"x{i:03d}"}) + "\n" for i in range(64)))
     out, ref = tmp_path / "out.bridge", tmp_path / "ref.bridge"
     args = [sys.executable, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out),
             "--device", "cpu", "--batch-size", "2"]
@@ -395,13 +395,13 @@ def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_record
     assert proc.wait(timeout=120) == 130, "".join(err)
     text = "".join(err)
     kept = int(text.split("interrupted: kept ")[1].split()[0])
-    assert 0 < kept < 120 and "rerun with --resume" in text and "bridge score: interrupted" in text, text
+    assert 0 < kept < 64 and "rerun with --resume" in text and "bridge score: interrupted" in text, text
     assert not out.exists() and Path(f"{out}.partial").exists()
 
     resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming after {kept} examples" in resumed.stderr
-    assert run_score(ScoreOptions(data=str(data), out=str(ref), run=str(run), device="cpu", batch_size=2)) == 120
+    assert run_score(ScoreOptions(data=str(data), out=str(ref), run=str(run), device="cpu", batch_size=2)) == 64
     (h1, got), (h2, want) = _payloads(out), _payloads(ref)
     assert got == want  # every record byte-identical
     assert header_key(h1) == header_key(h2) and h1.created != "" and h1.steps[-1].params == h2.steps[-1].params

@@ -130,7 +130,7 @@ def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path):
     single = tmp_path / "single.bridge"
     subprocess.run(score_cmd(run_dir, single, "--limit", "9"), check=True, env=ENV, capture_output=True)
     sharded = tmp_path / "sharded.bridge"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "bridgecli", *score_cmd(run_dir, sharded, "--limit", "9")[3:]]
     proc = subprocess.run(cmd, env=ENV, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
