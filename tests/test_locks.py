@@ -18,6 +18,8 @@ from bridgecli.errors import UsageError
 from bridgecli.steps.train import TrainOptions, run_train
 from bridgecli.steps.warmup import WarmupOptions, run_warmup
 
+from tiny import default_sigint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -295,15 +297,20 @@ def test_an_interrupted_train_leaves_no_lock_file(tmp_path, tiny_model_dir, sig,
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridgecli", "train", str(rows), "-o", str(out), "--model", str(tiny_model_dir),
          "--device", "cpu", "--epochs", "100000", "--batch-size", "1", "--grad-accum", "1"],
-        stderr=subprocess.PIPE, env={**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"})
+        stderr=subprocess.PIPE, env={**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"},
+        preexec_fn=default_sigint)
     metrics = out / "metrics.jsonl"
-    for _ in range(1200):  # training has begun once a step is recorded
-        if metrics.is_file() and metrics.stat().st_size > 0 or proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert (tmp_path / ".run.lock").is_file(), proc.stderr.read().decode() if proc.poll() is not None else ""
-    proc.send_signal(sig)
-    assert proc.wait(timeout=60) == code, proc.stderr.read().decode()
+    try:
+        for _ in range(1200):  # training has begun once a step is recorded
+            if metrics.is_file() and metrics.stat().st_size > 0 or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert (tmp_path / ".run.lock").is_file(), proc.stderr.read().decode() if proc.poll() is not None else ""
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code, proc.stderr.read().decode()
+    finally:  # a run that ignored the signal trains 100,000 epochs: not past the test
+        proc.kill()
+        proc.wait()
     assert ".run.lock" not in {p.name for p in tmp_path.iterdir()}
 
 

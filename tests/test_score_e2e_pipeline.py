@@ -30,6 +30,8 @@ from bridgecli.modeling import score_loop
 from bridgecli.runtime.resumable import ResumableOutput
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
+from tiny import default_sigint
+
 # integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "train.jsonl"
@@ -383,7 +385,7 @@ def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_record
     args = [sys.executable, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out),
             "--device", "cpu", "--batch-size", "2"]
     env = dict(os.environ, BRIDGE_TIMINGS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
     err = []
     for line in proc.stderr:  # the first batch is scored (and handed to the writer): interrupt soon after
         err.append(line)

@@ -110,6 +110,15 @@ def interrupting(real, calls: list, at: int | None = None):
     return wrapper
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a process a test interrupts with SIGINT: Ctrl-C's default action in it, also where
+    the test run ignores SIGINT (a shell starts a background job so, and a child inherits the ignoring;
+    Python then installs no KeyboardInterrupt handler and the process runs on)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_bridge(argv: list, stdout=None) -> tuple[int, str]:
     """`bridge ARGV` in this process with ``stdout`` (default: a text buffer) as sys.stdout; (exit code,
     what went to stderr). A command that ends without an exit code counts as exit 0."""
