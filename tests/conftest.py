@@ -4,6 +4,7 @@ manager, and model loads made to fail."""
 from __future__ import annotations
 
 import os
+import sys
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # a worker of `pytest -n 2` (the README's whole-set command): torch and every process a test starts on
@@ -11,8 +12,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # on 2 cores: 7:54 with two one-thread workers, 13:08 in one process, both measured on 2026-11-29).
     # Set before torch is imported; the variable passes to the processes the tests start.
     os.environ["OMP_NUM_THREADS"] = "1"
-    if "torch" in __import__("sys").modules:  # a plugin imported it first
-        __import__("torch").set_num_threads(1)
+    if "torch" in sys.modules:  # a plugin imported it first
+        sys.modules["torch"].set_num_threads(1)
 
 import pytest
 
