@@ -289,7 +289,7 @@ def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
     lines = text.splitlines()
     assert sum(line.startswith('  "a/0.5/42": {') for line in lines) == 1 and len(lines) == 8
     assert json.loads(dumps({"format": "x", "runs": {}})) == {"format": "x", "runs": {}}
-    for kept in ("grid-h100.json", "grid-qwen05.json"):
+    for kept in ("grid-h100.json", "grid-qwen05.json", "grid-qwen05-general.json"):
         text = (ROOT / "bench/results/results" / kept).read_text()
         assert text == dumps(json.loads(text)), kept
 
@@ -364,3 +364,34 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
     assert "| example-importance | 0.5 | 1 | -12.5 [" in verdict and " | 0.50 | 0.80 |" in verdict
     base = next(line for line in verdict.splitlines() if line.startswith("| base |"))
     assert base.startswith("| base | - | 1 | -12.5 [") and " | 10.0 [" in base and base.endswith("| 0 | 0 |")
+
+
+def test_a_row_lost_before_its_losses_were_renamed_is_recorded_from_the_evals_folder(tmp_path):
+    """grid.sh's losses() renames the eval's files (losses-NAME/eval-heldout-loss.json -> heldout-NAME.json) after
+    the eval ends; a lost machine's last state archive can fall between the two (bridge-resp's GSM8K losses,
+    2026-11-29). grid_record.py reads the eval's file then, the renamed one where it is there."""
+    sys.path.insert(0, str(ROOT / "bench/results"))
+    try:
+        from grid_record import entry
+    finally:
+        sys.path.pop(0)
+    run = tmp_path / "runs/m/rho0.5/seed42"
+
+    def heldout(loss: float) -> dict:
+        return {"summary": {"loss": loss, "ci_low": loss - 0.1, "ci_high": loss + 0.1, "tokens": 7, "n": 2},
+                "items": [{"loss_sum": 3 * loss, "tokens": 3}, {"loss_sum": 4 * loss, "tokens": 4}]}
+
+    def answer(loss: float) -> dict:
+        return {"summary": {"loss": loss, "ci_low": 0, "ci_high": 1, "n": 2, "no_answer": 0},
+                "items": [{"index": 1, "loss": loss}, {"index": 0, "loss": None}]}
+
+    (run / "losses-gsm8k").mkdir(parents=True)
+    (run / "losses-gsm8k/eval-heldout-loss.json").write_text(json.dumps(heldout(0.5)))
+    (run / "losses-gsm8k/eval-answer-loss.json").write_text(json.dumps(answer(0.25)))
+    (run / "heldout-math500.json").write_text(json.dumps(heldout(1.5)))
+    (run / "losses-math500").mkdir()
+    (run / "losses-math500/eval-heldout-loss.json").write_text(json.dumps(heldout(9.0)))  # the renamed one wins
+    e = entry(tmp_path, "m", "0.5", "42", "runs/m/rho0.5/seed42", "", "epochs=3")
+    assert e["heldout"]["gsm8k"]["loss"] == 0.5 and e["heldout"]["gsm8k"]["items"] == [[1.5, 3], [2.0, 4]]
+    assert e["heldout"]["math500"]["loss"] == 1.5
+    assert e["answer_loss"]["gsm8k"]["items"] == [None, 0.25] and e["answer_loss"]["math500"] is None

@@ -55,7 +55,7 @@ collect() {
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
   ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
   (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
-       -not -path '*/checkpoints/*' -not -path '*/losses-*' -not -name 'tokenizer*' -not -name 'eval-hellaswag.json' \
+       -not -path '*/checkpoints/*' \( -not -path '*/losses-*' -o -name 'eval-*-loss.json' \) -not -name 'tokenizer*' -not -name 'eval-hellaswag.json' \
        -not -name 'eval-mmlu.json' -size -20M 2>/dev/null
      ls table.md workers.log done.txt grid.rc 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
 }

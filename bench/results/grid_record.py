@@ -46,6 +46,15 @@ def _secs(out: Path, name: str) -> int:
     return int(mark.read_text().strip()) if mark.is_file() else 0
 
 
+def _losses(run: Path, kind: str, name: str) -> Path:
+    """A row's ``kind``-NAME.json (kind: heldout, answer); where grid.sh's losses() has not yet moved it out of
+    the eval's folder (``losses-NAME/eval-KIND-loss.json``, the moment between the eval's end and the rename,
+    in which a lost machine's last state archive can be taken), that file: the same complete result."""
+    moved = run / f"{kind}-{name}.json"
+    left = run / f"losses-{name}" / f"eval-{kind}-loss.json"
+    return left if not moved.is_file() and left.is_file() else moved
+
+
 def heldout(path: Path) -> dict | None:
     res = _load(path)
     if res is None:
@@ -152,12 +161,12 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": dict(kv.split("=", 1) for kv in settings.split()),
     }
-    e["heldout"] = {name: heldout(out / run / f"heldout-{name}.json") for name in ("gsm8k", "math500")}
+    e["heldout"] = {name: heldout(_losses(out / run, "heldout", name)) for name in ("gsm8k", "math500")}
     for key, name in (("gsm8k_accuracy", "acc-gsm8k"), ("math500_accuracy", "acc-math500")):
         acc = accuracy(out / run / f"{name}.json")
         if acc is not None:
             e[key] = acc
-    answer = {name: answer_loss(out / run / f"answer-{name}.json") for name in ("gsm8k", "math500")}
+    answer = {name: answer_loss(_losses(out / run, "answer", name)) for name in ("gsm8k", "math500")}
     if any(answer.values()):
         e["answer_loss"] = answer
     general = {task: general_task(out / run / "general" / f"eval-{task}.json", task) for task in GENERAL_METRIC}
