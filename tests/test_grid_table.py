@@ -17,6 +17,16 @@ from bridgecli.analysis import grid_stats as gt
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _grid_record():
+    """bench/results/grid_record.py as a module (a script beside grid.sh, not part of the package)."""
+    sys.path.insert(0, str(ROOT / "bench/results"))
+    try:
+        import grid_record
+    finally:
+        sys.path.pop(0)
+    return grid_record
+
+
 def _tables(tmp_path: Path, runs: dict) -> subprocess.CompletedProcess:
     """grid_table.py on a results file of ``runs`` (100 resamples), as a process that must succeed."""
     path = tmp_path / "results.json"
@@ -274,11 +284,7 @@ def test_seed_matched_rows(tmp_path):
 def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
     """grid_record.py writes results.json with one compact line per run (the kept grids are carried to a
     lent GPU machine in every call, beside the model pieces); the kept files are in that form."""
-    sys.path.insert(0, str(ROOT / "bench/results"))
-    try:
-        from grid_record import dumps
-    finally:
-        sys.path.pop(0)
+    dumps = _grid_record().dumps
     results = {
         "format": "bridge-grid/1",
         "runs": {"a/0.5/42": {"heldout": {"gsm8k": {"items": [[1.5, 3], [2.0, 4]]}}}, "base/1/-": {"x": None}},
@@ -370,11 +376,7 @@ def test_a_row_lost_before_its_losses_were_renamed_is_recorded_from_the_evals_fo
     """grid.sh's losses() renames the eval's files (losses-NAME/eval-heldout-loss.json -> heldout-NAME.json) after
     the eval ends; a lost machine's last state archive can fall between the two (bridge-resp's GSM8K losses,
     2026-11-29). grid_record.py reads the eval's file then, the renamed one where it is there."""
-    sys.path.insert(0, str(ROOT / "bench/results"))
-    try:
-        from grid_record import entry
-    finally:
-        sys.path.pop(0)
+    entry = _grid_record().entry
     run = tmp_path / "runs/m/rho0.5/seed42"
 
     def heldout(loss: float) -> dict:
