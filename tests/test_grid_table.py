@@ -372,6 +372,47 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
     assert base.startswith("| base | - | 1 | -12.5 [") and " | 10.0 [" in base and base.endswith("| 0 | 0 |")
 
 
+@pytest.mark.integration  # runs the script as a process
+def test_general_tasks_against_a_named_reference_row_at_its_retention(tmp_path):
+    """``--versus METHOD`` also gives each general task and the General Avg. minus METHOD's, paired, for the rows
+    at METHOD's retention (random's table is always there); full SFT, at another retention, is left out."""
+    sizes = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
+    share = {"full": (1.0, 0.5, 0.5, 0.5), "random-resp": (0.5, 0.5, 0.5, 0.25),
+             "bridge-resp": (0.5, 0.5, 0.75, 0.75), "random": (0.2, 0.5, 0.5, 0.5)}
+    runs = {}
+    for method, scores in share.items():
+        general = {}
+        for (task, n), s in zip(sizes.items(), scores):
+            items = [1] * round(s * n) + [0] * (n - round(s * n))
+            general[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+        rho = 1.0 if method == "full" else 0.5
+        runs[f"{method}/{rho:g}/42"] = {"method": method, "rho": rho, "seed": 42, "general": general,
+                                        "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path), "--plot",
+                           str(tmp_path / "f3.png"), "--resamples", "100", "--versus", "random-resp"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+    def rows(ref: str) -> dict:
+        table = proc.stdout.split(f"| minus {ref} | rho | seeds | ARC-C (paired) |")[1].split("\n\n")[0]
+        assert table.splitlines()[0].endswith("| HumanEval (paired) | General Avg. (paired) |")
+        return {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+
+    def points(line: str) -> list[float]:  # each cell's difference, its interval left out
+        return [float(cell.split(" [")[0]) for cell in line.strip("| ").split(" | ")[3:]]
+
+    resp = rows("random-resp")
+    assert sorted(resp) == ["bridge-resp", "random"]
+    # each task's difference in points, and the average's: the mean of the four, each task weighing the same
+    assert points(resp["bridge-resp"]) == [0.0, 0.0, 25.0, 50.0, 18.8]
+    assert points(resp["random"]) == [-30.0, 0.0, 0.0, 25.0, -1.2]
+    assert sorted(rows("random")) == ["bridge-resp", "random-resp"]
+    # against full SFT (no retention) every row, at its own rho
+    assert points(rows("full")["random"]) == [-80.0, 0.0, 0.0, 0.0, -20.0]
+
+
 def test_a_row_lost_before_its_losses_were_renamed_is_recorded_from_the_evals_folder(tmp_path):
     """grid.sh's losses() renames the eval's files (losses-NAME/eval-heldout-loss.json -> heldout-NAME.json) after
     the eval ends; a lost machine's last state archive can fall between the two (bridge-resp's GSM8K losses,

@@ -17,7 +17,7 @@ from bridgecli.modeling.params import tail_parameters
 from bridgecli.training.batching import collate_packed, collate_padded, micro_batches, split_ranks, step_rows
 from bridgecli.training.packing import check_packing
 from bridgecli.training.rows import IGNORE, Row, compact_row, full_response_row
-from bridgecli.training.loss import _FULL_HEAD, PLAIN_HEAD
+from bridgecli.training.loss import _FULL_HEAD
 from bridgecli.training.sft import (SFTConfig, accumulate, cosine_lr, fit, resolve_packing, step_plan,
                                     token_loss_sum, train)
 

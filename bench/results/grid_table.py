@@ -24,6 +24,10 @@ for each loss, how many pairs of trained rows it orders as accuracy does. ``--se
 (and base), so a difference is seed-matched: the same training order, and the same draw for the random
 rows. The cost table gives each row's GPU seconds per run (select..compact, train, eval) next to the
 shared steps (warm-up, scoring, reference passes).
+
+With the general-capability tasks (ARC-Challenge, HellaSwag, MMLU, HumanEval per item): each task and their
+mean (General Avg.) per row, and each task and the average minus full SFT, minus the untrained model, minus
+``random`` and minus every ``--versus`` row at the same retention, paired over items.
 """
 
 from __future__ import annotations
@@ -367,22 +371,34 @@ def general_table(groups: dict, resamples: int) -> str:
 
 
 def general_versus(groups: dict, resamples: int, ref: str) -> str:
-    """Each general task of every row minus ``ref``'s (full SFT or base), paired over items, in points."""
-    other = groups.get((ref, 1.0))
-    tasks = [(t, label) for t, label in GENERAL if other is not None and other.general(t) is not None]
-    rows = [
-        [
-            g.method,
-            _rho(g),
-            str(len(g.runs)),
-            *(_pct(item_paired(g.general(t), other.general(t), resamples)) for t, _ in tasks),
-        ]
-        for g in _in_order(groups)
-        if tasks and g is not other and any(g.general(t) is not None for t, _ in tasks)
-    ]
-    return (
-        _markdown([f"minus {ref}", "rho", "seeds", *(f"{label} (paired)" for _, label in tasks)], rows) if rows else ""
-    )
+    """Each general task of every row minus ``ref``'s, paired over items, in points, and the General Avg.'s
+    difference (paired per task, as in the retention table). Against full SFT or the untrained model (one
+    row, no retention) every row is compared; against a selection, each row at ``ref``'s retention."""
+    rows = []
+    head_tasks: list[tuple[str, str]] = []
+    for g in _in_order(groups):
+        if g.method == ref or (g.method == "base" and ref not in ("full", "base")):
+            continue
+        other = groups.get((ref, 1.0)) if ref in ("full", "base") else groups.get((ref, g.rho))
+        if other is None:
+            continue
+        tasks = [(t, label) for t, label in GENERAL if other.general(t) is not None]
+        if not tasks or not any(g.general(t) is not None for t, _ in tasks):
+            continue
+        head_tasks = head_tasks or tasks
+        mine, theirs = g.general_all(), other.general_all()
+        avg = _pct(task_mean(mine, resamples, against=theirs)) if mine and theirs else ""
+        rows.append(
+            [
+                g.method,
+                _rho(g),
+                str(len(g.runs)),
+                *(_pct(item_paired(g.general(t), other.general(t), resamples)) for t, _ in head_tasks),
+                avg,
+            ]
+        )
+    head = [f"minus {ref}", "rho", "seeds", *(f"{label} (paired)" for _, label in head_tasks), "General Avg. (paired)"]
+    return _markdown(head, rows) if rows else ""
 
 
 def _cost(g: Group | None, *keys: str) -> float | None:
@@ -547,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
         general_table(groups, args.resamples),
         general_versus(groups, args.resamples, "full"),
         general_versus(groups, args.resamples, "base"),
+        general_versus(groups, args.resamples, "random"),
+        *(general_versus(groups, args.resamples, m) for m in args.versus if m not in ("full", "base", "random")),
         cost_table(groups),
         verdict(groups, args.resamples),
     ):
