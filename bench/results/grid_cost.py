@@ -99,9 +99,10 @@ def matched_steps(full: list[int], selected: list[int], cfg: dict, epochs: int, 
     return max(1, round(epochs * steps_per_epoch(len(full), rows_per_step) * ratio))
 
 
-def training_log(metrics: Path) -> dict[str, int]:
+def training_log(metrics: Path) -> dict[str, float]:
     """Sums over a training log's steps (``metrics.jsonl``): real tokens executed, tokens computed with padding,
-    rows, steps (a resumed run's log holds each step once: the last record of a step wins)."""
+    rows, steps (a resumed run's log holds each step once: the last record of a step wins), and the steps' own
+    seconds (``step_time``: forward, backward and optimizer; not the model's load or the checkpoints)."""
     steps: dict[int, dict] = {}
     if metrics.is_file():
         for line in metrics.read_text(encoding="utf-8").splitlines():
@@ -113,6 +114,7 @@ def training_log(metrics: Path) -> dict[str, int]:
         "executed": sum(r["executed_tokens"] for r in steps.values()),
         "computed": sum(r.get("computed_tokens") or r["executed_tokens"] for r in steps.values()),
         "rows": sum(r.get("rows", 0) for r in steps.values()),
+        "step_seconds": round(sum(r.get("step_time") or 0.0 for r in steps.values()), 1),
     }
 
 

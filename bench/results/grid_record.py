@@ -138,6 +138,8 @@ def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
 
     log = grid_cost.training_log(out / run / "model" / "metrics.jsonl")
     c: dict = {"train_steps": log["steps"], "train_executed": log["executed"], "train_computed": log["computed"]}
+    if log["step_seconds"]:  # the steps' own time: what a row's length changes (load and checkpoints do not)
+        c["train_step_seconds"] = log["step_seconds"]
     config = _load(out / run / "model" / "config.json")
     rows = out / sel / "train.jsonl"
     if config and rows.is_file() and log["executed"]:

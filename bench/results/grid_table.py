@@ -421,7 +421,8 @@ def _shared_seconds(g: Group) -> float:
 def cost_table(groups: dict) -> str:
     """Cost as users pay it (bench/results/grid_cost.py): training tokens executed (padding counted apart),
     training FLOPs by the stated formula, and the GPU-seconds of the row's whole pipeline (the warm-up, scoring
-    and reference passes it needs, select to compact, train), each also as a share of full SFT's."""
+    and reference passes it needs, select to compact, train), each also as a share of full SFT's; and the training
+    steps' own seconds from the training log (not the load or the checkpoints: what a row's length can change)."""
     full = groups.get(("full", 1.0))
     rows = []
     for g in _in_order(groups, [k for k, g in groups.items() if any(r.get("cost") for r in g.runs)]):
@@ -430,10 +431,11 @@ def cost_table(groups: dict) -> str:
             g.method, _rho(g), str(len(g.runs)), fmt_int(_cost(g, "train_steps")), fmt_int(_cost(g, "train_executed")),
             fmt_int(_cost(g, "train_computed")), "" if flops is None else f"{flops:.3g}",
             _ratio(flops, _cost(full, "train_flops")), fmt_int(secs), fmt_int(_shared_seconds(g)),
-            _ratio(secs, _cost(full, "pipeline_total")),
+            _ratio(secs, _cost(full, "pipeline_total")), fmt_int(_cost(g, "train_step_seconds")),
         ])  # fmt: skip
     head = ["method", "rho", "seeds", "train steps", "train tokens executed", "with padding", "train FLOPs",
-            "FLOPs / full SFT", "pipeline GPU-s", "of which shared steps", "GPU-s / full SFT"]  # fmt: skip
+            "FLOPs / full SFT", "pipeline GPU-s", "of which shared steps", "GPU-s / full SFT",
+            "training steps' own s"]  # fmt: skip
     return _markdown(head, rows) if rows else ""
 
 

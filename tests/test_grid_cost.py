@@ -1,0 +1,111 @@
+"""bench/results/grid_cost.py, the cost of a grid row as a user pays it: the FLOPs formula against torch's own
+FLOP counter on tiny Llama and Qwen2 models (forward, and forward plus backward as three forwards), the
+compute-matched step count against its definition on drawn row lengths, the training log's sums (a resumed
+step counted once), and which shared steps a row's pipeline needs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _grid_cost():
+    """bench/results/grid_cost.py as a module (a script beside grid.sh, not part of the package)."""
+    sys.path.insert(0, str(ROOT / "bench/results"))
+    try:
+        import grid_cost
+    finally:
+        sys.path.pop(0)
+    return grid_cost
+
+
+gc = _grid_cost()
+
+_SHAPE = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
+              num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _models():
+    llama = LlamaConfig(**_SHAPE, head_dim=12, tie_word_embeddings=False)  # head_dim apart from hidden/heads
+    qwen = Qwen2Config(**_SHAPE, tie_word_embeddings=True)
+    for cfg, cls in ((llama, LlamaForCausalLM), (qwen, Qwen2ForCausalLM)):
+        cfg._attn_implementation = "eager"  # QK^T and AV as matmuls the counter sees
+        torch.manual_seed(0)
+        yield cfg, cls(cfg).float()
+
+
+@pytest.mark.parametrize("seq", [1, 7, 16])
+def test_formula_against_torchs_flop_counter(seq):
+    """torch counts every matmul of a forward pass: 2 N_mm s for the weights and 4 L d_attn s^2 for QK^T and AV
+    over the whole s x s square, the half the formula leaves out being the causal mask's (2 L d_attn s^2);
+    training (forward and backward) counts three forwards."""
+    for cfg, model in _models():
+        n_mm, layers, q = gc.matmul_params(cfg.to_dict())
+        linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        assert n_mm == linear  # every projection and the head, tied or not, no embedding lookup
+        ids = torch.randint(0, cfg.vocab_size, (1, seq))
+        with FlopCounterMode(display=False) as fwd:
+            model(ids)
+        assert fwd.get_total_flops() == 2 * n_mm * seq + 4 * layers * q * seq * seq
+        formula = gc.train_flops([seq], cfg.to_dict())
+        assert formula == 3 * (2 * n_mm * seq + 2 * layers * q * seq * seq)
+        with FlopCounterMode(display=False) as both:
+            model(ids, labels=ids).loss.backward()
+        assert both.get_total_flops() == 3 * fwd.get_total_flops()
+
+
+_CFG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 96,
+        "vocab_size": 500}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    full=st.lists(st.integers(1, 300), min_size=1, max_size=40),
+    keep=st.lists(st.floats(0.05, 1.0), min_size=40, max_size=40),
+    epochs=st.integers(1, 4),
+    per_step=st.integers(1, 16),
+)
+def test_matched_steps_spend_what_the_selection_spends(full, keep, epochs, per_step):
+    """The control's --max-steps k: the step count whose share of full SFT's schedule is the FLOPs ratio, to the
+    nearest step (brute force over every k: none is closer), and never 0."""
+    selected = [max(1, round(s * f)) for s, f in zip(full, keep)]
+    k = gc.matched_steps(full, selected, _CFG, epochs, per_step)
+    schedule = epochs * gc.steps_per_epoch(len(full), per_step)
+    target = gc.train_flops(selected, _CFG) / gc.train_flops(full, _CFG) * schedule
+    best = min(range(1, schedule + 1), key=lambda j: (abs(j - target), j))
+    assert k >= 1 and abs(k - target) <= abs(best - target) + 1e-9
+    if selected == full:
+        assert k == schedule
+    assert gc.consumed_flops(full, _CFG, sum(full)) == pytest.approx(gc.train_flops(full, _CFG))
+    assert gc.consumed_flops(full, _CFG, sum(full) * epochs) == pytest.approx(gc.train_flops(full, _CFG, epochs))
+
+
+def test_training_log_counts_a_resumed_step_once(tmp_path):
+    """A resumed run writes a step again: the last record wins, in tokens, rows and the steps' own seconds."""
+    recs = [
+        {"step": 1, "executed_tokens": 100, "computed_tokens": 120, "rows": 4, "step_time": 0.5},
+        {"step": 2, "executed_tokens": 90, "computed_tokens": 128, "rows": 4, "step_time": 0.25},
+        {"step": 2, "executed_tokens": 80, "computed_tokens": 96, "rows": 4, "step_time": 0.75},  # resumed
+        {"step": 3, "executed_tokens": 40, "rows": 2},  # an older log: no padding count, no step time
+        {"loss": 1.0},
+    ]
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs) + "\n")
+    assert gc.training_log(log) == {"steps": 3, "executed": 220, "computed": 256, "rows": 10, "step_seconds": 1.2}
+    assert gc.training_log(tmp_path / "absent.jsonl")["steps"] == 0
+
+
+def test_what_each_rows_pipeline_needs():
+    assert gc.needs("full") == gc.needs("random") == gc.needs("full-match-bridge") == ()
+    assert gc.needs("bridge") == gc.needs("importance-loss-resp-trim") == ("warmup", "score")
+    assert gc.needs("rho-loss-trim") == ("warmup", "score", "ref-base")
