@@ -91,17 +91,20 @@ def test_matched_steps_spend_what_the_selection_spends(full, keep, epochs, per_s
 
 
 def test_training_log_counts_a_resumed_step_once(tmp_path):
-    """A resumed run writes a step again: the last record wins, in tokens, rows and the steps' own seconds."""
+    """A resumed run writes a step again: the last record wins, in tokens, rows, the steps' own seconds and the
+    time between steps (each step's elapsed less the step before's and its own time: a checkpoint's)."""
     recs = [
-        {"step": 1, "executed_tokens": 100, "computed_tokens": 120, "rows": 4, "step_time": 0.5},
-        {"step": 2, "executed_tokens": 90, "computed_tokens": 128, "rows": 4, "step_time": 0.25},
-        {"step": 2, "executed_tokens": 80, "computed_tokens": 96, "rows": 4, "step_time": 0.75},  # resumed
+        {"step": 1, "executed_tokens": 100, "computed_tokens": 120, "rows": 4, "step_time": 0.5, "elapsed": 0.5},
+        {"step": 2, "executed_tokens": 90, "computed_tokens": 128, "rows": 4, "step_time": 0.25, "elapsed": 0.8},
+        # resumed after a checkpoint at step 1 (its 9 s between the steps): step 2 again
+        {"step": 2, "executed_tokens": 80, "computed_tokens": 96, "rows": 4, "step_time": 0.75, "elapsed": 10.25},
         {"step": 3, "executed_tokens": 40, "rows": 2},  # an older log: no padding count, no step time
         {"loss": 1.0},
     ]
     log = tmp_path / "metrics.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in recs) + "\n")
-    assert gc.training_log(log) == {"steps": 3, "executed": 220, "computed": 256, "rows": 10, "step_seconds": 1.2}
+    assert gc.training_log(log) == {"steps": 3, "executed": 220, "computed": 256, "rows": 10, "step_seconds": 1.2,
+                                    "between_steps_seconds": 9.0}
     assert gc.training_log(tmp_path / "absent.jsonl")["steps"] == 0
 
 

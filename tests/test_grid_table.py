@@ -354,7 +354,8 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
             run["cost"] = {"train_steps": 10, "train_executed": 1000, "train_computed": 1200, "train_flops": flops,
                            "pipeline_seconds": {"warmup": shared_s, "select": 5, "close": 0, "compact": 5,
                                                 "train": train_s},
-                           "pipeline_total": shared_s + 10 + train_s, "train_step_seconds": train_s - 20.4}
+                           "pipeline_total": shared_s + 10 + train_s, "train_step_seconds": train_s - 20.4,
+                           "train_between_steps_seconds": 10.0}
         runs[f"{method}/{rho:g}/{run['seed'] or '-'}"] = run
     proc = _tables(tmp_path, runs)
     general = proc.stdout.split("| method | rho | seeds | ARC-C % |")[1].split("\n\n")[0]
@@ -365,7 +366,8 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
     per_task = proc.stdout.split("| minus full | rho | seeds | ARC-C (paired) |")[1].split("\n\n")[0]
     assert "| example-importance | 0.5 | 1 | 0.0 [0.0, 0.0] | 0.0 [0.0, 0.0] | 25.0 [" in per_task
     costs = proc.stdout.split("| method | rho | seeds | train steps |")[1].split("\n\n")[0]
-    assert "| example-importance | 0.5 | 1 | 10 | 1,000 | 1,200 | 2e+15 | 0.50 | 410 | 150 | 0.80 | 230 |" in costs
+    # less the time between training steps (10 s each): 400 / 500
+    assert "| example-importance | 0.5 | 1 | 10 | 1,000 | 1,200 | 2e+15 | 0.50 | 410 | 150 | 0.80 | 230 | 10 | 0.80 |" in costs
     verdict = proc.stdout.split("| method | rho | seeds | GSM8K acc minus full SFT |")[1].split("\n\n")[0]
     assert "| example-importance | 0.5 | 1 | -12.5 [" in verdict and " | 0.50 | 0.80 |" in verdict
     base = next(line for line in verdict.splitlines() if line.startswith("| base |"))

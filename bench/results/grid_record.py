@@ -140,6 +140,7 @@ def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
     c: dict = {"train_steps": log["steps"], "train_executed": log["executed"], "train_computed": log["computed"]}
     if log["step_seconds"]:  # the steps' own time: what a row's length changes (load and checkpoints do not)
         c["train_step_seconds"] = log["step_seconds"]
+        c["train_between_steps_seconds"] = log["between_steps_seconds"]  # the grid's checkpoints (SAVE_EVERY)
     config = _load(out / run / "model" / "config.json")
     rows = out / sel / "train.jsonl"
     if config and rows.is_file() and log["executed"]:

@@ -418,13 +418,23 @@ def _shared_seconds(g: Group) -> float:
     )
 
 
+def _user_seconds(g: Group) -> float | None:
+    """The row's pipeline GPU-seconds less the time between its training steps (the grid's checkpoints, which
+    a user's run without --save-every does not pay); None where a seed's log did not record it."""
+    if any("train_between_steps_seconds" not in (r.get("cost") or {}) for r in g.runs):
+        return None
+    return float(np.mean([r["cost"]["pipeline_total"] - r["cost"]["train_between_steps_seconds"] for r in g.runs]))
+
+
 def cost_table(groups: dict) -> str:
     """Cost as users pay it (bench/results/grid_cost.py): training tokens executed (padding counted apart),
     training FLOPs by the stated formula, and the GPU-seconds of the row's whole pipeline (the warm-up, scoring
-    and reference passes it needs, select to compact, train), each also as a share of full SFT's; and the training
-    steps' own seconds from the training log (not the load or the checkpoints: what a row's length can change)."""
+    and reference passes it needs, select to compact, train), each also as a share of full SFT's; from the training
+    log, the steps' own seconds (what a row's length can change) and the seconds between steps (the grid's
+    checkpoints), and the pipeline's seconds less those as a share of full SFT's (where both logs have them)."""
     full = groups.get(("full", 1.0))
     rows = []
+    full_user = _user_seconds(full) if full is not None else None
     for g in _in_order(groups, [k for k, g in groups.items() if any(r.get("cost") for r in g.runs)]):
         flops, secs = _cost(g, "train_flops"), _cost(g, "pipeline_total")
         rows.append([
@@ -432,10 +442,11 @@ def cost_table(groups: dict) -> str:
             fmt_int(_cost(g, "train_computed")), "" if flops is None else f"{flops:.3g}",
             _ratio(flops, _cost(full, "train_flops")), fmt_int(secs), fmt_int(_shared_seconds(g)),
             _ratio(secs, _cost(full, "pipeline_total")), fmt_int(_cost(g, "train_step_seconds")),
+            fmt_int(_cost(g, "train_between_steps_seconds")), _ratio(_user_seconds(g), full_user),
         ])  # fmt: skip
     head = ["method", "rho", "seeds", "train steps", "train tokens executed", "with padding", "train FLOPs",
             "FLOPs / full SFT", "pipeline GPU-s", "of which shared steps", "GPU-s / full SFT",
-            "training steps' own s"]  # fmt: skip
+            "training steps' own s", "between steps s (checkpoints)", "GPU-s less checkpoints / full SFT"]  # fmt: skip
     return _markdown(head, rows) if rows else ""
 
 
