@@ -11,8 +11,8 @@ process behind for ever, a child of PID 1. The supervisor closes that gap from o
   descendant;
 - it holds the read end of a pipe whose write end only the evaluator holds (:func:`control_pipe`):
   when the evaluator ends the run, or dies by any signal, the pipe reads end-of-file and the
-  supervisor stops and kills all its descendants (stopped first, so that none forks meanwhile),
-  reaps them and exits;
+  supervisor stops and kills all its descendants (stopped first, so that none forks meanwhile;
+  one that was forking as it stopped leaves a child the next round finds), reaps them and exits;
 - otherwise it starts the command (bwrap, or the unsafe runner), as the user it is told to
   (dropping root's privileges in the child, before the exec), and exits with its status (128+N
   for signal N) once it has killed whatever the command left.
@@ -26,6 +26,7 @@ import os
 import select
 import signal
 import sys
+import time
 
 
 def parents() -> dict[int, int]:
@@ -56,25 +57,51 @@ def descendants(pid: int) -> list[int]:
 
 
 def kill_descendants() -> None:
-    """Stop this process's descendants until no new one appears, kill them all, and reap."""
-    me, stopped, seen = os.getpid(), [], set()
-    for _ in range(1000):
-        new = [p for p in descendants(me) if p not in seen]
-        if not new:
-            break
-        for p in new:
-            seen.add(p)
-            stopped.append(p)
+    """Stop this process's descendants until no new one appears, kill them all, and reap, in rounds until
+    no child is left. A stop takes effect when the stopped process returns from its system call: one
+    that was forking then (bwrap starting its sandbox) makes its child after the round's last scan, and
+    that child, its parent killed, is reparented to us (a subreaper) and stopped and killed in the next
+    round. Each round scans afresh: a pid reaped meanwhile may be a new process's."""
+    me = os.getpid()
+    while True:
+        stopped: list[int] = []
+        seen: set[int] = set()
+        for _ in range(1000):
+            new = [p for p in descendants(me) if p not in seen]
+            if not new:
+                break
+            for p in new:
+                seen.add(p)
+                stopped.append(p)
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                except OSError:
+                    pass
+        for p in stopped:
             try:
-                os.kill(p, signal.SIGSTOP)
+                os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
-    for p in stopped:
+        if not _reap_children(ROUND_S):
+            return
+
+
+#: how long a round of :func:`kill_descendants` reaps before it looks for descendants again
+ROUND_S = 0.05
+
+
+def _reap_children(seconds: float) -> bool:
+    """Reap ended children for up to ``seconds``; whether a child is still left then."""
+    deadline = time.monotonic() + seconds
+    while True:
         try:
-            os.kill(p, signal.SIGKILL)
-        except OSError:
-            pass
-    reap(block=True)
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.002)
 
 
 def reap(block: bool, watched: int = -1) -> int | None:
