@@ -6,6 +6,7 @@ their command line, and a program that fills the box's tmpfs folders. Standard l
 from __future__ import annotations
 
 import os
+import secrets
 import textwrap
 import time
 import uuid
@@ -95,7 +96,12 @@ def _locals(frames):
     return [v for f in frames for v in list(f.f_locals.values())]
 '''
 
-#: solutions of ``inc`` (whose test asserts ``candidate(1) == 999``) that forge a pass, each in its
+#: what :data:`FORGED_TEST` expects of ``inc(1)``: a number of this test process's own, so that a
+#: forgery that finds another process's test (a parallel test run's, which an unsafe runner's program
+#: can read) does not pass by its number
+EXPECT = 1000 + secrets.randbelow(10**6)
+
+#: solutions of ``inc`` (whose test asserts ``candidate(1) == EXPECT``) that forge a pass, each in its
 #: own way; every one must be reported failed
 FORGERIES = {
     # the runner's frames, from the one calling the solution
@@ -174,9 +180,12 @@ FORGERIES = {
         "        print('ATTACHED')\n"
         "    return x\n"
     ),
-    # the test itself, to answer what it expects: anywhere the program can read
+    # the test itself, to answer what it expects: anywhere the program can read. A pipe is peeked
+    # (tee(2): its data stays for its reader) and only files and pipes are read, so that the other
+    # sandboxes of a parallel test run, whose pipes an unsafe runner's program can open, lose nothing
     "read the test": (
-        "import os, re\n"
+        "import ctypes, os, re, stat\n"
+        "_libc = ctypes.CDLL(None, use_errno=True)\n"
         "def _texts():\n"
         "    for folder in ('/work', '/tmp', '/dev/shm'):\n"
         "        for name in os.listdir(folder):\n"
@@ -189,12 +198,23 @@ FORGERIES = {
         "                yield f'/proc/{pid}/fd/{fd}'\n"
         "        except OSError:\n"
         "            pass\n"
+        "def _read(fd):\n"
+        "    mode = os.fstat(fd).st_mode\n"
+        "    if stat.S_ISFIFO(mode):\n"
+        "        r, w = os.pipe()\n"
+        "        try:\n"
+        "            n = _libc.tee(fd, w, 1 << 16, 2)  # SPLICE_F_NONBLOCK\n"
+        "            return os.read(r, n) if n > 0 else b''\n"
+        "        finally:\n"
+        "            os.close(r)\n"
+        "            os.close(w)\n"
+        "    return os.read(fd, 1 << 20) if stat.S_ISREG(mode) else b''\n"
         "def inc(x):\n"
         "    for path in _texts():\n"
         "        try:\n"
         "            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)\n"
         "            try:\n"
-        "                m = re.search(rb'candidate\\(1\\) == (\\d+)', os.read(fd, 1 << 20))\n"
+        "                m = re.search(rb'candidate\\(1\\) == (\\d+)', _read(fd))\n"
         "            finally:\n"
         "                os.close(fd)\n"
         "        except OSError:\n"
@@ -217,7 +237,7 @@ FORGERIES = {
         "import ctypes, sys\n"
         "def _tracer(frame, event, arg):\n"
         "    if event == 'call' and frame.f_code.co_name == 'check':\n"
-        "        frame.f_locals['candidate'] = lambda *a: 999\n"
+        f"        frame.f_locals['candidate'] = lambda *a: {EXPECT}\n"
         "        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))\n"
         "sys.settrace(_tracer)\n"
         "def inc(x):\n"
@@ -226,7 +246,7 @@ FORGERIES = {
 }
 
 #: the test every forgery is run against: it must fail
-FORGED_TEST = "def check(candidate):\n    assert candidate(1) == 999\n\ncheck(inc)\n"
+FORGED_TEST = f"def check(candidate):\n    assert candidate(1) == {EXPECT}\n\ncheck(inc)\n"
 
 
 # -- killing the evaluator (issue 40) ------------------------------------------------------------------

@@ -18,7 +18,7 @@ from bridgecli.evaluation.code_tasks import extract_code, humaneval_program
 from bridgecli.evaluation import sandbox
 from bridgecli.evaluation.sandbox import Limits, bwrap_problem, isolation
 from bridgecli.evaluation.tasks import EvalOptions
-from sandbox_probes import FORGED_TEST, FORGERIES
+from sandbox_probes import EXPECT, FORGED_TEST, FORGERIES
 
 FAST = Limits(timeout=3, memory_mb=512)
 UNSAFE = bwrap_problem() is not None  # without bwrap these tests use the unsafe runner (tests/test_sandbox.py skips)
@@ -91,7 +91,7 @@ def test_a_solution_cannot_forge_its_pass(unsafe, how):
     assert not forged.passed and forged.status in ("failed", "timeout"), (forged.status, forged.error, forged.stderr)
     if not unsafe:
         assert not {"READ", "OPENED", "ATTACHED"} & set(forged.stdout.split()), forged.stdout  # the checker is out of reach
-    honest = sandbox.Program("def inc(x):\n    return 999\n", FORGED_TEST, "", ("inc",))
+    honest = sandbox.Program(f"def inc(x):\n    return {EXPECT}\n", FORGED_TEST, "", ("inc",))
     assert sandbox.run_program(honest, FAST, unsafe=unsafe).passed
 
 
