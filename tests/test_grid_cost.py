@@ -6,8 +6,6 @@ step counted once), and which shared steps a row's pipeline needs."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,20 +14,9 @@ from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-ROOT = Path(__file__).resolve().parents[1]
+from tiny import results_script
 
-
-def _grid_cost():
-    """bench/results/grid_cost.py as a module (a script beside grid.sh, not part of the package)."""
-    sys.path.insert(0, str(ROOT / "bench/results"))
-    try:
-        import grid_cost
-    finally:
-        sys.path.pop(0)
-    return grid_cost
-
-
-gc = _grid_cost()
+gc = results_script("grid_cost")
 
 _SHAPE = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
               num_key_value_heads=2, max_position_embeddings=64)

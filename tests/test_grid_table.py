@@ -14,17 +14,9 @@ import pytest
 
 from bridgecli.analysis import grid_stats as gt
 
+from tiny import results_script
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _grid_record():
-    """bench/results/grid_record.py as a module (a script beside grid.sh, not part of the package)."""
-    sys.path.insert(0, str(ROOT / "bench/results"))
-    try:
-        import grid_record
-    finally:
-        sys.path.pop(0)
-    return grid_record
 
 
 def _tables(tmp_path: Path, runs: dict) -> subprocess.CompletedProcess:
@@ -284,7 +276,7 @@ def test_seed_matched_rows(tmp_path):
 def test_results_file_is_one_line_per_run_and_round_trips(tmp_path):
     """grid_record.py writes results.json with one compact line per run (the kept grids are carried to a
     lent GPU machine in every call, beside the model pieces); the kept files are in that form."""
-    dumps = _grid_record().dumps
+    dumps = results_script("grid_record").dumps
     results = {
         "format": "bridge-grid/1",
         "runs": {"a/0.5/42": {"heldout": {"gsm8k": {"items": [[1.5, 3], [2.0, 4]]}}}, "base/1/-": {"x": None}},
@@ -330,20 +322,28 @@ def test_task_mean_is_the_mean_of_task_scores_and_pairs_each_task_on_its_own():
     assert gt.task_mean(a, 300, against=[b[0], b[1][:, :5], b[2]]) is None
 
 
+_GENERAL_SIZES = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
+
+
+def _general(scores) -> dict:
+    """Each general task with hand-set items: a share ``s`` of its ``n`` items right, the first ones."""
+    out = {}
+    for (task, n), s in zip(_GENERAL_SIZES.items(), scores):
+        items = [1] * round(s * n) + [0] * (n - round(s * n))
+        out[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+    return out
+
+
 @pytest.mark.integration  # runs the script as a process
 def test_general_capability_cost_and_verdict_tables(tmp_path):
     """The retention columns (each task, General Avg. as the mean of the task scores, minus full SFT and minus
     base, paired), each task minus full SFT, the cost table against full SFT's FLOPs and pipeline seconds, and
     the verdict table, on three rows whose scores are set by hand."""
-    sizes = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
     share = {"base": (0.5, 0.5, 0.5, 0.5), "full": (0.6, 0.5, 0.25, 0.25), "example-importance": (0.6, 0.5, 0.5, 0.5)}
     cost = {"base": None, "full": (4e15, 400, 100), "example-importance": (2e15, 250, 150)}
     runs = {}
     for method, scores in share.items():
-        general = {}
-        for (task, n), s in zip(sizes.items(), scores):
-            items = [1] * round(s * n) + [0] * (n - round(s * n))
-            general[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+        general = _general(scores)
         correct = [1] * (30 if method == "full" else 20) + [0] * (50 if method == "full" else 60)
         rho = 0.5 if method == "example-importance" else 1.0
         run = {"method": method, "rho": rho, "seed": None if method == "base" else 42, "general": general,
@@ -378,15 +378,11 @@ def test_general_capability_cost_and_verdict_tables(tmp_path):
 def test_general_tasks_against_a_named_reference_row_at_its_retention(tmp_path):
     """``--versus METHOD`` also gives each general task and the General Avg. minus METHOD's, paired, for the rows
     at METHOD's retention (random's table is always there); full SFT, at another retention, is left out."""
-    sizes = {"arc_challenge": 10, "hellaswag": 20, "mmlu": 40, "humaneval": 8}
     share = {"full": (1.0, 0.5, 0.5, 0.5), "random-resp": (0.5, 0.5, 0.5, 0.25),
              "bridge-resp": (0.5, 0.5, 0.75, 0.75), "random": (0.2, 0.5, 0.5, 0.5)}
     runs = {}
     for method, scores in share.items():
-        general = {}
-        for (task, n), s in zip(sizes.items(), scores):
-            items = [1] * round(s * n) + [0] * (n - round(s * n))
-            general[task] = {"metric": "acc", "score": s, "n": n, "accuracy": s, "items": items}
+        general = _general(scores)
         rho = 1.0 if method == "full" else 0.5
         runs[f"{method}/{rho:g}/42"] = {"method": method, "rho": rho, "seed": 42, "general": general,
                                         "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
@@ -419,7 +415,7 @@ def test_a_row_lost_before_its_losses_were_renamed_is_recorded_from_the_evals_fo
     """grid.sh's losses() renames the eval's files (losses-NAME/eval-heldout-loss.json -> heldout-NAME.json) after
     the eval ends; a lost machine's last state archive can fall between the two (bridge-resp's GSM8K losses,
     2026-11-29). grid_record.py reads the eval's file then, the renamed one where it is there."""
-    entry = _grid_record().entry
+    entry = results_script("grid_record").entry
     run = tmp_path / "runs/m/rho0.5/seed42"
 
     def heldout(loss: float) -> dict:

@@ -1,7 +1,7 @@
 """Shared test helpers: tiny random models built from configs (fast, deterministic), three
 GSM8K-shaped records and their tokenized examples, the first lines of the sample data in a folder, the
-zstd frames of a stream, a callable that stops with Ctrl-C on its Nth call, and ``bridge`` run in this
-process."""
+zstd frames of a stream, a callable that stops with Ctrl-C on its Nth call, ``bridge`` run in this
+process, and a bench/results script as a module."""
 
 from __future__ import annotations
 
@@ -30,6 +30,18 @@ def record_examples(tokenizer, chat_template: bool = True) -> list:
         tok = tokenize_pair(tokenizer, pair, chat_template=chat_template)
         out.append(Example(id=str(i), index=i, text=tok.text, tokens=tok.tokens))
     return out
+
+
+def results_script(name: str):
+    """bench/results/NAME.py as a module (a script beside grid.sh, not part of the package)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "results"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
 
 
 def sample_module():

@@ -24,13 +24,13 @@ is a comment in Python). Pure reading of files: no model, seconds.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import diag_common  # noqa: E402
 import provenance  # noqa: E402
 
 KINDS = ("#### reply", "prose", "broken code", "wrong", "error")
@@ -71,12 +71,7 @@ def row(items: list[dict]) -> dict:
 
 
 def read_items(path: Path) -> list[dict]:
-    raw = path.read_bytes()
-    if path.suffix == ".zst":
-        import zstandard
-
-        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    items = json.loads(raw).get("items") or []
+    items = diag_common.eval_items(path)
     if not items or "completion" not in items[0]:
         raise SystemExit(f"code_failures.py: error: {path}: no completions in 'items' (a humaneval eval result?)")
     return items

@@ -1,6 +1,6 @@
 """Shared by the issue-28 diagnostics (aj_check.py, supervision_compare.py): provenance of a result
 (commit, device, model, command, date), small statistics, and atomic writes of the JSON result and
-its markdown summary. Not part of the package: bench scripts import it from this folder."""
+its markdown summary; and the items of an eval result (generation_failures.py, code_failures.py). Not part of the package: bench scripts import it from this folder."""
 
 from __future__ import annotations
 
@@ -17,6 +17,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from provenance import commit  # noqa: E402  (re-exported: the scripts call dc.commit())
+
+
+def eval_items(path: Path) -> list[dict]:
+    """The ``items`` of a ``bridge eval`` result file, plain or zstd-compressed (``.zst``); [] when it has none."""
+    raw = path.read_bytes()
+    if path.suffix == ".zst":
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+    return json.loads(raw).get("items") or []
 
 
 def device_info(device: str) -> dict:

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import diag_common  # noqa: E402
 import provenance  # noqa: E402
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -90,12 +91,7 @@ def row(items: list[dict]) -> dict:
 
 
 def read_items(path: Path) -> list[dict]:
-    raw = path.read_bytes()
-    if path.suffix == ".zst":
-        import zstandard
-
-        raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    items = json.loads(raw)["items"]
+    items = diag_common.eval_items(path)
     if not items or "prediction" not in items[0]:
         raise SystemExit(f"generation_failures.py: error: {path}: no predictions in 'items' (a gsm8k eval result?)")
     return items
