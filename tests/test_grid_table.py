@@ -436,3 +436,51 @@ def test_a_row_lost_before_its_losses_were_renamed_is_recorded_from_the_evals_fo
     assert e["heldout"]["gsm8k"]["loss"] == 0.5 and e["heldout"]["gsm8k"]["items"] == [[1.5, 3], [2.0, 4]]
     assert e["heldout"]["math500"]["loss"] == 1.5
     assert e["answer_loss"]["gsm8k"]["items"] == [None, 0.25] and e["answer_loss"]["math500"] is None
+
+
+@pytest.mark.integration  # runs the script as a process
+def test_rows_that_shared_a_gpu_keep_their_flops_but_enter_no_gpu_second_ratio(tmp_path):
+    """Two rows trained side by side on one GPU (grid.sh PROCS_PER_GPU=2, cost.gpu_processes 2): the cost table
+    shows their seconds as a shared GPU's wall time, and neither it nor the verdict puts them against full SFT's
+    GPU-seconds; their FLOPs ratio stays. A row that ran alone is unchanged."""
+    share = {"full": (0.5, 0.5, 0.5, 0.5), "example-importance": (0.5, 0.5, 0.5, 0.25),
+             "full-match-example-importance": (0.5, 0.5, 0.25, 0.5)}
+    runs = {}
+    for method, scores in share.items():
+        rho = 1.0 if method == "full" else 0.5
+        flops = 4e15 if method == "full" else 2e15
+        cost = {"train_steps": 10, "train_executed": 1000, "train_computed": 1200, "train_flops": flops,
+                "pipeline_seconds": {"warmup": 100, "train": 300}, "pipeline_total": 400,
+                "train_step_seconds": 250.0, "train_between_steps_seconds": 20.0}
+        if method != "full":
+            cost["gpu_processes"] = 2
+        runs[f"{method}/{rho:g}/42"] = {"method": method, "rho": rho, "seed": 42, "general": _general(scores),
+                                        "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3},
+                                        "cost": cost}
+    proc = _tables(tmp_path, runs)
+    costs = proc.stdout.split("| method | rho | seeds | train steps |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in costs.splitlines()[2:]}
+    assert "| full | - | 1 | 10 | 1,000 | 1,200 | 4e+15 | 1.00 | 400 | 100 | 1.00 | 250 | 20 | 1.00 |" in lines["full"]
+    for method in ("example-importance", "full-match-example-importance"):
+        assert f"| {method} | 0.5 | 1 | 10 | 1,000 | 1,200 | 2e+15 | 0.50 | 400 (wall, 2 rows on one GPU) | 100 |  | 250 | 20 |  |" in lines[method]
+    verdict = proc.stdout.split("| method | rho | seeds | GSM8K acc minus full SFT |")[1].split("\n\n")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in verdict.splitlines()[2:]}
+    assert rows["example-importance"].endswith("| 0.50 | shared GPU |")
+
+
+def test_a_row_records_how_many_rows_shared_its_gpu(tmp_path, monkeypatch):
+    """grid.sh gives each worker GRID_GPU_PROCS (its GPU's PROCS_PER_GPU); grid_record.py keeps a value above 1
+    in the row's cost, and nothing for a row that ran alone."""
+    cost = results_script("grid_record").cost
+    model = tmp_path / "runs/m/rho0.5/seed42/model"
+    model.mkdir(parents=True)
+    steps = [{"step": s, "executed_tokens": 10, "computed_tokens": 12, "rows": 2, "step_time": 1.0, "elapsed": 1.5 * s}
+             for s in (1, 2)]
+    (model / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    monkeypatch.delenv("GRID_GPU_PROCS", raising=False)
+    alone = cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
+    assert "gpu_processes" not in alone and alone["train_steps"] == 2 and alone["train_executed"] == 20
+    monkeypatch.setenv("GRID_GPU_PROCS", "1")
+    assert "gpu_processes" not in cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
+    monkeypatch.setenv("GRID_GPU_PROCS", "2")
+    assert cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")["gpu_processes"] == 2

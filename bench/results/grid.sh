@@ -104,7 +104,9 @@
 #   PROCS_PER_GPU [1]  runs side by side on each GPU (the 135M model leaves an H100 mostly idle:
 #              3 processes finish about twice the runs per hour of one); logs OUT_DIR/gpuG-P.log
 #   The workers take the jobs in list order, each the next one no worker has claimed (OUT_DIR/claims), so the
-#   list is a priority order and a worker that finishes early takes more.
+#   list is a priority order and a worker that finishes early takes more. A row trained and evaluated beside
+#   others on its GPU records how many shared it (cost.gpu_processes): its seconds are a shared GPU's wall
+#   time, so grid_table.py leaves it out of the GPU-second ratios (its FLOPs and steps count as usual)
 #
 # A run whose METHOD/RHO/SEED key is already in OUT_DIR/results.json is skipped, so a results.json
 # copied into a fresh OUT_DIR (a new machine) continues the table: only the shared steps rerun.
@@ -542,7 +544,9 @@ if [ "$workers" -gt 1 ]; then
   for ((w = 0; w < workers; w++)); do
     g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
     [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
-    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$GRID_JOBS" GRID_CLAIM=1 GPUS=1 PROCS_PER_GPU=1 \
+    # GRID_GPU_PROCS: how many workers share this worker's GPU (grid_record.py keeps it in each row's cost: the
+    # seconds of a row that shared its GPU are not GPU-seconds of its own)
+    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$GRID_JOBS" GRID_CLAIM=1 GPUS=1 PROCS_PER_GPU=1 GRID_GPU_PROCS=$PROCS_PER_GPU \
       "$0" "$data_dir" "$out" > "$log" 2>&1 &
     pids+=($!)
   done

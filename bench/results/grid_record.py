@@ -153,6 +153,9 @@ def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
     gpu["train"] = _secs(out, f"{run}/train")
     c["pipeline_seconds"] = gpu
     c["pipeline_total"] = sum(gpu.values())
+    procs = int(os.environ.get("GRID_GPU_PROCS") or 1)
+    if procs > 1:  # its own steps ran beside other rows on one GPU: wall seconds, not GPU-seconds of its own
+        c["gpu_processes"] = procs
     return c
 
 

@@ -405,6 +405,17 @@ def _cost(g: Group | None, *keys: str) -> float | None:
     return g.mean_of("cost", *keys) if g is not None else None
 
 
+def _shared_gpu(g: Group | None) -> int:
+    """How many rows shared the GPU of any seed of ``g`` (grid.sh PROCS_PER_GPU; 1: each ran alone). Such a
+    row's seconds are a shared GPU's wall time, not GPU-seconds of its own: they enter no GPU-second ratio."""
+    return max((int((r.get("cost") or {}).get("gpu_processes", 1)) for r in g.runs), default=1) if g else 1
+
+
+def _gpu_seconds(g: Group | None, key: str) -> float | None:
+    """``cost.KEY`` (seconds) where they are GPU-seconds of the row's own: None for a row that shared its GPU."""
+    return None if _shared_gpu(g) > 1 else _cost(g, key)
+
+
 def _shared_seconds(g: Group) -> float:
     """The mean over seeds of the shared steps' seconds in the row's pipeline (everything but its own steps)."""
     own = ("select", "close", "compact", "train")
@@ -421,7 +432,7 @@ def _shared_seconds(g: Group) -> float:
 def _user_seconds(g: Group) -> float | None:
     """The row's pipeline GPU-seconds less the time between its training steps (the grid's checkpoints, which
     a user's run without --save-every does not pay); None where a seed's log did not record it."""
-    if any("train_between_steps_seconds" not in (r.get("cost") or {}) for r in g.runs):
+    if _shared_gpu(g) > 1 or any("train_between_steps_seconds" not in (r.get("cost") or {}) for r in g.runs):
         return None
     return float(np.mean([r["cost"]["pipeline_total"] - r["cost"]["train_between_steps_seconds"] for r in g.runs]))
 
@@ -431,17 +442,21 @@ def cost_table(groups: dict) -> str:
     training FLOPs by the stated formula, and the GPU-seconds of the row's whole pipeline (the warm-up, scoring
     and reference passes it needs, select to compact, train), each also as a share of full SFT's; from the training
     log, the steps' own seconds (what a row's length can change) and the seconds between steps (the grid's
-    checkpoints), and the pipeline's seconds less those as a share of full SFT's (where both logs have them)."""
+    checkpoints), and the pipeline's seconds less those as a share of full SFT's (where both logs have them). A row
+    that shared its GPU with other rows (grid.sh PROCS_PER_GPU) shows its wall seconds, marked, and no GPU-second
+    ratio."""
     full = groups.get(("full", 1.0))
     rows = []
     full_user = _user_seconds(full) if full is not None else None
+    full_secs = _gpu_seconds(full, "pipeline_total")
     for g in _in_order(groups, [k for k, g in groups.items() if any(r.get("cost") for r in g.runs)]):
-        flops, secs = _cost(g, "train_flops"), _cost(g, "pipeline_total")
+        flops, secs, shared = _cost(g, "train_flops"), _cost(g, "pipeline_total"), _shared_gpu(g)
+        wall = f"{fmt_int(secs)} (wall, {shared} rows on one GPU)" if shared > 1 and secs is not None else fmt_int(secs)
         rows.append([
             g.method, _rho(g), str(len(g.runs)), fmt_int(_cost(g, "train_steps")), fmt_int(_cost(g, "train_executed")),
             fmt_int(_cost(g, "train_computed")), "" if flops is None else f"{flops:.3g}",
-            _ratio(flops, _cost(full, "train_flops")), fmt_int(secs), fmt_int(_shared_seconds(g)),
-            _ratio(secs, _cost(full, "pipeline_total")), fmt_int(_cost(g, "train_step_seconds")),
+            _ratio(flops, _cost(full, "train_flops")), wall, fmt_int(_shared_seconds(g)),
+            _ratio(_gpu_seconds(g, "pipeline_total"), full_secs), fmt_int(_cost(g, "train_step_seconds")),
             fmt_int(_cost(g, "train_between_steps_seconds")), _ratio(_user_seconds(g), full_user),
         ])  # fmt: skip
     head = ["method", "rho", "seeds", "train steps", "train tokens executed", "with padding", "train FLOPs",
@@ -467,7 +482,8 @@ def verdict(groups: dict, resamples: int) -> str:
         rows.append([
             g.method, _rho(g), str(len(g.runs)), _pct(target), _pct(general),
             _ratio(_cost(g, "train_flops"), _cost(full, "train_flops")) or untrained,
-            _ratio(_cost(g, "pipeline_total"), _cost(full, "pipeline_total")) or untrained,
+            _ratio(_gpu_seconds(g, "pipeline_total"), _gpu_seconds(full, "pipeline_total"))
+            or ("shared GPU" if _shared_gpu(g) > 1 else untrained),
         ])  # fmt: skip
     head = ["method", "rho", "seeds", "GSM8K acc minus full SFT", "General Avg. minus full SFT",
             "training FLOPs / full", "pipeline GPU-s / full"]  # fmt: skip
