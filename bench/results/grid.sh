@@ -392,23 +392,26 @@ losses() {
   fi
 }
 
-eval_gsm8k() {  # eval_gsm8k MODEL DIR: GSM8K test's losses (and accuracy)
+# eval_gsm8k and eval_math: the accuracy first, then the losses (the same commands in either order, so the same
+# results): a machine lost inside a row's evaluation lanes leaves the target's accuracy in the state archive
+# sooner (since 2026-11-29: two rows recorded partial that session had their losses and no accuracy)
+eval_gsm8k() {  # eval_gsm8k MODEL DIR: GSM8K test's accuracy (when ACC_LIMIT > 0) and losses
   local model=$1 d=$2
-  step "$d/eval-gsm8k" losses gsm8k "$gsm_test" "$GSM8K_LIMIT" "$model" "$d"
   if [ "$ACC_LIMIT" -gt 0 ]; then
     step "$d/eval-acc" bridge eval "$model" --task gsm8k --data "$gsm_test" --limit "$ACC_LIMIT" \
       --max-new-tokens "$GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume -o "$out/$d/acc-gsm8k.json"
   fi
+  step "$d/eval-gsm8k" losses gsm8k "$gsm_test" "$GSM8K_LIMIT" "$model" "$d"
 }
 
-eval_math() {  # eval_math MODEL DIR: MATH-500's losses (and accuracy)
+eval_math() {  # eval_math MODEL DIR: MATH-500's accuracy (when MATH_ACC_LIMIT > 0) and losses
   local model=$1 d=$2
-  step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
   if [ "$MATH_ACC_LIMIT" -gt 0 ]; then
     step "$d/eval-acc-math" bridge eval "$model" --task math --data "$math_test" --limit "$MATH_ACC_LIMIT" \
       --max-new-tokens "$MATH_GEN_TOKENS" --batch-size "$GEN_BATCH" --dtype "$GEN_DTYPE" --resume \
       -o "$out/$d/acc-math500.json"
   fi
+  step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
 }
 
 eval_general() {  # eval_general MODEL DIR: the log-likelihood tasks of GENERAL, one model load, into DIR/general/
