@@ -162,7 +162,7 @@ def test_weighted_loss_is_the_weighted_sum_of_token_losses(tiny_model_dir, packi
         w = torch.tensor(r.weights[1:] if r.weights is not None else [1.0] * (len(r.input_ids) - 1))
         mask = torch.tensor([y != IGNORE for y in r.labels[1:]])
         want = want + (ce * w * mask).sum()
-    assert float(got) == pytest.approx(float(want), rel=1e-4)
+    assert got.item() == pytest.approx(want.item(), rel=1e-4)
 
 
 def test_train_reads_loss_weights_and_refuses_bad_ones(tmp_path, tokenizer):
