@@ -14,7 +14,8 @@
 #   device_grid.sh start [PRESET]   start grid.sh in its own process session, with no deadline: it runs on between
 #                                   device calls for as long as the machine is held (a lent machine keeps such a
 #                                   process), so no step is cut at a call's end; GRID_OUT and CUDA_VISIBLE_DEVICES
-#                                   let two grids (two presets) share one machine's GPUs
+#                                   let two grids (two presets) share one machine's GPUs; nvidia-smi logs the GPUs'
+#                                   memory and utilization every 5 s into the grid's gpu-smi.csv
 #   device_grid.sh wait SECONDS     wait until every started grid has ended or SECONDS have passed, then copy each
 #                                   one's results.json and state (table, log tails, every small result file) to
 #                                   $OUT/NAME/ (NAME: its folder's name); every call after a start is one wait
@@ -57,7 +58,7 @@ collect() {
   (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
        -not -path '*/checkpoints/*' \( -not -path '*/losses-*' -o -name 'eval-*-loss.json' \) -not -name 'tokenizer*' -not -name 'eval-hellaswag.json' \
        -not -name 'eval-mmlu.json' -size -20M 2>/dev/null
-     ls table.md workers.log done.txt grid.rc 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
+     ls table.md workers.log done.txt grid.rc gpu-smi.csv 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
 }
 case "$phase" in
   setup)
@@ -125,6 +126,12 @@ if [ "$phase" = start ]; then  # the grid in its own session, its exit status in
     'bash bench/results/grid.sh /tmp/data "$1"; echo $? > "$1/grid.rc"' grid "$grid_out" > "$grid_out/grid.log" 2>&1 < /dev/null &
   echo $! > "$grid_out/grid.pid"
   echo "device_grid.sh: started the grid in $grid_out (pid $!, GPUs ${CUDA_VISIBLE_DEVICES:-all}); log $grid_out/grid.log"
+  # the GPUs' memory and utilization every 5 s while the machine is held (gpu-smi.csv, in the state archive):
+  # what rows side by side on a GPU leave free
+  if command -v nvidia-smi > /dev/null; then
+    setsid nvidia-smi --query-gpu=timestamp,index,memory.used,memory.total,utilization.gpu --format=csv,noheader \
+      -l 5 >> "$grid_out/gpu-smi.csv" 2> /dev/null < /dev/null &
+  fi
   exit 0
 fi
 BRIDGE="python3 -m bridgecli" PYTHON=python3 DEADLINE_S=${DEADLINE_S:-540} \
