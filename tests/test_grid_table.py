@@ -484,3 +484,25 @@ def test_a_row_records_how_many_rows_shared_its_gpu(tmp_path, monkeypatch):
     assert "gpu_processes" not in cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
     monkeypatch.setenv("GRID_GPU_PROCS", "2")
     assert cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")["gpu_processes"] == 2
+
+
+def test_a_rows_flops_come_from_bridge_trains_record_where_it_has_one(tmp_path):
+    """grid_record.py takes a row's training FLOPs from its bridge_train.json (summed over the rows each step
+    ran) where it is there, else from the compacted rows and the executed tokens (a run from before `bridge
+    train` recorded them), and names which."""
+    cost = results_script("grid_record").cost
+    model = tmp_path / "runs/m/rho0.5/seed42/model"
+    model.mkdir(parents=True)
+    config = {"hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16,
+              "vocab_size": 10}
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "metrics.jsonl").write_text(json.dumps({"step": 1, "executed_tokens": 5, "rows": 2}) + "\n")
+    (tmp_path / "sel/m").mkdir(parents=True)
+    (tmp_path / "sel/m/train.jsonl").write_text("".join(json.dumps({"input_ids": [1] * n}) + "\n" for n in (2, 3)))
+    n_mm = 1 * (8 * 8 * 4 + 3 * 8 * 16) + 8 * 10
+    from_rows = cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
+    assert from_rows["train_flops"] == pytest.approx(3 * sum(2 * n_mm * s + 2 * 8 * s * s for s in (2, 3)))
+    assert "train_flops_from" not in from_rows and from_rows["matmul_params"] == n_mm
+    (model / "bridge_train.json").write_text(json.dumps({"base_model": "x", "train_flops": 1234.0}))
+    recorded = cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
+    assert recorded["train_flops"] == 1234.0 and "bridge_train.json" in recorded["train_flops_from"]

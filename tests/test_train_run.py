@@ -142,6 +142,7 @@ def test_lora_saves_adapter_and_a_merged_model_eval_can_load(tmp_path, data, sma
         lr=1e-2, max_steps=3, batch_size=4, grad_accum=1,
         lora=lora_settings("q_proj,v_proj", r=4, alpha=8, dropout=0.0))))
     assert summary["adapter"] == "adapter" and summary["lora"]["targets"] == ["q_proj", "v_proj"]
+    assert summary["train_flops"] is None and summary["flops_formula"] is None  # the formula's factor 3 needs every weight
     assert (out / "adapter" / "adapter_config.json").exists() and (out / "config.json").exists()
     merged = load_model(str(out))
     assert not any("lora" in n for n, _ in merged.named_parameters())
@@ -171,7 +172,9 @@ def test_cli_flags_reach_the_run(tmp_path, data, small_dir):
     assert summary["packing"] is False and summary["sft"]["max_tokens_per_batch"] == 40
     rec = json.loads((tmp_path / "o" / "metrics.jsonl").read_text().splitlines()[0])
     assert rec["rows"] == 8 and rec["micro_batches"] > 1 and rec["computed_tokens"] > rec["executed_tokens"]
-    assert {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed"} <= rec.keys()
+    assert {"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "elapsed", "flops"} <= rec.keys()
+    # the run's training FLOPs (bridgecli.training.flops): its one step's, with the formula beside them
+    assert summary["train_flops"] == pytest.approx(rec["flops"]) and "N_mm" in summary["flops_formula"]
     for bad, flag in ((["--save-every", 0], "--save-every"), (["--resume", "--overwrite"], "--resume")):
         res = runner.invoke(app, train_args(data, tmp_path / "x", small_dir, *bad))
         assert res.exit_code == 2 and flag in res.output

@@ -1,7 +1,9 @@
 """What a grid row costs as a user pays it: training FLOPs from a stated formula over executed tokens, the
 GPU-seconds of the whole pipeline the row needs, and the step count of a compute-matched full-SFT control.
 
-The formula (stated in docs/results.md, "Cost as users pay it"): a forward pass over a row of ``s`` tokens costs
+The formula (stated in docs/results.md, "Cost as users pay it"; computed by bridgecli.training.flops, which
+`bridge train` also records in each step's metrics and its bridge_train.json): a forward pass over a row of
+``s`` tokens costs
 
     F(s) = 2 * N_mm * s + 2 * L * d_attn * s**2
 
@@ -24,6 +26,8 @@ import json
 import math
 import sys
 from pathlib import Path
+
+from bridgecli.training.flops import Shape, rows_flops, shape_of
 
 # The shared steps (grid.sh's done marks) that each row's pipeline needs, as a user would run it: a random draw
 # and full SFT need no warm-up or scoring; every row that reads a_j, the warm-up model's loss or a reference pass
@@ -57,16 +61,12 @@ def needs(method: str) -> tuple[str, ...]:
 
 def matmul_params(cfg: dict) -> tuple[int, int, int]:
     """``(N_mm, L, d_attn)`` of a decoder-only transformer's HF config (Llama, Qwen2, Gemma, SmolLM shapes):
-    per block q, k, v, o and a gated MLP (gate, up, down), and the output head (tied or not, it is a product)."""
-    d = cfg["hidden_size"]
-    layers = cfg["num_hidden_layers"]
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or d // heads
-    kv = cfg.get("num_key_value_heads") or heads
-    q = heads * head_dim
-    attn = d * q + 2 * d * kv * head_dim + q * d
-    mlp = 3 * d * cfg["intermediate_size"]
-    return layers * (attn + mlp) + d * cfg["vocab_size"], layers, q
+    per block q, k, v, o and a gated MLP (gate, up, down), and the output head (tied or not, it is a product);
+    bridgecli.training.flops.shape_of, the one place the formula lives (`bridge train` records it too)."""
+    shape = shape_of(cfg)
+    if shape is None:
+        raise ValueError("the FLOPs formula describes dense decoder configs only (hidden_size, num_hidden_layers, ...)")
+    return shape.n_mm, shape.layers, shape.d_attn
 
 
 def row_lengths(rows: Path) -> list[int]:
@@ -77,8 +77,7 @@ def row_lengths(rows: Path) -> list[int]:
 
 def train_flops(lengths: list[int], cfg: dict, epochs: float = 1.0) -> float:
     """``3 * sum F(s)`` over ``epochs`` passes of rows of these lengths."""
-    n_mm, layers, q = matmul_params(cfg)
-    return 3.0 * epochs * sum(2.0 * n_mm * s + 2.0 * layers * q * s * s for s in lengths)
+    return epochs * rows_flops(lengths, Shape(*matmul_params(cfg)))
 
 
 def consumed_flops(lengths: list[int], cfg: dict, executed: int) -> float:

@@ -143,9 +143,14 @@ def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
         c["train_between_steps_seconds"] = log["between_steps_seconds"]  # the grid's checkpoints (SAVE_EVERY)
     config = _load(out / run / "model" / "config.json")
     rows = out / sel / "train.jsonl"
-    if config and rows.is_file() and log["executed"]:
+    recorded = (_load(out / run / "model" / "bridge_train.json") or {}).get("train_flops")
+    if recorded:  # bridge train's own figure: the same formula summed over the rows each step ran
+        c["train_flops"] = float(recorded)
+        c["train_flops_from"] = "bridge train's bridge_train.json (train_flops)"
+    elif config and rows.is_file() and log["executed"]:
         lengths = grid_cost.row_lengths(rows)
         c["train_flops"] = grid_cost.consumed_flops(lengths, config, log["executed"])
+    if config and "train_flops" in c:
         c["matmul_params"] = grid_cost.matmul_params(config)[0]
     gpu = {name: _secs(out, name) for name in grid_cost.needs(method)}
     for name in ("select", "close", "compact"):

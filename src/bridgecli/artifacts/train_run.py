@@ -75,6 +75,10 @@ class TrainSummary(RunRecord, kw_only=True):
     resumed_from_step: int | None = None
     plan_digest: str | None = None
     train_seconds: float | None = None
+    #: training FLOPs of the steps run, by the stated formula (bridgecli.training.flops; None where it does not
+    #: apply: LoRA, a mixture of experts, a model without a config), and the formula
+    train_flops: float | None = None
+    flops_formula: str | None = None
     lora: dict[str, Any] | None = None
     #: the adapter's folder inside OUT (--lora), else None
     adapter: str | None = None

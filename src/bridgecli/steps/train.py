@@ -37,6 +37,7 @@ from ..modeling.loading import fingerprint, load_model, load_tokenizer, resolve,
 from ..io import check_input, check_output, replace_dir
 from ..progress import note
 from ..training import lora as lora_mod
+from ..training.flops import FORMULA
 from ..runtime.allocator import fix_mmap_threshold
 from ..training.config import config_dict, on_device
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
@@ -463,11 +464,19 @@ def _with_lora(model, lora, main: bool):
     return model
 
 
+def _train_flops(history: list[dict]) -> float | None:
+    """The run's training FLOPs: the sum of its steps' (None unless every step recorded them)."""
+    if not history or any("flops" not in h for h in history):
+        return None
+    return float(sum(h["flops"] for h in history))
+
+
 def _summary(opts: TrainOptions, ref, rows: list[Row], result: FitResult, processes: int) -> TrainSummary:
     """What the run folder's summary says of this run (on ``processes`` processes)."""
     cfg = opts.sft
     history = result.history
     used = [r for r in rows if r.supervised > 0]
+    flops = _train_flops(history)
     return TrainSummary(
         producer=PRODUCER,
         created=now(),
@@ -486,6 +495,8 @@ def _summary(opts: TrainOptions, ref, rows: list[Row], result: FitResult, proces
         resumed_from_step=result.resumed_from,
         plan_digest=result.plan_digest,
         train_seconds=history[-1]["elapsed"] if history else 0.0,
+        train_flops=flops,
+        flops_formula=FORMULA if flops is not None else None,
         lora=config_dict(cfg)["lora"],
         adapter=ADAPTER if cfg.lora is not None else None,
     )

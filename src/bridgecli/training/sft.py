@@ -40,6 +40,7 @@ from . import checkpoint
 from .batching import collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
 from .guard import check_finite
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
+from .flops import rows_flops, shape_of
 from .loss import accumulate, dummy_loss, token_loss_sum
 from .packing import check_packing, one_line
 from .rows import Row
@@ -225,6 +226,7 @@ def fit(
     t0 = time.perf_counter()
     elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
     setup = _StepSetup(cfg, pad_id, device, packing, pack_length, world, rank)
+    shape = None if cfg.lora is not None else shape_of(_config_dict(model))  # training FLOPs (flops.py)
     try:
         with view, training_backends():  # cuDNN's attention backward can give NaN (modeling/sdpa_backends.py)
             for s in range(start, len(steps)):
@@ -232,6 +234,8 @@ def fit(
                 check_finite(rec, history, cfg)
                 rec["elapsed"] = round(elapsed0 + time.perf_counter() - t0, 4)
                 rec["epoch"] = round(rows_done[s + 1] / len(rows), 4)  # rows seen so far (the last step may be short)
+                if shape is not None:  # the step's rows by the stated formula (training/flops.py)
+                    rec["flops"] = rows_flops((len(rows[i].input_ids) for i in steps[s]), shape)
                 history.append(rec)
                 if metrics is not None:
                     metrics.write(json.dumps(rec) + "\n")
@@ -260,6 +264,13 @@ def fit(
         steps_total=len(steps),
         prepared=prepared,
     )
+
+
+def _config_dict(model) -> dict | None:
+    """The model's Hugging Face config as a dict, or None (a model without one)."""
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    return to_dict() if callable(to_dict) else None
 
 
 def _prepare(model, cfg: SFTConfig, acc: Accelerator, device) -> tuple[Any, Any]:
