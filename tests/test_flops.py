@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from bridgecli.steps.train import _train_flops
-from bridgecli.training.flops import FORMULA, Shape, row_flops, rows_flops, shape_of
+from bridgecli.training.flops import FORMULA, Shape, row_flops, rows_flops, shape_of, steps_for_flops
 from bridgecli.training.rows import IGNORE, Row
 from bridgecli.training.sft import SFTConfig, fit, training_plan
 from tiny import tiny_llama_config, tiny_model
@@ -116,3 +116,56 @@ def test_lora_runs_record_no_flops():
     model = lora_mod.wrap(tiny_model(tiny_llama_config(97, layers=2)), cfg.lora)
     res = fit(model, rows, cfg, pad_id=0, live=False)
     assert res.history and all("flops" not in h for h in res.history)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(st.lists(st.integers(1, 60), min_size=1, max_size=5), min_size=1, max_size=12),
+    share=st.floats(0.0, 1.3),
+)
+def test_steps_for_flops_is_the_nearest_step_count(steps, share):
+    """Brute force over every step count: none comes nearer the target, a tie goes to fewer steps, and the
+    FLOPs returned are that count's."""
+    shape = Shape(500, 2, 8)
+    cumulative = [sum(rows_flops(s, shape) for s in steps[:k]) for k in range(1, len(steps) + 1)]
+    target = share * cumulative[-1]
+    k, flops = steps_for_flops(steps, shape, target)
+    best = min(range(1, len(steps) + 1), key=lambda j: (abs(cumulative[j - 1] - target), j))
+    assert k == best and flops == pytest.approx(cumulative[k - 1])
+
+
+def _lrs_and_losses(res) -> list[tuple[float, float]]:
+    return [(h["lr"], h["loss"]) for h in res.history]
+
+
+def test_max_flops_trains_the_steps_that_reach_them_as_max_steps_would():
+    """--max-flops F is --max-steps k, k the plan's step count nearest F (the schedule ends there: the same lr
+    and losses as --max-steps k); the config records k; --max-steps beside it must agree; LoRA is refused."""
+    from bridgecli.errors import UsageError
+    from bridgecli.training.config import lora_settings
+    from bridgecli.training.sft import resolve_max_flops
+
+    rows = _rows(10)
+    model = tiny_model(tiny_llama_config(97, layers=2))
+    shape = shape_of(model.config.to_dict())
+    base = dict(epochs=3, lr=1e-3, batch_size=2, grad_accum=2)
+    planned, plan, _ = training_plan(rows, SFTConfig(**base))
+    cumulative = [sum(rows_flops([len(planned[i].input_ids) for i in idx], shape) for idx in plan[:k])
+                  for k in range(1, len(plan) + 1)]
+    target = (cumulative[3] + cumulative[4]) / 2 + 1.0  # just past halfway between 4 and 5 steps: 5 is nearer
+    cfg = SFTConfig(**base, max_flops=target)
+    line = resolve_max_flops(model, rows, cfg)
+    assert cfg.max_steps == 5 and line.startswith(f"--max-flops {target:.4g}: 5 of {len(plan)} steps")
+    with pytest.raises(ValueError, match="resolve_max_flops"):  # fit trains max_steps: the flops resolved first
+        fit(tiny_model(tiny_llama_config(97, layers=2)), rows, SFTConfig(**base, max_flops=target), pad_id=0)
+    by_flops = fit(tiny_model(tiny_llama_config(97, layers=2)), rows, cfg, pad_id=0, live=False)
+    by_steps = fit(tiny_model(tiny_llama_config(97, layers=2)), rows, SFTConfig(**base, max_steps=5),
+                   pad_id=0, live=False)
+    assert _lrs_and_losses(by_flops) == _lrs_and_losses(by_steps) and len(by_flops.history) == 5
+    assert sum(h["flops"] for h in by_flops.history) == pytest.approx(cumulative[4])
+    resolve_max_flops(model, rows, SFTConfig(**base, max_flops=target, max_steps=5))  # agreeing: a recorded run
+    with pytest.raises(UsageError, match="--max-steps says 3"):
+        resolve_max_flops(model, rows, SFTConfig(**base, max_flops=target, max_steps=3))
+    with pytest.raises(UsageError, match="LoRA"):
+        resolve_max_flops(model, rows, SFTConfig(**base, max_flops=target, lora=lora_settings("q_proj", r=2)))
+    assert resolve_max_flops(model, rows, SFTConfig(**base)) is None

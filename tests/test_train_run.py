@@ -248,3 +248,34 @@ def test_a_checkpoint_write_that_loses_its_errno_names_the_cause(tmp_path, data,
     monkeypatch.setattr(accelerate.Accelerator, "save_state", real_save)
     resumed = run_train(TrainOptions(data=str(data), out=out, model=str(small_dir), sft=sft, resume=True))
     assert resumed["resumed_from_step"] == 2 and resumed["steps"] == 6
+
+
+def test_full_sft_at_another_runs_compute_with_max_flops(tmp_path, data, small_dir):
+    """The compute-matched control a user runs: train a share of the rows, then full SFT with --max-flops of
+    its bridge_train.json's train_flops. The control stops at the step nearest those FLOPs (recorded as its
+    max_steps), says so, and a --resume of it finished is this same run: nothing trained."""
+    from typer.testing import CliRunner
+
+    from bridgecli.cli.app import app
+
+    lines = Path(data).read_text().splitlines()
+    half = tmp_path / "half.jsonl"
+    half.write_text("\n".join(lines[::2]) + "\n")  # 8 of the 16 rows
+    runner = CliRunner()
+    flags = ["--batch-size", 2, "--grad-accum", 2, "--epochs", 2]
+    res = runner.invoke(app, train_args(half, tmp_path / "sel", small_dir, *flags))
+    assert res.exit_code == 0, res.output
+    target = json.loads((tmp_path / "sel" / "bridge_train.json").read_text())["train_flops"]
+    control = [*flags, "--max-flops", repr(target)]
+    res = runner.invoke(app, train_args(data, tmp_path / "ctl", small_dir, *control))
+    assert res.exit_code == 0, res.output
+    assert f"--max-flops {target:.4g}: " in res.output and "of 8 steps" in res.output
+    summary = json.loads((tmp_path / "ctl" / "bridge_train.json").read_text())
+    assert summary["sft"]["max_flops"] == target and summary["steps"] == summary["sft"]["max_steps"] < 8
+    steps = [json.loads(x) for x in (tmp_path / "ctl" / "metrics.jsonl").read_text().splitlines()]
+    # the nearest step count: one step more or less is no nearer
+    total = sum(h["flops"] for h in steps)
+    assert summary["train_flops"] == pytest.approx(total)
+    assert abs(total - target) <= abs(total - steps[-1]["flops"] - target)
+    res = runner.invoke(app, train_args(data, tmp_path / "ctl", small_dir, *control, "--resume"))
+    assert res.exit_code == 0 and "already finished" in res.output, res.output

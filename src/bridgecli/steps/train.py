@@ -42,7 +42,7 @@ from ..runtime.allocator import fix_mmap_threshold
 from ..training.config import config_dict, on_device
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
-from ..training.sft import FitResult, check_resume, fit, make_accelerator, training_plan
+from ..training.sft import FitResult, check_resume, fit, make_accelerator, resolve_max_flops, training_plan
 from .common import now
 from .options import TrainOptions
 
@@ -237,7 +237,8 @@ def _run_train(opts: TrainOptions) -> dict:
     cfg = opts.sft
     acc, device = _accelerator(opts)
     main = acc.is_main_process
-    if action == FINISHED and limit is not None:  # the rows as they trained: before any model loads
+    # the rows as they trained: before any model loads (--max-flops reads the model's config first: below)
+    if action == FINISHED and limit is not None and cfg.max_flops is None:
         return _finished_run(out, opts, ref, rows, acc)
     if clip_note and main:
         note(clip_note)
@@ -292,6 +293,9 @@ def _train_into(
     tokenizer = _load_tokenizer(ref, side, opts)
     model = load_model(ref, device=device)
     rows = _rows_for_model(opts, model, tokenizer, ref, limit, main)
+    flops_line = resolve_max_flops(model, rows, cfg)  # --max-flops as --max-steps, before any plan is compared
+    if flops_line and main and not finished:
+        note(flops_line)
     if finished:
         return _finished_run(out, opts, ref, rows, acc)
     torch.manual_seed(cfg.seed)  # LoRA's initial A matrices

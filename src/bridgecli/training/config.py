@@ -94,6 +94,14 @@ class SFTConfig:
     weight_decay: float = option(0.0, "AdamW weight decay.", range=number(0, 1e3))
     max_grad_norm: float = option(1.0, "Gradient clipping (total norm).", range=number(0, 1e12, low_open=True))
     max_steps: int | None = option(None, "Stop after this many optimizer steps.", range=count())
+    #: resolved into ``max_steps`` before training (training/sft.py: resolve_max_flops)
+    max_flops: float | None = option(
+        None,
+        "Stop at the optimizer step whose training FLOPs come nearest this, the schedule ending there (as "
+        "--max-steps): full SFT at another run's compute, e.g. its bridge_train.json's train_flops. The formula "
+        "is docs/training.md's; not with --lora.",
+        range=number(0, 1e40, low_open=True),
+    )
     seed: int = option(42, SEED_HELP, range=SEED)
     #: bf16 mixed precision (None: on with CUDA, off on CPU)
     bf16: bool | None = option(

@@ -19,7 +19,8 @@ does not hold.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, NamedTuple
+import math
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 #: the formula, as recorded beside a figure
 FORMULA = "3 x sum over executed rows of (2 N_mm s + 2 L d s^2), s = a row's tokens"
@@ -70,3 +71,16 @@ def row_flops(length: int, shape: Shape) -> float:
 def rows_flops(lengths: Iterable[int], shape: Shape) -> float:
     """Training FLOPs of one pass over rows of these lengths."""
     return sum(row_flops(s, shape) for s in lengths)
+
+
+def steps_for_flops(step_lengths: Sequence[Sequence[int]], shape: Shape, target: float) -> tuple[int, float]:
+    """The step count whose training FLOPs come nearest ``target`` (a tie goes to the fewer steps; at least
+    one step, at most the plan's), over a plan's steps given as their rows' lengths, and those FLOPs."""
+    if not step_lengths:
+        raise ValueError("a plan of no steps")
+    best_k, best, total = 1, math.inf, 0.0
+    for k, lengths in enumerate(step_lengths, start=1):
+        total += rows_flops(lengths, shape)
+        if abs(total - target) < abs(best - target):
+            best_k, best = k, total
+    return best_k, best

@@ -24,7 +24,7 @@ import itertools
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -40,7 +40,7 @@ from . import checkpoint
 from .batching import collate, dummy_batch, micro_batches, plan_digest, split_ranks, step_plan, step_rows
 from .guard import check_finite
 from .config import RESUMABLE_CHANGES, SFTConfig, config_dict
-from .flops import rows_flops, shape_of
+from .flops import Shape, rows_flops, shape_of, steps_for_flops
 from .loss import accumulate, dummy_loss, token_loss_sum
 from .packing import check_packing, one_line
 from .rows import Row
@@ -57,6 +57,7 @@ __all__ = [
     "fit",
     "make_accelerator",
     "training_plan",
+    "resolve_max_flops",
     "resolve_packing",
     "save_model",
     "step_plan",
@@ -197,6 +198,8 @@ def fit(
 ) -> FitResult:
     """Train ``model`` in place. With ``run_dir``: metrics.jsonl and (``cfg.save_every``)
     checkpoints there, ``resume`` continues from the latest complete checkpoint."""
+    if cfg.max_flops is not None and cfg.max_steps is None:  # a programming error: train resolves it first
+        raise ValueError("SFTConfig.max_flops unresolved: call resolve_max_flops(model, rows, cfg) before fit")
     rows, steps, digest = training_plan(rows, cfg)
     acc = accelerator or make_accelerator(device, bool(cfg.bf16) and str(device).startswith("cuda"))
     use_tf32(str(device), cfg.tf32)
@@ -226,7 +229,7 @@ def fit(
     t0 = time.perf_counter()
     elapsed0 = history[-1].get("elapsed", 0.0) if history else 0.0
     setup = _StepSetup(cfg, pad_id, device, packing, pack_length, world, rank)
-    shape = None if cfg.lora is not None else shape_of(_config_dict(model))  # training FLOPs (flops.py)
+    shape = _flops_shape(model, cfg)  # training FLOPs (flops.py)
     try:
         with view, training_backends():  # cuDNN's attention backward can give NaN (modeling/sdpa_backends.py)
             for s in range(start, len(steps)):
@@ -264,6 +267,34 @@ def fit(
         steps_total=len(steps),
         prepared=prepared,
     )
+
+
+def _flops_shape(model, cfg: SFTConfig) -> Shape | None:
+    """What the FLOPs formula reads of ``model``; None for LoRA (frozen weights) or a shape it does not describe."""
+    return None if cfg.lora is not None else shape_of(_config_dict(model))
+
+
+def resolve_max_flops(model, rows: Sequence[Row], cfg: SFTConfig) -> str | None:
+    """``cfg.max_flops`` as ``cfg.max_steps`` (in place, so that the run records the steps it ran): the step
+    count of this plan whose training FLOPs come nearest it. A line saying so, or None without --max-flops.
+    A --max-steps given beside it must be that count (a finished run's recorded settings hold both)."""
+    if cfg.max_flops is None:
+        return None
+    shape = _flops_shape(model, cfg)
+    if shape is None:
+        why = "a LoRA run" if cfg.lora is not None else "this model's config (not a dense decoder it describes)"
+        raise UsageError(f"--max-flops: the FLOPs formula has no figure for {why}", hint="give --max-steps instead")
+    plan_rows, plan, _ = training_plan(rows, replace(cfg, max_steps=None))
+    if not plan:
+        return None
+    k, flops = steps_for_flops([[len(plan_rows[i].input_ids) for i in idx] for idx in plan], shape, cfg.max_flops)
+    if cfg.max_steps is not None and cfg.max_steps != k:
+        raise UsageError(
+            f"--max-flops {cfg.max_flops:.4g} is {k} steps here, and --max-steps says {cfg.max_steps}",
+            hint="give one of them",
+        )
+    cfg.max_steps = k
+    return f"--max-flops {cfg.max_flops:.4g}: {k} of {len(plan)} steps, {flops:.4g} training FLOPs"
 
 
 def _config_dict(model) -> dict | None:
