@@ -118,6 +118,22 @@ def named_files(ap: argparse.ArgumentParser, words: list[str]) -> dict[str, Path
     return out
 
 
+def named_files_parser(doc: str, dest: str) -> argparse.ArgumentParser:
+    """A diagnostic's command line: its docstring ``doc`` as the help, ``NAME=FILE`` words into ``dest``
+    (:func:`named_files` reads them), ``--json`` (into ``out``) and ``--md`` (for :func:`report`)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(dest, nargs="+", metavar="NAME=FILE")
+    ap.add_argument("--json", dest="out", help="write the result as JSON here")
+    ap.add_argument("--md", type=Path, help="write the table as markdown here")
+    return ap
+
+
+def heading(title: str, header: dict) -> list[str]:
+    """The first lines of a diagnostic's markdown: ``## title``, then the commit, date and command of
+    ``header`` (:func:`header`)."""
+    return [f"## {title}", "", f"commit {header['commit']}, {header['date']}. `{header['command']}`", ""]
+
+
 def report(text: str, result: dict, json_path: str | Path | None, md_path: str | Path | None) -> None:
     """A diagnostic's markdown ``text`` to stdout and to ``md_path``, its ``result`` to ``json_path``, each
     file written in one rename (None: not written)."""

@@ -23,7 +23,6 @@ is a comment in Python). Pure reading of files: no model, seconds.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections import Counter
@@ -78,12 +77,8 @@ def read_items(path: Path) -> list[dict]:
 
 
 def markdown(result: dict) -> str:
-    h = result["header"]
     lines = [
-        "## How the HumanEval programs fail (code_failures.py)",
-        "",
-        f"commit {h['commit']}, {h['date']}. `{h['command']}`",
-        "",
+        *provenance.heading("How the HumanEval programs fail (code_failures.py)", result["header"]),
         "| row | n | passed | " + " | ".join(f"failed: {k}" for k in KINDS) + " | `####` line, any |",
         "|---|---|---|" + "---|" * len(KINDS) + "---|",
     ]
@@ -95,10 +90,7 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", metavar="NAME=FILE")
-    ap.add_argument("--json", dest="out", help="write the result as JSON here")
-    ap.add_argument("--md", type=Path, help="write the table as markdown here")
+    ap = provenance.named_files_parser(__doc__, "rows")
     args = ap.parse_args(argv)
     rows = {name: row(read_items(path)) for name, path in provenance.named_files(ap, args.rows).items()}
     result: dict = {"header": provenance.header("cpu"), "rows": rows}

@@ -24,7 +24,6 @@ Pure reading of files: no model, seconds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -104,12 +103,8 @@ def _fmt(v, pct: bool = True) -> str:
 
 
 def markdown(result: dict) -> str:
-    h = result["header"]
     lines = [
-        "## How the GSM8K answers fail (generation_failures.py)",
-        "",
-        f"commit {h['commit']}, {h['date']}. `{h['command']}`",
-        "",
+        *provenance.heading("How the GSM8K answers fail (generation_failures.py)", result["header"]),
         "| row | n | accuracy | hit limit | accuracy of the others | `####` line | mean new tokens "
         "| first calc: operands not in the question | all calcs: operands in neither question nor earlier result |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -131,11 +126,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", metavar="NAME=FILE")
+    ap = provenance.named_files_parser(__doc__, "rows")
     ap.add_argument("--reference", type=Path, help="a GSM8K file (question/answer records): its solutions' shares")
-    ap.add_argument("--json", dest="out", help="write the result as JSON here")
-    ap.add_argument("--md", type=Path, help="write the table as markdown here")
     args = ap.parse_args(argv)
     rows = {name: row(read_items(path)) for name, path in provenance.named_files(ap, args.rows).items()}
     result: dict = {"header": provenance.header("cpu"), "rows": rows}

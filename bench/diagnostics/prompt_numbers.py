@@ -20,7 +20,6 @@ of streams: no model, seconds.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -104,10 +103,7 @@ def _pct(v) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("streams", nargs="+", metavar="NAME=FILE")
-    ap.add_argument("--json", dest="out", help="write the result as JSON here")
-    ap.add_argument("--md", type=Path, help="write the table as markdown here")
+    ap = provenance.named_files_parser(__doc__, "streams")
     args = ap.parse_args(argv)
     rows = {}
     for name, path in provenance.named_files(ap, args.streams).items():
@@ -116,12 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         except FormatError as e:
             ap.exit(1, f"prompt_numbers.py: error: {e}\n")
     result = {"header": provenance.header("cpu"), "rows": rows}
-    h = result["header"]
     lines = [
-        "## Which of the question's numbers the prompt side keeps (prompt_numbers.py)",
-        "",
-        f"commit {h['commit']}, {h['date']}. `{h['command']}`",
-        "",
+        *provenance.heading(
+            "Which of the question's numbers the prompt side keeps (prompt_numbers.py)", result["header"]
+        ),
         "| stream | numbers in the prompts | kept whole | none of their tokens kept | prompt digits kept "
         "| calc operands from the question | of them visible |",
         "|---|---|---|---|---|---|---|",
