@@ -506,3 +506,80 @@ def test_a_rows_flops_come_from_bridge_trains_record_where_it_has_one(tmp_path):
     (model / "bridge_train.json").write_text(json.dumps({"base_model": "x", "train_flops": 1234.0}))
     recorded = cost(tmp_path, "random", "runs/m/rho0.5/seed42", "sel/m", "")
     assert recorded["train_flops"] == 1234.0 and "bridge_train.json" in recorded["train_flops_from"]
+
+
+def test_an_unpaired_difference_keeps_its_point_and_is_never_narrower_than_the_paired_one():
+    """``unpaired``: the two sides resample their items on draws of their own. The point is the same difference;
+    on two rows that agree on most items (the usual case: one base model fine-tuned two ways) the interval is
+    wider, since pairing cancels the items' shared difficulty; a task of ``task_mean`` drawn unpaired widens the
+    average's interval the same way, and the other tasks' draws are the paired ones."""
+    rng = np.random.default_rng(3)
+    hard = rng.random(400) < 0.5
+    a = (hard ^ (rng.random(400) < 0.1)).astype(float)[None]  # agrees with b on about 80% of the items
+    b = (hard ^ (rng.random(400) < 0.1)).astype(float)[None]
+    paired_ci = gt.item_paired(a, b, 2000)
+    unpaired_ci = gt.item_paired(a, b, 2000, unpaired=True)
+    assert unpaired_ci[0] == paired_ci[0] == pytest.approx(a.mean() - b.mean())
+    assert unpaired_ci[2] - unpaired_ci[1] > 1.5 * (paired_ci[2] - paired_ci[1])
+    # the unpaired interval is that of two independent proportions: about 1.96 sqrt(pa qa / n + pb qb / n) each side
+    pa, pb = a.mean(), b.mean()
+    half = 1.96 * np.sqrt(pa * (1 - pa) / 400 + pb * (1 - pb) / 400)
+    assert (unpaired_ci[2] - unpaired_ci[1]) / 2 == pytest.approx(half, rel=0.15)
+    tasks, against = [a, a[:, :50]], [b, b[:, :50]]
+    both = gt.task_mean(tasks, 2000, against=against)
+    first = gt.task_mean(tasks, 2000, against=against, unpaired=[0])
+    assert first[0] == both[0] and first[2] - first[1] > both[2] - both[1]
+    assert gt.task_mean(tasks, 2000, against=against, unpaired=()) == both
+
+
+@pytest.mark.integration  # runs the script as a process
+def test_a_general_task_recorded_from_its_summary_alone_enters_the_average_unpaired_and_marked(tmp_path):
+    """A task whose per-item results were lost is recorded from its summary (``items`` null, its score and n):
+    the retention table shows its score and a General Avg. with it, every cell it enters is marked (†) with a
+    footnote, and its differences are drawn unpaired; the rows with every item stay unmarked."""
+    share = {"full": (0.6, 0.5, 0.25, 0.25), "importance-loss-resp": (0.6, 0.5, 0.5, 0.5)}
+    runs = {}
+    for method, scores in share.items():
+        general = _general(scores)
+        if method == "importance-loss-resp":
+            general["hellaswag"]["items"] = None
+            general["hellaswag"]["from"] = "the run's log"
+        rho = 1.0 if method == "full" else 0.5
+        runs[f"{method}/{rho:g}/42"] = {"method": method, "rho": rho, "seed": 42, "general": general,
+                                        "tokens": {"executed": 100, "supervised": 50}, "seconds": {"total": 3}}
+    out = _tables(tmp_path, runs).stdout
+    general = out.split("| method | rho | seeds | ARC-C % |")[1].split("\n\n")[0]
+    lines = {line.split(" | ")[0].strip("| "): line for line in general.splitlines()[2:]}
+    cells = lines["importance-loss-resp"].strip("| ").split(" | ")
+    assert cells[4].startswith("50.0 [") and cells[4].endswith("] †")  # HellaSwag: its summary's share
+    assert cells[3].endswith("]") and cells[7].startswith("52.5 [")  # ARC-C unmarked; the average with it
+    assert cells[8].startswith("12.5 [") and cells[8].endswith(" †")  # minus full SFT: drawn unpaired
+    assert "†" not in lines["full"]
+    assert "\n†: a task recorded from its run's summary alone" in out
+    per_task = out.split("| minus full | rho | seeds | ARC-C (paired) |")[1].split("\n\n")[0]
+    assert "| importance-loss-resp | 0.5 | 1 | 0.0 [0.0, 0.0] | 0.0 [" in per_task and "] † | 25.0 [" in per_task
+
+
+def test_the_state_archive_carries_hellaswag_and_mmlu_items_and_a_row_is_recorded_from_them(tmp_path):
+    """grid_record.py --slim writes beside each HellaSwag and MMLU result its entry (eval-TASK.items.json), which
+    device_grid.sh's state archive carries while it leaves the results out (MBs each): a row lost before its
+    record is then recorded from the archive with every general task, the same entry as from the results."""
+    rec = results_script("grid_record")
+    general = tmp_path / "runs/m/rho0.5/seed42/general"
+    general.mkdir(parents=True)
+    items = [{"index": i, "correct": i % 2 == 0, "correct_norm": i % 3 == 0} for i in range(6)]
+    result = {"summary": {"n": 6, "accuracy": 0.5, "acc": 0.5, "acc_norm": 1 / 3}, "items": items}
+    (general / "eval-hellaswag.json").write_text(json.dumps(result))
+    (general / "eval-mmlu.json").write_text("{\"summary\": {")  # still being written: left for the next call
+    assert rec.slim(tmp_path) == [general / "eval-hellaswag.items.json"]
+    direct = rec.general_task(general / "eval-hellaswag.json", "hellaswag")
+    assert direct["items"] == [1, 0, 0, 1, 0, 0] and direct["items_acc"] == [1, 0, 1, 0, 1, 0]
+    assert rec.slim(tmp_path) == []  # up to date
+    for name in ("eval-hellaswag.json", "eval-mmlu.json"):  # the archive leaves them out
+        (general / name).unlink()
+    e = rec.entry(tmp_path, "m", "0.5", "42", "runs/m/rho0.5/seed42", "", "epochs=3")
+    assert e["general"] == {"hellaswag": direct}
+    script = (ROOT / "bench/results/device_grid.sh").read_text()
+    collect = script.split("collect() {")[1].split("\n}\n")[0]
+    # the items are written before the archive is made, and results.json is copied after it
+    assert collect.index("grid_record.py --slim") < collect.index("tar -czf") < collect.index('cp "$dir/results.json"')

@@ -50,7 +50,7 @@ shift
 collect() {
   local dir=$1 dest=$2
   mkdir -p "$dest"
-  cp "$dir/results.json" "$dest/" 2>/dev/null
+  python3 bench/results/grid_record.py --slim "$dir" 2>/dev/null  # HellaSwag's and MMLU's items, for the archive
   python3 bench/results/grid_table.py "$dir/results.json" --plot "$dest/finding3.png" > "$dir/table.md" 2>/dev/null
   cp "$dir/table.md" "$dest/"  # the tables even where the plot failed (no matplotlib)
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
@@ -59,6 +59,9 @@ collect() {
        -not -path '*/checkpoints/*' \( -not -path '*/losses-*' -o -name 'eval-*-loss.json' \) -not -name 'tokenizer*' -not -name 'eval-hellaswag.json' \
        -not -name 'eval-mmlu.json' -size -20M 2>/dev/null
      ls table.md workers.log done.txt grid.rc gpu-smi.csv 2>/dev/null; } | tar -czf "$dest/grid-state.tar.gz" -T -)
+  # results.json last: a row recorded while the rest was collected is in it (2026-11-29: two rows were recorded
+  # a second after an earlier copy, and the archive of that time left their HellaSwag and MMLU results out)
+  cp "$dir/results.json" "$dest/" 2>/dev/null
 }
 case "$phase" in
   setup)

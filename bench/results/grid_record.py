@@ -1,6 +1,9 @@
 """Merge one finished grid run into OUT/results.json (called by grid.sh; atomic, under a lock).
 
     grid_record.py OUT METHOD RHO SEED RUN_DIR SEL_DIR "k=v k=v ..." [BASE_SEL_DIR]
+    grid_record.py --slim OUT      beside each HellaSwag and MMLU result under OUT/runs, the entry it records
+                                   (eval-TASK.items.json; device_grid.sh's state archive, which leaves the results
+                                   themselves out, carries these)
 
 The entry, keyed ``METHOD/RHO/SEED``, holds the held-out losses of both files (mean, 95% interval,
 tokens, examples, and per-example ``[loss sum, tokens]`` so that grid_table.py can bootstrap paired
@@ -107,12 +110,22 @@ SHARED = ("data", "warmup", "score", "score-atp", "score-debiased", "ref-base", 
 GENERAL_METRIC = {"arc_challenge": "acc_norm", "hellaswag": "acc_norm", "mmlu": "acc", "humaneval": "accuracy"}
 
 
+#: the general tasks whose eval results device_grid.sh's state archive leaves out (MBs a row; ARC-Challenge's and
+#: HumanEval's, about 1 MB and 0.5 MB, travel): the archive carries their entries instead (``slim``)
+SLIM = ("hellaswag", "mmlu")
+
+
+def _slim_path(path: Path, task: str) -> Path:
+    return path.with_name(f"eval-{task}.items.json")
+
+
 def general_task(path: Path, task: str) -> dict | None:
     """A general-capability task's result: its summary metrics and, per item in the file's order, 1/0 for the
-    average's metric (and for acc where that differs), so grid_table.py can pair items across rows."""
+    average's metric (and for acc where that differs), so grid_table.py can pair items across rows. Where the
+    result itself is absent, its entry as ``slim`` wrote it (a lost machine's state archive carries that one)."""
     res = _load(path)
     if res is None:
-        return None
+        return _load(_slim_path(path, task))
     s = res["summary"]
     items = sorted(res["items"], key=lambda it: (it.get("subject") or "", it["index"]))
     metric = GENERAL_METRIC[task]
@@ -127,6 +140,27 @@ def general_task(path: Path, task: str) -> dict | None:
     if task == "humaneval":
         out["sandbox"] = (s.get("settings") or {}).get("sandbox", {}).get("isolation")
     return out
+
+
+def slim(out: Path) -> list[Path]:
+    """Write beside each HellaSwag and MMLU result under ``out``/runs the entry ``general_task`` makes of it
+    (eval-TASK.items.json, tens of KB against the result's MBs), where it is missing or older than the result;
+    a result still being written is left for the next call. The files written."""
+    written = []
+    for task in SLIM:
+        for path in sorted((out / "runs").glob(f"**/general/eval-{task}.json")):
+            dest = _slim_path(path, task)
+            if dest.is_file() and dest.stat().st_mtime >= path.stat().st_mtime:
+                continue
+            try:
+                entry = general_task(path, task)
+            except (ValueError, KeyError):  # not a whole result (yet)
+                continue
+            tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entry, separators=(",", ":")))
+            os.replace(tmp, dest)
+            written.append(dest)
+    return written
 
 
 def cost(out: Path, method: str, run: str, sel: str, base_sel: str) -> dict:
@@ -231,6 +265,10 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--slim"]:
+        for path in slim(Path(argv[1])):
+            print(f"wrote {path}", file=sys.stderr)
+        return
     out, method, rho, seed, run, sel, settings = Path(argv[0]), *argv[1:7]
     new = entry(out, method, rho, seed, run, sel, settings, argv[7] if len(argv) > 7 else "")
     key = f"{method}/{float(rho):g}/{seed}"

@@ -133,13 +133,37 @@ class Group:
         return self._stacked(key, sub) if sub is not None else self._stacked(key)
 
     def general(self, task: str) -> np.ndarray | None:
-        """[seeds, items] of a general-capability task's per-item score (the metric its average uses)."""
-        return self._stacked("general", task)
+        """[seeds, items] of a general-capability task's per-item score (the metric its average uses). A seed
+        whose task was recorded from its summary alone (``items`` null: its per-item results were lost) stands
+        as its share of right items in item order (``lost`` says so, and its differences are drawn unpaired)."""
+        stacked = self._stacked("general", task)
+        if stacked is not None or not self.lost(task):
+            return stacked
+        arrs = []
+        for r in self.runs:
+            m = (r.get("general") or {}).get(task) or {}
+            if m.get("items"):
+                arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
+            elif m.get("n") and m.get("score") is not None:
+                right = round(m["score"] * m["n"])
+                arrs.append(np.concatenate([np.ones(right), np.zeros(m["n"] - right)]))
+            else:
+                return None
+        return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else None
+
+    def lost(self, task: str) -> bool:
+        """Whether a seed's ``task`` was recorded from its summary alone (``items`` null, a score and its n)."""
+        tasks = [(r.get("general") or {}).get(task) for r in self.runs]
+        return any(m and m.get("items") is None and m.get("n") and m.get("score") is not None for m in tasks)
 
     def general_all(self) -> list[np.ndarray] | None:
         """Every general task's items, or None when a task is missing (no average then)."""
         tasks = [self.general(t) for t, _ in GENERAL]
         return None if any(t is None for t in tasks) else tasks  # type: ignore[return-value]
+
+    def unpaired(self, other: Group | None = None) -> list[int]:
+        """The indices (in GENERAL) of the tasks recorded from their summary alone, here or in ``other``."""
+        return [k for k, (t, _) in enumerate(GENERAL) if self.lost(t) or (other is not None and other.lost(t))]
 
     def mean_of(self, *keys: str) -> float | None:
         vals = []
@@ -359,15 +383,39 @@ def general_table(groups: dict, resamples: int) -> str:
     rows = []
     for g in _in_order(groups, have):
         tasks = g.general_all()
-        row = [g.method, _rho(g), str(len(g.runs))] + [_pct(item_interval(g.general(t), resamples)) for t, _ in GENERAL]
+        row = [g.method, _rho(g), str(len(g.runs))]
+        row += [_pct(item_interval(g.general(t), resamples)) + _lost(g.lost(t)) for t, _ in GENERAL]
         row.append(_pct(task_mean(tasks, resamples)) if tasks else "")
         for ref in refs:
             other = ref.general_all() if ref is not None and ref is not g else None
-            row.append(_pct(task_mean(tasks, resamples, against=other)) if tasks and other else "")
+            if not (tasks and other):
+                row.append("")
+                continue
+            lost = g.unpaired(ref)
+            row.append(_pct(task_mean(tasks, resamples, against=other, unpaired=lost)) + _lost(lost))
         rows.append(row)
     head = ["method", "rho", "seeds", *(f"{label} %" for _, label in GENERAL)]
     head += ["General Avg. %", "minus full SFT (paired)", "minus base (paired)"]
-    return _markdown(head, rows) if rows else ""
+    return _markdown(head, rows) + _lost_note(rows) if rows else ""
+
+
+LOST = " †"
+
+
+def _lost(lost) -> str:
+    """The mark of a cell whose task (or one of whose tasks) was recorded from its summary alone."""
+    return LOST if lost else ""
+
+
+def _lost_note(rows: list[list[str]]) -> str:
+    """The footnote of a table with a marked cell."""
+    if not any(c.endswith(LOST) for r in rows for c in r):
+        return ""
+    return (
+        "\n\n†: a task recorded from its run's summary alone (its per-item results were lost; results.json says"
+        " where the numbers come from): its interval, and those of the averages and differences it enters, are"
+        " drawn unpaired, so wider than a paired one would be."
+    )
 
 
 def general_versus(groups: dict, resamples: int, ref: str) -> str:
@@ -387,18 +435,16 @@ def general_versus(groups: dict, resamples: int, ref: str) -> str:
             continue
         head_tasks = head_tasks or tasks
         mine, theirs = g.general_all(), other.general_all()
-        avg = _pct(task_mean(mine, resamples, against=theirs)) if mine and theirs else ""
-        rows.append(
-            [
-                g.method,
-                _rho(g),
-                str(len(g.runs)),
-                *(_pct(item_paired(g.general(t), other.general(t), resamples)) for t, _ in head_tasks),
-                avg,
-            ]
-        )
+        lost = g.unpaired(other)
+        avg = _pct(task_mean(mine, resamples, against=theirs, unpaired=lost)) + _lost(lost) if mine and theirs else ""
+        cells = []
+        for t, _ in head_tasks:
+            unpaired = g.lost(t) or other.lost(t)
+            d = item_paired(g.general(t), other.general(t), resamples, unpaired=unpaired)
+            cells.append(_pct(d) + _lost(unpaired))
+        rows.append([g.method, _rho(g), str(len(g.runs)), *cells, avg])
     head = [f"minus {ref}", "rho", "seeds", *(f"{label} (paired)" for _, label in head_tasks), "General Avg. (paired)"]
-    return _markdown(head, rows) if rows else ""
+    return _markdown(head, rows) + _lost_note(rows) if rows else ""
 
 
 def _cost(g: Group | None, *keys: str) -> float | None:
@@ -477,17 +523,18 @@ def verdict(groups: dict, resamples: int) -> str:
             continue
         target = item_paired(g.item_values("gsm8k_accuracy", None), full.item_values("gsm8k_accuracy", None), resamples)
         tasks = g.general_all()
-        general = task_mean(tasks, resamples, against=full.general_all()) if tasks else None
+        lost = g.unpaired(full)
+        general = task_mean(tasks, resamples, against=full.general_all(), unpaired=lost) if tasks else None
         untrained = "0" if g.method == "base" else ""
         rows.append([
-            g.method, _rho(g), str(len(g.runs)), _pct(target), _pct(general),
+            g.method, _rho(g), str(len(g.runs)), _pct(target), _pct(general) + _lost(lost and general),
             _ratio(_cost(g, "train_flops"), _cost(full, "train_flops")) or untrained,
             _ratio(_gpu_seconds(g, "pipeline_total"), _gpu_seconds(full, "pipeline_total"))
             or ("shared GPU" if _shared_gpu(g) > 1 else untrained),
         ])  # fmt: skip
     head = ["method", "rho", "seeds", "GSM8K acc minus full SFT", "General Avg. minus full SFT",
             "training FLOPs / full", "pipeline GPU-s / full"]  # fmt: skip
-    return _markdown(head, rows)
+    return _markdown(head, rows) + _lost_note(rows)
 
 
 def differences(groups: dict, resamples: int, ref: str = "bridge") -> str:

@@ -7,9 +7,15 @@ A difference between two rows is bootstrapped *paired*: both on the same resampl
 - held-out loss: ``items`` [seeds, examples, 2] of (loss sum, tokens); the statistic is the token mean;
 - per-item measures (accuracy 0/1, an answer-span loss): [seeds, items], NaN where an item has no value
   (left out of every mean, on both sides of a difference). Draws use ``numpy.random.default_rng(0)``.
+
+A difference can be drawn *unpaired* where one side's items are not the items themselves (a task recorded from
+its summary alone, its per-item results lost): each side then resamples its items on its own draws, which
+leaves out the two sides' correlation over items and so gives a wider interval, never a narrower one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import numpy as np
 
@@ -55,26 +61,32 @@ def item_interval(values: np.ndarray | None, resamples: int):
     return float(v.mean()), float(lo), float(hi)
 
 
-def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
-    """(a - b, low, high) on the same resampled items, both seed-means; None when the items differ."""
+def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int, unpaired: bool = False):
+    """(a - b, low, high) on the same resampled items, both seed-means; None when the items differ. ``unpaired``:
+    ``b`` resamples its items on draws of its own (one side's items stand for its summary alone)."""
     if a is None or b is None or a.shape[1] != b.shape[1]:
         return None
     keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
     a, b = a[:, keep], b[:, keep]
     if a.shape[1] == 0:
         return None
-    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
-    diff = a[:, idx].mean(-1).mean(0) - b[:, idx].mean(-1).mean(0)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
+    idx_b = rng.integers(0, a.shape[1], size=idx.shape) if unpaired else idx
+    diff = a[:, idx].mean(-1).mean(0) - b[:, idx_b].mean(-1).mean(0)
     lo, hi = np.percentile(diff, [2.5, 97.5])
     return float(a.mean(1).mean() - b.mean(1).mean()), float(lo), float(hi)
 
 
-def task_mean(tasks: list[np.ndarray], resamples: int, against: list[np.ndarray] | None = None):
+def task_mean(
+    tasks: list[np.ndarray], resamples: int, against: list[np.ndarray] | None = None, unpaired: Collection[int] = ()
+):
     """The mean over tasks of each task's seed-mean item score (the paper's "General Avg."), or its paired
     difference from ``against`` (the same tasks), with a percentile bootstrap that resamples each task's items
     on its own (a stratified bootstrap: a task keeps its size, so its weight in the mean). Each element of
     ``tasks`` is [seeds, items] with NaN where an item has no value (left out, on both sides). None when a
-    task's items differ in number between the two sides or no item is left."""
+    task's items differ in number between the two sides or no item is left. ``unpaired``: the indices of the tasks
+    whose two sides resample their items on draws of their own (see the module's note)."""
     if against is not None and len(against) != len(tasks):
         return None
     rng = np.random.default_rng(0)
@@ -94,7 +106,8 @@ def task_mean(tasks: list[np.ndarray], resamples: int, against: list[np.ndarray]
         point = a.mean(1).mean()
         if b is not None:
             b = b[:, keep]
-            score = score - b[:, idx].mean(-1).mean(0)
+            idx_b = rng.integers(0, a.shape[1], size=idx.shape) if k in unpaired else idx
+            score = score - b[:, idx_b].mean(-1).mean(0)
             point -= b.mean(1).mean()
         points.append(point)
         draws.append(score)
