@@ -279,3 +279,21 @@ def test_full_sft_at_another_runs_compute_with_max_flops(tmp_path, data, small_d
     assert abs(total - target) <= abs(total - steps[-1]["flops"] - target)
     res = runner.invoke(app, train_args(data, tmp_path / "ctl", small_dir, *control, "--resume"))
     assert res.exit_code == 0 and "already finished" in res.output, res.output
+
+
+def test_max_flops_with_lora_is_refused_before_the_model_loads(tmp_path, data, small_dir, monkeypatch):
+    """The FLOPs formula has no figure for LoRA (frozen weights): --max-flops with --lora is one error line
+    and exit 2 before any model loads (a real model takes seconds to minutes to load), and no run folder."""
+    from typer.testing import CliRunner
+
+    import bridgecli.steps.train as train_step
+    from bridgecli.cli.app import app
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(train_step, "load_model", no_load)
+    res = CliRunner().invoke(app, train_args(data, tmp_path / "run", small_dir, "--lora", "--max-flops", "1e9"))
+    assert res.exit_code == 2, res.output
+    assert "--max-flops: the FLOPs formula has no figure for a LoRA run" in res.output
+    assert not (tmp_path / "run").exists()

@@ -242,6 +242,8 @@ def _run_train(opts: TrainOptions) -> dict:
         return _finished_run(out, opts, ref, rows, acc)
     if clip_note and main:
         note(clip_note)
+    if cfg.lora is not None and cfg.max_flops is not None:  # said before the model loads (sft.resolve_max_flops)
+        raise UsageError("--max-flops: the FLOPs formula has no figure for a LoRA run", hint="give --max-steps instead")
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
         raise UsageError(
             "--lora is trained with DDP here, not FSDP (adapters are small)",
