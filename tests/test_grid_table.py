@@ -508,7 +508,7 @@ def test_a_rows_flops_come_from_bridge_trains_record_where_it_has_one(tmp_path):
     assert recorded["train_flops"] == 1234.0 and "bridge_train.json" in recorded["train_flops_from"]
 
 
-def test_an_unpaired_difference_keeps_its_point_and_is_never_narrower_than_the_paired_one():
+def test_an_unpaired_difference_keeps_its_point_and_is_wider_than_the_paired_one_on_rows_that_agree():
     """``unpaired``: the two sides resample their items on draws of their own. The point is the same difference;
     on two rows that agree on most items (the usual case: one base model fine-tuned two ways) the interval is
     wider, since pairing cancels the items' shared difficulty; a task of ``task_mean`` drawn unpaired widens the

@@ -414,7 +414,7 @@ def _lost_note(rows: list[list[str]]) -> str:
     return (
         "\n\n†: a task recorded from its run's summary alone (its per-item results were lost; results.json says"
         " where the numbers come from): its interval, and those of the averages and differences it enters, are"
-        " drawn unpaired, so wider than a paired one would be."
+        " drawn unpaired, so wider than paired ones (two fine-tunings of one model agree on most items)."
     )
 
 

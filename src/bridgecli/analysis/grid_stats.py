@@ -10,7 +10,8 @@ A difference between two rows is bootstrapped *paired*: both on the same resampl
 
 A difference can be drawn *unpaired* where one side's items are not the items themselves (a task recorded from
 its summary alone, its per-item results lost): each side then resamples its items on its own draws, which
-leaves out the two sides' correlation over items and so gives a wider interval, never a narrower one.
+leaves out the two sides' correlation over items: a wider interval wherever the two rows agree on items more
+than chance would have them (two fine-tunings of one model do), a narrower one only where they agree less.
 """
 
 from __future__ import annotations
