@@ -96,6 +96,11 @@ def _order(method: str) -> tuple[int, str]:
     return (rank, method)
 
 
+def _items_array(items: list) -> np.ndarray:
+    """A run's per-item values as floats, None as NaN."""
+    return np.array([np.nan if v is None else v for v in items], dtype=np.float64)
+
+
 class Group:
     """The runs (seeds) of one method at one retention."""
 
@@ -112,7 +117,7 @@ class Group:
                 m = (m or {}).get(key)
             if not m or not m.get("items"):
                 return None
-            arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
+            arrs.append(_items_array(m["items"]))
         return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else None
 
     def items(self, name: str) -> np.ndarray | None:
@@ -143,7 +148,7 @@ class Group:
         for r in self.runs:
             m = (r.get("general") or {}).get(task) or {}
             if m.get("items"):
-                arrs.append(np.array([np.nan if v is None else v for v in m["items"]], dtype=np.float64))
+                arrs.append(_items_array(m["items"]))
             elif m.get("n") and m.get("score") is not None:
                 right = round(m["score"] * m["n"])
                 arrs.append(np.concatenate([np.ones(right), np.zeros(m["n"] - right)]))

@@ -42,7 +42,15 @@ from ..runtime.allocator import fix_mmap_threshold
 from ..training.config import config_dict, on_device
 from ..training.limits import RowLimit, limit_of_config, model_limit, row_limit
 from ..training.rows import IGNORE, Row
-from ..training.sft import FitResult, check_resume, fit, make_accelerator, resolve_max_flops, training_plan
+from ..training.sft import (
+    FitResult,
+    check_max_flops,
+    check_resume,
+    fit,
+    make_accelerator,
+    resolve_max_flops,
+    training_plan,
+)
 from .common import now
 from .options import TrainOptions
 
@@ -242,8 +250,7 @@ def _run_train(opts: TrainOptions) -> dict:
         return _finished_run(out, opts, ref, rows, acc)
     if clip_note and main:
         note(clip_note)
-    if cfg.lora is not None and cfg.max_flops is not None:  # said before the model loads (sft.resolve_max_flops)
-        raise UsageError("--max-flops: the FLOPs formula has no figure for a LoRA run", hint="give --max-steps instead")
+    check_max_flops(cfg)  # before the model loads: --max-flops with --lora
     if cfg.lora is not None and acc.distributed_type.name == "FSDP":
         raise UsageError(
             "--lora is trained with DDP here, not FSDP (adapters are small)",

@@ -57,6 +57,7 @@ __all__ = [
     "fit",
     "make_accelerator",
     "training_plan",
+    "check_max_flops",
     "resolve_max_flops",
     "resolve_packing",
     "save_model",
@@ -274,16 +275,27 @@ def _flops_shape(model, cfg: SFTConfig) -> Shape | None:
     return None if cfg.lora is not None else shape_of(_config_dict(model))
 
 
+def _no_flops_figure(why: str) -> UsageError:
+    return UsageError(f"--max-flops: the FLOPs formula has no figure for {why}", hint="give --max-steps instead")
+
+
+def check_max_flops(cfg: SFTConfig) -> None:
+    """Refuse ``cfg.max_flops`` where no model can give it a figure (LoRA: frozen weights): callable before
+    any model loads; :func:`resolve_max_flops` checks the model's own shape."""
+    if cfg.max_flops is not None and cfg.lora is not None:
+        raise _no_flops_figure("a LoRA run")
+
+
 def resolve_max_flops(model, rows: Sequence[Row], cfg: SFTConfig) -> str | None:
     """``cfg.max_flops`` as ``cfg.max_steps`` (in place, so that the run records the steps it ran): the step
     count of this plan whose training FLOPs come nearest it. A line saying so, or None without --max-flops.
     A --max-steps given beside it must be that count (a finished run's recorded settings hold both)."""
     if cfg.max_flops is None:
         return None
+    check_max_flops(cfg)
     shape = _flops_shape(model, cfg)
     if shape is None:
-        why = "a LoRA run" if cfg.lora is not None else "this model's config (not a dense decoder it describes)"
-        raise UsageError(f"--max-flops: the FLOPs formula has no figure for {why}", hint="give --max-steps instead")
+        raise _no_flops_figure("this model's config (not a dense decoder it describes)")
     plan_rows, plan, _ = training_plan(rows, replace(cfg, max_steps=None))
     if not plan:
         return None
