@@ -181,6 +181,35 @@ def test_a_row_recorded_without_a_general_task_is_redone(tmp_path, key, general,
     assert proc.returncode == expected, proc.stderr
 
 
+@pytest.mark.integration  # runs bash
+def test_grid_workers_know_how_many_share_their_gpu(tmp_path):
+    """grid.sh with PROCS_PER_GPU=2 starts two workers on one GPU, each told GRID_GPU_PROCS=2 (which
+    grid_record.py keeps as cost.gpu_processes). Until 2026-11-29 the worker's command set PROCS_PER_GPU=1
+    before GRID_GPU_PROCS=$PROCS_PER_GPU, and bash expands a command's assignments in order: every worker was
+    told 1. Run here to the workers' first Python call (the check whether their row is recorded)."""
+    data, out = tmp_path / "data", tmp_path / "grid"
+    for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math/math500_test.jsonl"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text("")
+    (out / "done").mkdir(parents=True)
+    (out / "done" / "data").write_text("0")
+    (out / "results.json").write_text(json.dumps({"runs": {"random/0.5/42": {}, "full/1/42": {}}}))
+    log = tmp_path / "python.log"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/bash\necho "${{GRID_GPU_PROCS:-unset}} ${{GRID_CLAIM:-0}}" >> {log}\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "bench/results/grid.sh"), str(data), str(out)],
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(wrapper), "MIX": "gsm8k", "GPUS": "1", "PROCS_PER_GPU": "2",
+             "CUDA_VISIBLE_DEVICES": "0", "REFS": "0", "GRID_JOBS": "42:random:0.5 42:full:1"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    workers = [line.split()[0] for line in log.read_text().splitlines() if line.endswith(" 1")]
+    assert len(workers) >= 2 and set(workers) == {"2"}, log.read_text()
+
+
 @pytest.mark.integration  # runs the script as a process
 def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     """Every row minus full SFT (rho 1, compared at each row's own retention), and how many pairs of trained

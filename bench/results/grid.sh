@@ -548,8 +548,10 @@ if [ "$workers" -gt 1 ]; then
     g=$(( w % GPUS )) log="$out/gpu$(( w % GPUS )).log"
     [ "$PROCS_PER_GPU" -gt 1 ] && log="$out/gpu$g-$(( w / GPUS )).log"
     # GRID_GPU_PROCS: how many workers share this worker's GPU (grid_record.py keeps it in each row's cost: the
-    # seconds of a row that shared its GPU are not GPU-seconds of its own)
-    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$GRID_JOBS" GRID_CLAIM=1 GPUS=1 PROCS_PER_GPU=1 GRID_GPU_PROCS=$PROCS_PER_GPU \
+    # seconds of a row that shared its GPU are not GPU-seconds of its own). Named before PROCS_PER_GPU=1: bash
+    # expands a command's assignments in order, so after it $PROCS_PER_GPU is 1 (until 2026-11-29 every worker
+    # was given 1, and rows recorded on the machine lacked cost.gpu_processes)
+    CUDA_VISIBLE_DEVICES=${devices[$g]} GRID_JOBS="$GRID_JOBS" GRID_CLAIM=1 GRID_GPU_PROCS=$PROCS_PER_GPU GPUS=1 PROCS_PER_GPU=1 \
       "$0" "$data_dir" "$out" > "$log" 2>&1 &
     pids+=($!)
   done
