@@ -6,6 +6,7 @@ drift. Regenerate with ``python -m bridgecli.format.schema > schemas/bridge-stre
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import msgspec
@@ -63,8 +64,25 @@ def _constrain(schema: dict) -> dict:
     return schema
 
 
+def _clean_descriptions(node: object) -> None:
+    """Every ``description`` under ``node`` as :func:`inspect.cleandoc` gives it (in place): msgspec takes the
+    descriptions from the records' docstrings, cleaned since 0.23 and as written before, so the rendering
+    would depend on its version."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                node[key] = inspect.cleandoc(value)
+            else:
+                _clean_descriptions(value)
+    elif isinstance(node, list):
+        for value in node:
+            _clean_descriptions(value)
+
+
 def stream_schema() -> dict:
-    schema = _constrain(msgspec.json.schema(Record))
+    schema = msgspec.json.schema(Record)
+    _clean_descriptions(schema)
+    schema = _constrain(schema)
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://github.com/bridgecli/bridgecli/schemas/bridge-stream-v{MAJOR}.schema.json",
