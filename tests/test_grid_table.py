@@ -186,7 +186,7 @@ def test_grid_workers_know_how_many_share_their_gpu(tmp_path):
     """grid.sh with PROCS_PER_GPU=2 starts two workers on one GPU, each told GRID_GPU_PROCS=2 (which
     grid_record.py keeps as cost.gpu_processes). Until 2026-11-29 the worker's command set PROCS_PER_GPU=1
     before GRID_GPU_PROCS=$PROCS_PER_GPU, and bash expands a command's assignments in order: every worker was
-    told 1. Run here to the workers' first Python call (the check whether their row is recorded)."""
+    told 1. Both jobs are recorded already, so each worker's Python calls are its checks of them (and the table)."""
     data, out = tmp_path / "data", tmp_path / "grid"
     for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math/math500_test.jsonl"):
         (data / name).parent.mkdir(parents=True, exist_ok=True)
