@@ -96,6 +96,11 @@ def _order(method: str) -> tuple[int, str]:
     return (rank, method)
 
 
+def _summary_only(m: dict) -> bool:
+    """Whether a general task's entry was recorded from its summary alone: no items, a score and its n."""
+    return m.get("items") is None and bool(m.get("n")) and m.get("score") is not None
+
+
 def _items_array(items: list) -> np.ndarray:
     """A run's per-item values as floats, None as NaN."""
     return np.array([np.nan if v is None else v for v in items], dtype=np.float64)
@@ -149,7 +154,7 @@ class Group:
             m = (r.get("general") or {}).get(task) or {}
             if m.get("items"):
                 arrs.append(_items_array(m["items"]))
-            elif m.get("n") and m.get("score") is not None:
+            elif _summary_only(m):
                 right = round(m["score"] * m["n"])
                 arrs.append(np.concatenate([np.ones(right), np.zeros(m["n"] - right)]))
             else:
@@ -158,8 +163,7 @@ class Group:
 
     def lost(self, task: str) -> bool:
         """Whether a seed's ``task`` was recorded from its summary alone (``items`` null, a score and its n)."""
-        tasks = [(r.get("general") or {}).get(task) for r in self.runs]
-        return any(m and m.get("items") is None and m.get("n") and m.get("score") is not None for m in tasks)
+        return any(_summary_only((r.get("general") or {}).get(task) or {}) for r in self.runs)
 
     def general_all(self) -> list[np.ndarray] | None:
         """Every general task's items, or None when a task is missing (no average then)."""
