@@ -210,6 +210,48 @@ def test_grid_workers_know_how_many_share_their_gpu(tmp_path):
     assert len(workers) >= 2 and set(workers) == {"2"}, log.read_text()
 
 
+@pytest.mark.integration  # runs bash
+@pytest.mark.parametrize("lanes", ["1", "2"])
+def test_each_general_log_likelihood_task_runs_in_its_own_eval_process(tmp_path, lanes):
+    """grid.sh evaluates each log-likelihood task of GENERAL with a `bridge eval` of its own, marked done one
+    by one (eval-TASK): side by side with EVAL_LANES=2 (until 2026-11-30 the three ran in one process, the
+    longest lane of a pair of rows), one after another with EVAL_LANES=1. A logging `bridge` stands in; the
+    base row's evaluation is the whole job."""
+    data, out = tmp_path / "data", tmp_path / "grid"
+    for name in ("gsm8k/train.jsonl", "gsm8k/test.jsonl", "math/math500_test.jsonl",
+                 "arc/ARC-Challenge-Test.jsonl", "hellaswag/hellaswag_val_full.txt.bz2", "mmlu/test/x.csv"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text("")
+    (out / "done").mkdir(parents=True)
+    (out / "done" / "data").write_text("0")
+    log = tmp_path / "bridge.log"
+    fake = tmp_path / "bridge"
+    fake.write_text(f'#!/bin/bash\ntask=$(echo "$*" | grep -o -- "--task [^ ]*")\necho "start $task" >> {log}\n'
+                    f'sleep 1\necho "end $task" >> {log}\n')
+    fake.chmod(0o755)
+    python = tmp_path / "python"  # grid_record.py and grid_table.py have nothing to read: skipped
+    python.write_text(f'#!/bin/bash\ncase "$1" in *grid_record.py|*grid_table.py) exit 0 ;; esac\n'
+                      f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "bench/results/grid.sh"), str(data), str(out)],
+        env={"PATH": "/usr/bin:/bin", "PYTHON": str(python), "BRIDGE": str(fake), "MIX": "gsm8k",
+             "GENERAL": "arc_challenge hellaswag mmlu", "EVAL_LANES": lanes, "REFS": "0",
+             "GRID_JOBS": "0:base:1", "METHODS": "base"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = log.read_text().splitlines()
+    general = [e.split(" ", 1) for e in events if e.split()[-1] in ("arc_challenge", "hellaswag", "mmlu")]
+    assert sorted(task for kind, task in general if kind == "start") == [
+        "--task arc_challenge", "--task hellaswag", "--task mmlu"]
+    kinds = [kind for kind, _ in general]
+    assert kinds == (["start"] * 3 + ["end"] * 3 if lanes == "2" else ["start", "end"] * 3), events
+    for task in ("arc_challenge", "hellaswag", "mmlu"):
+        assert (out / "done" / f"runs_base_eval-{task}").is_file()
+    assert not (out / "done" / "runs_base_eval-general").exists()
+
+
 @pytest.mark.integration  # runs the script as a process
 def test_rows_against_full_sft_and_rank_agreement(tmp_path):
     """Every row minus full SFT (rho 1, compared at each row's own retention), and how many pairs of trained

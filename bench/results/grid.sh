@@ -68,8 +68,8 @@
 #                    host-bound: a 0.5B model's decoding step leaves an H200 mostly idle); the eval-* seconds
 #                    recorded then overlap, and the results are the same as with 1
 #   GENERAL [empty]   general-capability tasks run on every row (and base), the paper's retention claim:
-#                     any of "arc_challenge hellaswag mmlu humaneval" (full test sets, zero-shot; the log-likelihood
-#                     tasks in one eval process, humaneval in another, sandboxed: --allow-code-execution); data
+#                     any of "arc_challenge hellaswag mmlu humaneval" (full test sets, zero-shot; each task in an eval
+#                     process of its own, side by side with EVAL_LANES=2; humaneval sandboxed: --allow-code-execution); data
 #                     under DATA_DIR/arc, hellaswag, mmlu, humaneval; CODE_ISOLATION [bwrap]: unsafe runs humaneval
 #                     with --unsafe-code-execution (only on a machine lent for nothing else); GENERAL_LIMIT [empty:
 #                     the full sets] the first N items of each (MMLU: of each subject), for smoke runs
@@ -414,12 +414,25 @@ eval_math() {  # eval_math MODEL DIR: MATH-500's accuracy (when MATH_ACC_LIMIT >
   step "$d/eval-math500" losses math500 "$math_test" "$MATH_LIMIT" "$model" "$d"
 }
 
-eval_general() {  # eval_general MODEL DIR: the log-likelihood tasks of GENERAL, one model load, into DIR/general/
-  local model=$1 d=$2 tasks="" t
-  for t in $GENERAL; do [ "$t" = humaneval ] || tasks+="${tasks:+,}$t"; done
-  [ -n "$tasks" ] || return 0
-  mkdir -p "$out/$d/general"
-  step "$d/eval-general" bridge eval "$model" --task "$tasks" --data-dir "$data_dir" --batch-size "$EVAL_BATCH" \
+# eval_general MODEL DIR: the log-likelihood tasks of GENERAL into DIR/general/eval-TASK.json, one process (and
+# model load) a task, side by side unless EVAL_LANES=1. Each task is scored on its own either way (the same
+# results); until 2026-11-30 the three ran in one process, the longest lane of a pair of rows (640-675 s, where
+# the GSM8K and MATH-500 lanes end by about 500 s)
+eval_general() {
+  local model=$1 d=$2 t pids=() status=0 p
+  for t in $GENERAL; do
+    [ "$t" = humaneval ] && continue
+    mkdir -p "$out/$d/general"
+    if [ "$EVAL_LANES" = 1 ]; then general_task "$t" "$model" "$d" || return
+    else general_task "$t" "$model" "$d" & pids+=($!); fi
+  done
+  for p in "${pids[@]}"; do wait "$p" || { [ "$status" != 0 ] || status=$?; }; done
+  return "$status"
+}
+
+general_task() {  # general_task TASK MODEL DIR: one log-likelihood task of GENERAL
+  local t=$1 model=$2 d=$3
+  step "$d/eval-$t" bridge eval "$model" --task "$t" --data-dir "$data_dir" --batch-size "$EVAL_BATCH" \
     --dtype "$EVAL_DTYPE" "${general_limit[@]}" --resume -o "$out/$d/general"
 }
 

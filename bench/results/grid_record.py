@@ -223,8 +223,12 @@ def entry(out: Path, method: str, rho: str, seed: str, run: str, sel: str, setti
         "acc",
         "acc-math",
         "general",
+        "arc_challenge",
+        "hellaswag",
+        "mmlu",
         "humaneval",
-    )  # eval-gsm8k / -math500: held-out (and answer-span) losses
+    )  # eval-gsm8k / -math500: held-out (and answer-span) losses; eval-general: the log-likelihood tasks in one
+    # process (grid.sh until 2026-11-30), then one mark a task
     seconds = {f"eval-{t}": _secs(out, f"{run}/eval-{t}") for t in evals}
     # the evaluation's wall time: grid.sh's eval-wall mark when its steps ran in two lanes (they overlap)
     seconds["eval"] = _secs(out, f"{run}/eval-wall") or sum(seconds.values())
