@@ -31,11 +31,15 @@
 #
 # The 0.5B grid of docs/results.md (the model travels in pieces; split sizes them to fit beside the tree):
 #   python3 bench/results/carry_file.py split qwen.gguf --name qwen --target /tmp/models/qwen.gguf
-#   call 1:     carry .whl .carry/data        bash bench/results/device_grid.sh setup
-#   calls 2-10: carry .carry/qwen-0K          bash bench/results/device_grid.sh stash .carry/qwen-0K
-#   call 11:    carry .carry/qwen-10          bash ... stash .carry/qwen-10 && bash ... assemble && bash ... start qwen05
-#                                             && bash ... wait 500
-#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 540
+#   before a session:  python3 bench/results/carry_file.py fits .carry/qwen-01 (else: ... resplit --name qwen;
+#                      12 pieces of 38 MiB since 2026-11-29, when 45 MiB pieces no longer fit beside the tree)
+#   call 1:      carry .whl .carry/data .carry/deb   bash bench/results/device_grid.sh setup  (28 MB with them)
+#   calls 2-12:  carry .carry/qwen-K          bash bench/results/device_grid.sh stash .carry/qwen-K  (K = 01..11)
+#   call 13:     carry .carry/qwen-12         bash ... stash .carry/qwen-12 && bash ... assemble && bash ... start qwen05
+#                                             && bash ... wait 530
+#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 545 (a call's limit 600 s:
+#                                             wait N ends its copying about 40 s after N; the last call of
+#                                             2026-11-29, wait 395 under a 440 s limit, was cut before it)
 # (a lent machine is given back 30 s after a call ends: have each call ready; docs/results.md "Run it" has the
 # session of 2026-11-28, which ran the 135M grid on a fourth GPU beside three 0.5B rows)
 set -uo pipefail
