@@ -5,6 +5,8 @@ tables and Finding-3 plot, run as a process."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -654,3 +656,49 @@ def test_the_state_archive_carries_hellaswag_and_mmlu_items_and_a_row_is_recorde
     collect = script.split("collect() {")[1].split("\n}\n")[0]
     # the items are written before the archive is made, and results.json is copied after it
     assert collect.index("grid_record.py --slim") < collect.index("tar -czf") < collect.index('cp "$dir/results.json"')
+
+
+@pytest.mark.integration  # runs bash and waits for a background grid
+@pytest.mark.parametrize("mps", ["0", "1"])
+def test_device_grid_start_runs_the_grid_through_an_mps_daemon_of_its_own(tmp_path, mps):
+    """device_grid.sh start with MPS=1 starts nvidia-cuda-mps-control -d (pipes outside the grid's folder, so
+    the state archive never takes them), the grid's processes see its pipe directory, and the daemon is told to
+    quit when the grid ends; without MPS none of it. A stand-in daemon logs its calls; the grid fails its job
+    list at once (its exit status is recorded as usual)."""
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "mps.log"
+    fake = bin_dir / "nvidia-cuda-mps-control"
+    fake.write_text(f'#!/bin/bash\nif [ "$1" = -d ]; then echo "daemon $CUDA_MPS_PIPE_DIRECTORY" >> {log}\n'
+                    f'else echo "stdin $(cat)" >> {log}; fi\n')
+    fake.chmod(0o755)
+    grid_out = tmp_path / f"grid-mps-test-{os.getpid()}-{mps}"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GRID_OUT": str(grid_out), "MPS": mps, "GRID_JOBS": "not-a-job"}
+    try:
+        proc = subprocess.run(["bash", str(ROOT / "bench/results/device_grid.sh"), "start"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        for _ in range(200):  # the grid runs in its own session: wait for its exit status
+            if (grid_out / "grid.rc").is_file() and (mps == "0" or "stdin" in log.read_text()):
+                break
+            time.sleep(0.1)
+        assert (grid_out / "grid.rc").read_text().strip() == "2"  # GRID_JOBS refused
+        assert "not SEED:METHOD:RHO" in (grid_out / "grid.log").read_text()
+        if mps == "0":
+            assert not log.exists()
+        else:
+            pipes = f"/tmp/mps/{grid_out.name}/pipe"
+            assert log.read_text().splitlines() == [f"daemon {pipes}", "stdin quit"]
+            assert not (grid_out / "mps").exists()
+    finally:
+        link = Path("/tmp/grids") / grid_out.name
+        if link.is_symlink():
+            link.unlink()
+        shutil.rmtree(f"/tmp/mps/{grid_out.name}", ignore_errors=True)
+        for folder in ("/tmp/mps", "/tmp/grids"):  # where this test made them
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass

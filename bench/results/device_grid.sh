@@ -15,7 +15,9 @@
 #                                   device calls for as long as the machine is held (a lent machine keeps such a
 #                                   process), so no step is cut at a call's end; GRID_OUT and CUDA_VISIBLE_DEVICES
 #                                   let two grids (two presets) share one machine's GPUs; nvidia-smi logs the GPUs'
-#                                   memory and utilization every 5 s into the grid's gpu-smi.csv
+#                                   memory and utilization every 5 s into the grid's gpu-smi.csv; MPS=1 runs the
+#                                   grid's processes through an MPS daemon of its own (one such grid a machine;
+#                                   not yet measured: the next session's first pair says whether it pays)
 #   device_grid.sh wait SECONDS     wait until every started grid has ended or SECONDS have passed, then copy each
 #                                   one's results.json and state (table, log tails, every small result file) to
 #                                   $OUT/NAME/ (NAME: its folder's name); every call after a start is one wait
@@ -129,8 +131,23 @@ if [ "$phase" = start ]; then  # the grid in its own session, its exit status in
   [ -f "$grid_out/grid.pid" ] && [ ! -f "$grid_out/grid.rc" ] && { echo "device_grid.sh: a grid runs in $grid_out already" >&2; exit 2; }
   rm -f "$grid_out/grid.rc"
   mkdir -p /tmp/grids && ln -sfn "$grid_out" "/tmp/grids/$(basename "$grid_out")"
+  # MPS=1: the grid's processes share the GPU through NVIDIA's Multi-Process Service (a user-space daemon; the
+  # card's compute mode stays as it is), so their kernels may run at once instead of in turns: in a pair of
+  # rows twelve evaluation processes take turns on the GPU, and HellaSwag, 56 s alone (721 requests a second,
+  # 2026-11-28), took 630-645 s (2026-11-29). The daemon is this grid's: it quits when the grid ends
+  mps_quit=""
+  if [ "${MPS:-0}" = 1 ]; then
+    command -v nvidia-cuda-mps-control > /dev/null || { echo "device_grid.sh: MPS=1 but no nvidia-cuda-mps-control here" >&2; exit 2; }
+    mps=/tmp/mps/$(basename "$grid_out")  # not in the grid's folder: its state archive would take the pipes
+    export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || { echo "device_grid.sh: the MPS daemon did not start" >&2; exit 2; }
+    mps_quit="echo quit | nvidia-cuda-mps-control"
+    echo "device_grid.sh: MPS daemon started (pipes in $CUDA_MPS_PIPE_DIRECTORY)"
+  fi
   BRIDGE="python3 -m bridgecli" PYTHON=python3 setsid bash -c \
-    'bash bench/results/grid.sh /tmp/data "$1"; echo $? > "$1/grid.rc"' grid "$grid_out" > "$grid_out/grid.log" 2>&1 < /dev/null &
+    'bash bench/results/grid.sh /tmp/data "$1"; echo $? > "$1/grid.rc"; eval "$2"' grid "$grid_out" "$mps_quit" \
+    > "$grid_out/grid.log" 2>&1 < /dev/null &
   echo $! > "$grid_out/grid.pid"
   echo "device_grid.sh: started the grid in $grid_out (pid $!, GPUs ${CUDA_VISIBLE_DEVICES:-all}); log $grid_out/grid.log"
   # the GPUs' memory and utilization every 5 s while the machine is held (gpu-smi.csv, in the state archive):
