@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("carry_file", ROOT / "bench/results/carry_file.py")
 carry = importlib.util.module_from_spec(spec)
@@ -42,3 +44,31 @@ def test_a_piece_fits_a_call_only_beside_a_small_enough_tree(tmp_path):
     assert carry.fits([piece], tree=carry.CAP_BYTES - 999) == 1
     # the refused call of 2026-11-29: a 45 MiB piece beside 19.5 MB of tracked files
     assert carry.piece_mib(tree=19_528_935) == 38 < 45
+
+
+def test_a_resplit_stopped_midway_leaves_the_old_pieces_whole(tmp_path, monkeypatch):
+    src = tmp_path / "model.bin"
+    src.write_bytes(os.urandom(3 << 20))
+    out, stash = tmp_path / "carry", tmp_path / "stash"
+    target = tmp_path / "there" / "model.bin"
+    carry.split(src, "m", str(target), 1, out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    calls = []
+    real = carry.json.dumps
+
+    def failing(obj, *args, **kwargs):  # the second new piece's manifest: as if the disk filled there
+        calls.append(obj)
+        if len(calls) == 2:
+            raise OSError("no space left on device")
+        return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(carry.json, "dumps", failing)
+    with pytest.raises(OSError):
+        carry.resplit("m", 2, out)
+    monkeypatch.undo()
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file() and ".m-resplit" not in str(p)}
+    assert after == before
+    assert carry.resplit("m", 2, out) == 0  # and a rerun finishes it
+    for folder in sorted(out.glob("m-*")):
+        carry.stash(folder, stash)
+    assert carry.assemble(stash) == 0 and target.read_bytes() == src.read_bytes()

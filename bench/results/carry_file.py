@@ -121,22 +121,39 @@ def resplit(name: str, mib: int | None, out: Path) -> int:
     missing = [str(p) for p in old if not p.is_file()]
     if missing:
         raise SystemExit(f"carry_file.py: pieces missing: {', '.join(missing)}")
-    packed = out / f".{name}.zst"
-    with open(packed, "wb") as fout:
-        for p in old:
-            with open(p, "rb") as fin:
-                shutil.copyfileobj(fin, fout)
+    # the new pieces are written beside the old ones first, then take their place: stopped anywhere before
+    # that, the old pieces are all still there
+    staging = out / f".{name}-resplit"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    step = mib << 20
+    manifest["pieces"] = count = (sum(p.stat().st_size for p in old) + step - 1) // step
+    written = 0
+
+    def write_piece(data: bytes) -> None:
+        nonlocal written
+        written += 1
+        folder = staging / f"{name}-{written:02d}"
+        folder.mkdir()
+        (folder / f"{name}.zst.part{written:02d}").write_bytes(data)
+        (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
+
+    buf = bytearray()
+    for p in old:
+        with open(p, "rb") as fin:
+            while block := fin.read(1 << 22):
+                buf += block
+                while len(buf) >= step:
+                    write_piece(bytes(buf[:step]))
+                    del buf[:step]
+    if buf:
+        write_piece(bytes(buf))
+    assert written == count
     for folder in out.glob(f"{name}-[0-9][0-9]"):
         shutil.rmtree(folder)
-    size, step = packed.stat().st_size, mib << 20
-    manifest["pieces"] = count = (size + step - 1) // step
-    with open(packed, "rb") as fh:
-        for k in range(1, count + 1):
-            folder = out / f"{name}-{k:02d}"
-            folder.mkdir()
-            (folder / f"{name}.zst.part{k:02d}").write_bytes(fh.read(step))
-            (folder / f"{name}.manifest.json").write_text(json.dumps(manifest))
-    packed.unlink()
+    for folder in sorted(staging.iterdir()):
+        folder.rename(out / folder.name)
+    staging.rmdir()
     print(f"{name}: {len(old)} pieces -> {count} pieces of <= {mib} MiB in {out}/{name}-NN/", file=sys.stderr)
     return 0
 
