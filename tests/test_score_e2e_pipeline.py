@@ -84,19 +84,51 @@ def serial(run: Path, window: int, max_tokens: int, batch_size: int, limit: int 
     return buf.getvalue()
 
 
+@pytest.fixture(scope="module")
+def serial_of(run):
+    """:func:`serial` over the run fixture, each combination computed once in the module (the
+    window-5 bytes are the reference of a file, of stdout and of stdin)."""
+    done: dict[tuple, bytes] = {}
+
+    def get(window: int, max_tokens: int, batch_size: int, limit: int | None = None) -> bytes:
+        key = (window, max_tokens, batch_size, limit)
+        if key not in done:
+            done[key] = serial(run, window, max_tokens, batch_size, limit)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def scored_file(run, tmp_path_factory):
+    """``bridge score`` of the sample to a file through the pipelined loop, each (window, max_tokens,
+    batch_size) once in the module: (the output, the count run_score returned)."""
+    folder = tmp_path_factory.mktemp("scored")
+    done: dict[tuple, tuple[Path, int]] = {}
+
+    def get(window: int, max_tokens: int, batch_size: int) -> tuple[Path, int]:
+        key = (window, max_tokens, batch_size)
+        if key not in done:
+            out = folder / f"out-{window}-{max_tokens}-{batch_size}.bridge"
+            n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window,
+                                       max_tokens=max_tokens, batch_size=batch_size, device="cpu"))
+            done[key] = out, n
+        return done[key]
+
+    return get
+
+
 @pytest.mark.parametrize("window,max_tokens,batch_size", [(5, 300, 2), (16, 100000, 64), (7, 1, 64)])
-def test_pipelined_loop_writes_the_serial_bytes(run, tmp_path, window, max_tokens, batch_size):
-    out = tmp_path / "out.bridge"
-    n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window, max_tokens=max_tokens,
-                               batch_size=batch_size, device="cpu"))
+def test_pipelined_loop_writes_the_serial_bytes(scored_file, serial_of, window, max_tokens, batch_size):
+    out, n = scored_file(window, max_tokens, batch_size)
     assert n == 48
-    assert after_header(out.read_bytes()) == after_header(serial(run, window, max_tokens, batch_size))
+    assert after_header(out.read_bytes()) == after_header(serial_of(window, max_tokens, batch_size))
 
 
-def test_pipelined_loop_to_stdout_writes_the_serial_bytes(run, capfdbinary):
+def test_pipelined_loop_to_stdout_writes_the_serial_bytes(run, serial_of, capfdbinary):
     run_score(ScoreOptions(data=str(SAMPLE), out="-", run=str(run), window=5, max_tokens=300, batch_size=2,
                            device="cpu"))
-    assert after_header(capfdbinary.readouterr().out) == after_header(serial(run, 5, 300, 2))
+    assert after_header(capfdbinary.readouterr().out) == after_header(serial_of(5, 300, 2))
 
 
 def test_a_writer_error_stops_the_run(run, tmp_path, monkeypatch):
@@ -191,7 +223,7 @@ def test_tokenising_in_a_child_process_writes_the_same_bytes(run, tmp_path, monk
     assert after_header(outs["0"].read_bytes()) == after_header(outs["1"].read_bytes())
 
 
-def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_path, monkeypatch):
+def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, serial_of, tmp_path, monkeypatch):
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
     out = tmp_path / "o.bridge"
     real_commit = ResumableOutput.commit
@@ -208,20 +240,18 @@ def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_pat
     monkeypatch.setattr(ResumableOutput, "commit", real_commit)
     assert run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
                                   batch_size=2, device="cpu", resume=True)) == 48
-    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2))
+    assert after_header(out.read_bytes()) == after_header(serial_of(4, 300, 2))
 
 
-def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
+def test_data_on_stdin_scores_as_the_file_does(run, scored_file, tmp_path, monkeypatch):
     """`bridge score - ...`: the data is copied to a temporary file first (it is read twice), so the
-    records are those of scoring the file itself."""
+    records are those of scoring the file itself (with the same options)."""
     import io
     import sys
 
     from bridgecli.format.reader import read_all
 
-    from_file, from_stdin = tmp_path / "file.bridge", tmp_path / "stdin.bridge"
-    run_score(ScoreOptions(data=str(SAMPLE), out=str(from_file), run=str(run), window=5, max_tokens=300,
-                           batch_size=2, device="cpu"))
+    from_file, from_stdin = scored_file(5, 300, 2)[0], tmp_path / "stdin.bridge"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SAMPLE.read_bytes())))
     run_score(ScoreOptions(data="-", out=str(from_stdin), run=str(run), window=5, max_tokens=300,
                            batch_size=2, device="cpu"))
@@ -296,7 +326,8 @@ class _Poisoned:
                 for ex, sc in zip(examples, results)]
 
 
-def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(run, tmp_path, monkeypatch, capsys):
+def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(run, serial_of, tmp_path, monkeypatch,
+                                                                              capsys):
     out = tmp_path / "o.bridge"
     opts = dict(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300, batch_size=2, device="cpu",
                 data_opts=DataOptions(limit=12))
@@ -310,7 +341,7 @@ def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(ru
     monkeypatch.setattr(score_step, "_build", real_build)
     assert run_score(ScoreOptions(**opts, resume=True)) == 12
     assert "resuming after 8 examples" in capsys.readouterr().err
-    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2, limit=12))
+    assert after_header(out.read_bytes()) == after_header(serial_of(4, 300, 2, limit=12))
 
 
 def test_the_serial_loop_checks_each_batch_too(run):
