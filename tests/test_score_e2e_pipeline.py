@@ -30,7 +30,6 @@ from bridgecli.modeling import score_loop
 from bridgecli.runtime.resumable import ResumableOutput
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
-from tiny import default_sigint
 
 # integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
@@ -397,14 +396,13 @@ def _payloads(path: Path) -> tuple[Header, list[bytes]]:
         return reader.header, list(reader.payloads())
 
 
-def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_records(run, tmp_path):
+def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_records(run, tmp_path, forked_bridge):
     """Ctrl-C at the default --window 256 (issue 41): score commits every example it wrote, the window it
     was in too, says how to resume, and --resume ends with the records of an uninterrupted run, each byte
-    for byte (the header's timestamps are the interrupted run's; docs/cli.md)."""
+    for byte (the header's timestamps are the interrupted run's; docs/cli.md). Both runs are processes of
+    their own (forked children: tests/forked_cli.py), SIGINT raising KeyboardInterrupt in them."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from bridgecli.runtime.resumable import header_key
@@ -413,27 +411,24 @@ def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_record
     data = tmp_path / "data.jsonl"  # 64 examples of one length: batches in input order, one window
     data.write_text("".join(json.dumps({**record, "id": f"x{i:03d}"}) + "\n" for i in range(64)))
     out, ref = tmp_path / "out.bridge", tmp_path / "ref.bridge"
-    args = [sys.executable, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out),
-            "--device", "cpu", "--batch-size", "2"]
-    env = dict(os.environ, BRIDGE_TIMINGS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
-    err = []
-    for line in proc.stderr:  # the first batch is scored (and handed to the writer): interrupt soon after
-        err.append(line)
-        if "first batch done" in line:
-            time.sleep(0.3)
-            proc.send_signal(signal.SIGINT)
-            break
-    err += proc.stderr.readlines()
-    assert proc.wait(timeout=120) == 130, "".join(err)
-    text = "".join(err)
+    args = ["score", str(data), "--from", str(run), "-o", str(out), "--device", "cpu", "--batch-size", "2"]
+    env = dict(os.environ, BRIDGE_TIMINGS="1")  # its lines say when the first batch is done
+    proc = forked_bridge.start(args, env=env)
+    deadline = time.monotonic() + 120
+    while "first batch done" not in proc.stderr.decode() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first batch is scored (and handed to the writer): interrupt soon after
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, proc.stderr.decode()
+    text = proc.stderr.decode()
+    assert "first batch done" in text, text
     kept = int(text.split("interrupted: kept ")[1].split()[0])
     assert 0 < kept < 64 and "rerun with --resume" in text and "bridge score: interrupted" in text, text
     assert not out.exists() and Path(f"{out}.partial").exists()
 
-    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env)
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming after {kept} examples" in resumed.stderr
+    resumed = forked_bridge.run(args + ["--resume"], env=env)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert f"resuming after {kept} examples" in resumed.stderr.decode()
     assert run_score(ScoreOptions(data=str(data), out=str(ref), run=str(run), device="cpu", batch_size=2)) == 64
     (h1, got), (h2, want) = _payloads(out), _payloads(ref)
     assert got == want  # every record byte-identical

@@ -58,10 +58,6 @@ def run_dir(tmp_path_factory, tiny_model_dir, forked_bridge):
     return d
 
 
-def score_cmd(run_dir, out, *extra):
-    return [sys.executable, "-m", "bridgecli", *score_args(run_dir, out, *extra)]
-
-
 def score_args(run_dir, out, *extra):
     return ["score", str(SAMPLE / "train.jsonl"), "--from", str(run_dir / "warmup"), "-o", str(out), "--window", "2",
             "--max-tokens", "600", *extra]
@@ -77,13 +73,13 @@ def full(run_dir, tmp_path_factory, forked_bridge):
 
 
 @pytest.fixture(scope="module")
-def killed(run_dir, tmp_path_factory):
+def killed(run_dir, tmp_path_factory, forked_bridge):
     """A `bridge score` process killed with SIGKILL after four committed windows: its output path (only
     its partial file and index exist), for the tests to copy; skips when three runs all finished first."""
     out = tmp_path_factory.mktemp("killed") / "killed.bridge"
     idx = Path(str(out) + ".partial.idx")
     for attempt in range(3):
-        proc = subprocess.Popen(score_cmd(run_dir, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = forked_bridge.start(score_args(run_dir, out), env=ENV)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if idx.exists() and len(idx.read_text().splitlines()) >= 4:
@@ -116,7 +112,7 @@ def after_header(path: Path) -> bytes:
 
 
 @pytest.mark.integration  # starts warmup and score processes (run_dir, full, killed)
-def test_resume_after_kill_is_byte_identical(full, killed, run_dir, tmp_path):
+def test_resume_after_kill_is_byte_identical(full, killed, run_dir, tmp_path, forked_bridge):
     full, log = full
     # 24 windows: the loop's rate is also reported without the first (one-time work) window
     assert re.search(r"tokens/s; [\d,]+ tokens/s after the first window, which took [\d.]+ s\)", log), log
@@ -126,7 +122,7 @@ def test_resume_after_kill_is_byte_identical(full, killed, run_dir, tmp_path):
     assert partial.exists() and not out.exists()
     with open(partial, "ab") as fh:  # a frame torn by the crash
         fh.write(b"\x28\xb5\x2f\xfd garbage")
-    proc = subprocess.run(score_cmd(run_dir, out, "--resume"), env=ENV, capture_output=True)
+    proc = forked_bridge.run(score_args(run_dir, out, "--resume"), env=ENV)
     assert proc.returncode == 0, proc.stderr.decode()
     assert "resuming after" in proc.stderr.decode()
     assert out.exists() and not partial.exists() and not idx.exists()
@@ -155,7 +151,7 @@ def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path, forked_bridge)
     assert done.returncode == 0, done.stderr.decode()
     sharded = tmp_path / "sharded.bridge"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "bridgecli", *score_cmd(run_dir, sharded, "--limit", "9")[3:]]
+           "-m", "bridgecli", *score_args(run_dir, sharded, "--limit", "9")]
     proc = subprocess.run(cmd, env=ENV, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     assert not list(tmp_path.glob("sharded.bridge.shard-*"))
