@@ -76,6 +76,18 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
     return folder
 
 
+@pytest.fixture(scope="session")
+def forked_bridge(tmp_path_factory):
+    """`bridge ARGS` in forked children of one interpreter that imported the CLI once (tests/forked_cli.py):
+    ``forked_bridge.run(args, cwd=..., env=..., stdin=..., input=...)`` answers as ``subprocess.run`` with
+    ``capture_output=True`` does, without the seconds of imports a fresh interpreter spends."""
+    from forked_cli import ForkedBridge
+
+    server = ForkedBridge(tmp_path_factory.mktemp("forked-bridge"))
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def manager(monkeypatch):
     """A fresh plugin manager with only the built-ins; forgotten again after the test."""

@@ -60,6 +60,23 @@ def atp(model, tokenizer, v, chunks):
     return AttributionScorer(ctx)
 
 
+@pytest.fixture(scope="module")
+def per_token(setup, tokenizer):
+    """init -> (the per-token ``atp`` scorer of a fresh ``build(init)`` model, its scores of the examples):
+    each init scored once in the module (the slowest pass here; two tests take the init-0.02 scores)."""
+    build, exs = setup
+    done: dict[float, tuple] = {}
+
+    def get(init: float) -> tuple:
+        if init not in done:
+            model, v = build(init)
+            scorer = atp(model, tokenizer, v, 10_000)
+            done[init] = scorer, scorer.score(exs)
+        return done[init]
+
+    return get
+
+
 def sum_a(scorer, batch, bias, log_gate=None, math_layers=None) -> float:
     """sum_j a_j in float64 with the key-gate bias ``bias`` ([1, L]) on every gated layer, at the
     gated state ``log_gate`` (the scorer's own forward, no grad)."""
@@ -112,16 +129,15 @@ def test_reverse_pass_matches_finite_differences_of_the_gate(setup, tokenizer):
 
 @pytest.mark.integration  # the model fixture and exact removals (seconds)
 @pytest.mark.parametrize("init", [0.002, 0.02])
-def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init):
+def test_per_token_estimate_tracks_exact_removal_effects(setup, per_token, init):
     """Per-token groups give B[j, i] ~ a_j(P) - a_j(P with i hidden). Near-linear weights (small init):
     equal up to second-order terms; the default init: still close, rank for rank."""
     from bridgecli.analysis.metrics import spearman
 
-    build, exs = setup
-    model, v = build(init)
-    scorer = atp(model, tokenizer, v, 10_000)
+    _, exs = setup
+    scorer, scores = per_token(init)
     ref = ExactScores(exact_base_scorer(scorer.ctx), perturb="mask", batch_size=64)
-    for ex, sc in zip(exs, scorer.score(exs)):
+    for ex, sc in zip(exs, scores, strict=True):
         _, beta = ref.prompt_matrix(ex)
         B = sc.B.numpy().astype(np.float64)
         assert B.shape == beta.shape
@@ -134,17 +150,16 @@ def test_per_token_estimate_tracks_exact_removal_effects(setup, tokenizer, init)
 
 
 @pytest.mark.integration  # the model fixture and exact removals (seconds)
-def test_one_group_splits_its_effect_and_keeps_bridge_scores(setup, tokenizer):
-    """chunks=1: each prompt column of B sums to the full-response estimate; a, c, A are the bridge
-    scorer's."""
+def test_one_group_splits_its_effect_and_keeps_bridge_scores(setup, per_token, tokenizer):
+    """chunks=1: each prompt column of B sums to the full-response estimate (per-token groups, on a model
+    built alike); a, c, A are the bridge scorer's."""
     from bridgecli.modeling.scoring import BridgeScorer
 
     build, exs = setup
     model, v = build(0.02)
     one = atp(model, tokenizer, v, 1).score(exs)
-    per_token = atp(model, tokenizer, v, 10_000).score(exs)
     base = BridgeScorer(ScoringContext(model=model, tokenizer=tokenizer, direction=v, attention_layers=3)).score(exs)
-    for o, p, b in zip(one, per_token, base):
+    for o, p, b in zip(one, per_token(0.02)[1], base, strict=True):
         np.testing.assert_allclose(o.B.numpy().sum(0), p.B.numpy().sum(0), rtol=1e-5, atol=1e-6)  # float32 storage
         for field in ("a", "c", "A"):
             np.testing.assert_allclose(getattr(o, field).numpy(), getattr(b, field).numpy(), rtol=1e-5, atol=1e-7)

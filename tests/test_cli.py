@@ -1,4 +1,6 @@
-"""The CLI through real subprocesses: every step, the shell pipe, stdin/stdout, error paths."""
+"""The CLI through real processes: every step, the shell pipe, stdin/stdout, error paths. The pipe and the
+terminal run fresh `python -m bridgecli` interpreters; every other command a forked child of one interpreter
+that imported the CLI once (tests/forked_cli.py: a real process, its own files and exit status)."""
 
 from __future__ import annotations
 
@@ -17,19 +19,26 @@ from bridgecli.format.reader import read_all
 from tiny import sample_inputs
 
 BRIDGE = [sys.executable, "-m", "bridgecli"]
-pytestmark = pytest.mark.integration  # every test runs `python -m bridgecli` processes
-
-
-def bridge(*args, cwd=None, input=None, check=True, env=None):
-    proc = subprocess.run([*BRIDGE, *map(str, args)], cwd=cwd, input=input, capture_output=True,
-                          env={**os.environ, "BRIDGE_NO_PROGRESS": "1", **(env or {})})
-    if check and proc.returncode != 0:
-        raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr.decode()}")
-    return proc
+pytestmark = pytest.mark.integration  # every test runs `bridge` processes
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model_dir):
+def bridge(forked_bridge):
+    """`bridge ARGS` in a process (a forked child, see the module's docstring); with ``check`` its exit is 0."""
+
+    def run(*args, cwd=None, input=None, check=True, env=None):
+        proc = forked_bridge.run(args, cwd=cwd, input=input,
+                                 env={**os.environ, "BRIDGE_NO_PROGRESS": "1", **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                                 f"{proc.stderr.decode()}")
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model_dir, bridge):
     d = tmp_path_factory.mktemp("cli")
     sample_inputs(d, warm=6, val=3, data=5, test=2)
     bridge("warmup", "warm.jsonl", "--val", "val.jsonl", "--model", tiny_model_dir, "--max-steps", "2",
@@ -46,7 +55,7 @@ def test_warmup_folder(workdir, tiny_model_dir):
     assert meta["direction"]["v_norm"] > 0
 
 
-def test_full_pipeline_in_steps_and_as_a_pipe(workdir):
+def test_full_pipeline_in_steps_and_as_a_pipe(workdir, bridge):
     d = workdir
     bridge("score", "data.jsonl", "-o", "scores.bridge", cwd=d)  # default --from: runs/warmup
     bridge("select", "scores.bridge", "-o", "sel.bridge", "--rho-p", "0.75", "--rho-r", "0.75", "-T", "4", cwd=d)
@@ -98,7 +107,7 @@ def test_full_pipeline_in_steps_and_as_a_pipe(workdir):
     assert "closure" in bridge("inspect", "closed.bridge", cwd=d).stdout.decode()
 
 
-def test_train_and_eval(workdir, tiny_model_dir):
+def test_train_and_eval(workdir, tiny_model_dir, bridge):
     d = workdir
     if not (d / "train.jsonl").exists():
         pytest.skip("needs the pipeline test's output")
@@ -129,7 +138,7 @@ def test_binary_output_refused_on_a_terminal(workdir):
     assert len(err.splitlines()) == 1 and "refusing to write" in err and "terminal" in err
 
 
-def test_bad_jsonl_line_names_file_and_line(workdir):
+def test_bad_jsonl_line_names_file_and_line(workdir, bridge):
     (workdir / "bad.jsonl").write_text('{"question": "q", "answer": "a"}\n{"question": oops}\n')
     proc = bridge("score", "bad.jsonl", "-o", "bad.bridge", cwd=workdir, check=False)
     errors = [line for line in proc.stderr.decode().splitlines() if "error" in line]
@@ -140,27 +149,27 @@ def test_bad_jsonl_line_names_file_and_line(workdir):
     assert not list(workdir.glob(".bad.bridge.*"))
 
 
-def test_missing_field_names_field(workdir):
+def test_missing_field_names_field(workdir, bridge):
     (workdir / "nofield.jsonl").write_text('{"question": "q"}\n')
     proc = bridge("score", "nofield.jsonl", "-o", "x.bridge", cwd=workdir, check=False)
     assert proc.returncode == 4 and "nofield.jsonl, line 1" in proc.stderr.decode()
 
 
-def test_score_without_warmup_names_the_command(tmp_path):
+def test_score_without_warmup_names_the_command(tmp_path, bridge):
     (tmp_path / "d.jsonl").write_text('{"question": "q", "answer": "a"}\n')
     proc = bridge("score", "d.jsonl", "-o", "x.bridge", cwd=tmp_path, check=False)
     err = proc.stderr.decode()
     assert proc.returncode == 5 and "bridge warmup" in err and "runs/warmup" in err
 
 
-def test_stage_checks(workdir):
+def test_stage_checks(workdir, bridge):
     proc = bridge("close", "scores.bridge", "-o", "x.bridge", cwd=workdir, check=False)
     assert proc.returncode == 3 and "run `bridge select` first" in proc.stderr.decode()
     proc = bridge("select", "data.jsonl", "-o", "x.bridge", cwd=workdir, check=False)
     assert proc.returncode == 3 and "bridge score" in proc.stderr.decode()
 
 
-def test_schedules_and_flags_validated(workdir):
+def test_schedules_and_flags_validated(workdir, bridge):
     proc = bridge("select", "scores.bridge", "-o", "x.bridge", "--rho-p", "1.5", cwd=workdir, check=False)
     assert proc.returncode == 2 and "--rho-p" in proc.stderr.decode()
     proc = bridge("select", "scores.bridge", "-o", "x.bridge", "--method", "nope", cwd=workdir, check=False)

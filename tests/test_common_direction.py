@@ -57,14 +57,29 @@ def residuals(model, ex: Example, positions: np.ndarray) -> torch.Tensor:
     return W[ids[0, positions]] - p @ W
 
 
+def four_layers(tokenizer):
+    """The float64 four-layer tiny model (seed 0) of the brute-force tests."""
+    return tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def four_layer_grads(tokenizer) -> list[list[dict[str, torch.Tensor]]]:
+    """The brute force of :func:`per_token_grads` over the last two blocks of a fresh :func:`four_layers`
+    model, for each of the record examples: one backward pass per response token is most of these tests'
+    time, and the five debias paths and the parts test check against the same gradients (computed once)."""
+    model = four_layers(tokenizer)
+    names = list(tail_parameters(model, 2))
+    return [per_token_grads(model, ex, names) for ex in record_examples(tokenizer)]
+
+
 def common_of(d: torch.Tensor, beta: float, vocab: int) -> CommonDirection:
     fit = CommonFit(beta=beta, intercept=0.0, fit_tokens=1, fit_examples=1, residual_tokens=1, residual_norm=1.0)
     return CommonDirection(d, CommonMeta(fit=fit, hidden_size=int(d.shape[0]), vocab_size=vocab, direction=DirectionMeta()))
 
 
 @pytest.mark.parametrize("path", ["fused-llama", "forward-ad", "forward-ad-head", "atp", "atp-fast"])
-def test_debiased_a_is_a_minus_beta_u_by_brute_force(tokenizer, path):
-    model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
+def test_debiased_a_is_a_minus_beta_u_by_brute_force(tokenizer, four_layer_grads, path):
+    model = four_layers(tokenizer)
     exs = record_examples(tokenizer)
     torch.manual_seed(3)
     v = {n: torch.randn_like(p) for n, p in tail_parameters(model, 2).items()}
@@ -85,10 +100,10 @@ def test_debiased_a_is_a_minus_beta_u_by_brute_force(tokenizer, path):
         if path == "forward-ad-head":  # the LM head under forward-mode AD (models with a non-plain head)
             scorer.plain_head = False
     assert scorer.header_params["debias"]["beta"] == beta
-    names = list(v)
-    for ex, sc in zip(exs, scorer.score(exs)):
+    assert set(four_layer_grads[0][0]) == set(v)  # the brute force is over v's parameters
+    for ex, sc, grads in zip(exs, scorer.score(exs), four_layer_grads, strict=True):
         resp = ex.tokens.response_positions()
-        a_ref = np.array([dot(g, v) for g in per_token_grads(model, ex, names)])
+        a_ref = np.array([dot(g, v) for g in grads])
         u_ref = (residuals(model, ex, resp) @ d).numpy()
         want = a_ref - beta * u_ref
         assert np.abs(beta * u_ref).max() > 0.3 * np.abs(a_ref).max()  # the shift is not negligible here
@@ -135,10 +150,10 @@ def test_debias_refusals(tokenizer):
     assert BridgeScorer(ctx).header_params is None
 
 
-def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
+def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer, four_layer_grads):
     from bridgecli.analysis.parts import score_parts, split_direction
 
-    model = tiny_model(tiny_llama_config(len(tokenizer), layers=4), dtype=torch.float64)
+    model = four_layers(tokenizer)
     exs = record_examples(tokenizer)
     torch.manual_seed(5)
     tail = tail_parameters(model, 2)
@@ -153,11 +168,10 @@ def test_parts_sum_to_a_and_the_anchor_part_is_its_own_term(tokenizer):
     ctx = ScoringContext(model=model, tokenizer=tokenizer, direction=v)
     parts = score_parts(ctx, split, exs, d=d, batch_size=2)
     whole = BridgeScorer(ctx).score(exs)
-    names = list(v)
-    for ex, p, w in zip(exs, parts, whole):
+    assert set(four_layer_grads[0][0]) == set(v)  # the brute force is over v's parameters
+    for ex, p, w, grads in zip(exs, parts, whole, four_layer_grads, strict=True):
         a = w.a.numpy().astype(np.float64)
         np.testing.assert_allclose(p.target + p.anchor, a, rtol=0, atol=1e-6 * np.abs(a).max())
-        grads = per_token_grads(model, ex, names)
         na = np.sqrt(sum(float((g.double() ** 2).sum()) for g in g_anchor.values()))
         anchor_ref = np.array([lam * dot(g, g_anchor) / (na + eps) for g in grads])
         nt = np.sqrt(sum(float((g.double() ** 2).sum()) for g in g_target.values()))

@@ -369,46 +369,17 @@ def test_every_single_byte_corruption_is_detected_or_harmless():
 
 # -- the same failures through the CLI -----------------------------------------------------------
 
-#: Runs `bridge ARGS...` once per job, each in a forked child of one interpreter that imported the CLI
-#: once (the CLI imports torch; a fresh interpreter per case would cost seconds each). The child is a
-#: real process: its own stdout/stderr files and exit status, and an uncaught exception prints a
-#: traceback and exits 1 exactly as the interpreter would.
-_DRIVER = r"""
-import json, os, sys, traceback
-from bridgecli.cli.app import main
-results = []
-for job in json.load(sys.stdin):
-    sys.stdout.flush(); sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
-            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(f, fd); os.close(f)
-        sys.argv = ["bridge", *job["args"]]
-        try:
-            main(); code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            if isinstance(exc.code, str):
-                print(exc.code, file=sys.stderr)
-        except BaseException:
-            traceback.print_exc(); code = 1
-        sys.stdout.flush(); sys.stderr.flush()
-        os._exit(code)
-    results.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-print(json.dumps(results))
-"""
-
-
 def _bridge_command() -> list[str]:
     script = Path(sys.executable).with_name("bridge")
     return [str(script)] if script.exists() else [sys.executable, "-m", "bridgecli"]
 
 
 @pytest.fixture(scope="module")
-def cli_runs(failure_files, tmp_path_factory) -> dict[str, dict]:
+def cli_runs(failure_files, tmp_path_factory, request) -> dict[str, dict]:
     """name -> {"code", "stdout", "stderr"} of `bridge inspect FILE` for every failure case, a newer
-    minor version and the golden files; plus "console script" for one real `bridge` process."""
+    minor version and the golden files, each in a forked child of one interpreter that imported the CLI once
+    (tests/forked_cli.py: a real process, its own files and exit status; a fresh interpreter per case would
+    cost seconds each); plus "console script" for one genuine `bridge` process."""
     folder = tmp_path_factory.mktemp("cli")
     newer = folder / "newer-minor.bridge"
     newer.write_bytes(newer_minor_stream())
@@ -417,20 +388,15 @@ def cli_runs(failure_files, tmp_path_factory) -> dict[str, dict]:
     for path in sorted(GOLDEN.glob("*.bridge")):
         cases[f"golden {path.name}"] = ["inspect", "--json", str(path)]
     env = {**os.environ, "BRIDGE_NO_PROGRESS": "1", "PYTHONUNBUFFERED": "1"}
-    # one genuine console-script process, run while the driver works
+    # one genuine console-script process, run while the forked children work
     real = subprocess.Popen([*_bridge_command(), "inspect", str(failure_files["jsonl by mistake"])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=folder)
     runs: dict[str, dict] = {}
     if hasattr(os, "fork"):
-        jobs = [{"args": args, "stdout": str(folder / f"{k}.out"), "stderr": str(folder / f"{k}.err")}
-                for k, args in enumerate(cases.values())]
-        done = subprocess.run([sys.executable, "-c", _DRIVER], input=json.dumps(jobs), capture_output=True,
-                              text=True, env=env, cwd=folder, timeout=300)
-        assert done.returncode == 0, done.stderr
-        codes = json.loads(done.stdout.splitlines()[-1])
-        for (name, _), job, code in zip(cases.items(), jobs, codes):
-            runs[name] = {"code": code, "stdout": Path(job["stdout"]).read_text(),
-                          "stderr": Path(job["stderr"]).read_text()}
+        forked = request.getfixturevalue("forked_bridge")
+        for name, args in cases.items():
+            p = forked.run(args, cwd=folder, env={**os.environ, "BRIDGE_NO_PROGRESS": "1"}, timeout=300)
+            runs[name] = {"code": p.returncode, "stdout": p.stdout.decode(), "stderr": p.stderr.decode()}
     else:  # pragma: no cover - no fork (Windows): one process per case
         for name, args in cases.items():
             p = subprocess.run([*_bridge_command(), *args], capture_output=True, text=True, env=env, cwd=folder,

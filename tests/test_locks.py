@@ -18,7 +18,6 @@ from bridgecli.errors import UsageError
 from bridgecli.steps.train import TrainOptions, run_train
 from bridgecli.steps.warmup import WarmupOptions, run_warmup
 
-from tiny import default_sigint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,9 +283,9 @@ def test_runs_through_a_link_to_their_folder_keep_the_link(tmp_path, tiny_model_
         "rows.jsonl", "t", "tlink", "val.jsonl", "w", "warm.jsonl", "wlink"]  # no lock file left
 
 
-@pytest.mark.integration  # starts `python -m bridgecli train` and interrupts it
+@pytest.mark.integration  # starts a `bridge train` process (a forked child: tests/forked_cli.py) and interrupts it
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupted_train_leaves_no_lock_file(tmp_path, tiny_model_dir, sig, code):
+def test_an_interrupted_train_leaves_no_lock_file(tmp_path, tiny_model_dir, forked_bridge, sig, code):
     import json
 
     rows = tmp_path / "rows.jsonl"
@@ -294,20 +293,19 @@ def test_an_interrupted_train_leaves_no_lock_file(tmp_path, tiny_model_dir, sig,
         json.dumps({"input_ids": list(range(10, 18)), "labels": [-100] * 4 + list(range(14, 18))}) + "\n"
         for _ in range(4)))
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bridgecli", "train", str(rows), "-o", str(out), "--model", str(tiny_model_dir),
-         "--device", "cpu", "--epochs", "100000", "--batch-size", "1", "--grad-accum", "1"],
-        stderr=subprocess.PIPE, env={**os.environ, "BRIDGE_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"},
-        preexec_fn=default_sigint)
+    # SIGINT raises KeyboardInterrupt in it wherever pytest runs (the server's children: tiny.default_sigint)
+    proc = forked_bridge.start(["train", rows, "-o", out, "--model", tiny_model_dir, "--device", "cpu",
+                                "--epochs", "100000", "--batch-size", "1", "--grad-accum", "1"],
+                               env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
     metrics = out / "metrics.jsonl"
     try:
         for _ in range(1200):  # training has begun once a step is recorded
             if metrics.is_file() and metrics.stat().st_size > 0 or proc.poll() is not None:
                 break
             time.sleep(0.05)
-        assert (tmp_path / ".run.lock").is_file(), proc.stderr.read().decode() if proc.poll() is not None else ""
+        assert (tmp_path / ".run.lock").is_file(), proc.stderr.decode() if proc.poll() is not None else ""
         proc.send_signal(sig)
-        assert proc.wait(timeout=60) == code, proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == code, proc.stderr.decode()
     finally:  # a run that ignored the signal trains 100,000 epochs: not past the test
         proc.kill()
         proc.wait()

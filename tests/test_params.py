@@ -4,8 +4,6 @@ paths and encodings: every numeric option has its range, NaN and infinity are re
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -151,12 +149,11 @@ def test_folders_and_unwritable_outputs(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.integration  # starts `python -m bridgecli`
-def test_cli_reports_one_line():
-    done = subprocess.run([sys.executable, "-m", "bridgecli", "score", "x.jsonl", "--max-tokens", "-5"],
-                          capture_output=True, text=True)
+@pytest.mark.integration  # starts a `bridge` process (a forked child: tests/forked_cli.py)
+def test_cli_reports_one_line(forked_bridge):
+    done = forked_bridge.run(["score", "x.jsonl", "--max-tokens", "-5"])
     assert done.returncode == 2
-    assert done.stderr.strip() == "bridge score: error: --max-tokens must be an integer >= 1, got -5"
+    assert done.stderr.decode().strip() == "bridge score: error: --max-tokens must be an integer >= 1, got -5"
 
 
 @pytest.mark.parametrize("changes, flag", [

@@ -30,7 +30,6 @@ from bridgecli.modeling import score_loop
 from bridgecli.runtime.resumable import ResumableOutput
 from bridgecli.steps.score import ScoreOptions, run_score, score_window, windows
 
-from tiny import default_sigint
 
 # integration: the run fixture's warmup, scoring runs; one_thread: tests/conftest.py
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("one_thread")]
@@ -84,19 +83,51 @@ def serial(run: Path, window: int, max_tokens: int, batch_size: int, limit: int 
     return buf.getvalue()
 
 
+@pytest.fixture(scope="module")
+def serial_of(run):
+    """:func:`serial` over the run fixture, each combination computed once in the module (the
+    window-5 bytes are the reference of a file, of stdout and of stdin)."""
+    done: dict[tuple, bytes] = {}
+
+    def get(window: int, max_tokens: int, batch_size: int, limit: int | None = None) -> bytes:
+        key = (window, max_tokens, batch_size, limit)
+        if key not in done:
+            done[key] = serial(run, window, max_tokens, batch_size, limit)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def scored_file(run, tmp_path_factory):
+    """``bridge score`` of the sample to a file through the pipelined loop, each (window, max_tokens,
+    batch_size) once in the module: (the output, the count run_score returned)."""
+    folder = tmp_path_factory.mktemp("scored")
+    done: dict[tuple, tuple[Path, int]] = {}
+
+    def get(window: int, max_tokens: int, batch_size: int) -> tuple[Path, int]:
+        key = (window, max_tokens, batch_size)
+        if key not in done:
+            out = folder / f"out-{window}-{max_tokens}-{batch_size}.bridge"
+            n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window,
+                                       max_tokens=max_tokens, batch_size=batch_size, device="cpu"))
+            done[key] = out, n
+        return done[key]
+
+    return get
+
+
 @pytest.mark.parametrize("window,max_tokens,batch_size", [(5, 300, 2), (16, 100000, 64), (7, 1, 64)])
-def test_pipelined_loop_writes_the_serial_bytes(run, tmp_path, window, max_tokens, batch_size):
-    out = tmp_path / "out.bridge"
-    n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window, max_tokens=max_tokens,
-                               batch_size=batch_size, device="cpu"))
+def test_pipelined_loop_writes_the_serial_bytes(scored_file, serial_of, window, max_tokens, batch_size):
+    out, n = scored_file(window, max_tokens, batch_size)
     assert n == 48
-    assert after_header(out.read_bytes()) == after_header(serial(run, window, max_tokens, batch_size))
+    assert after_header(out.read_bytes()) == after_header(serial_of(window, max_tokens, batch_size))
 
 
-def test_pipelined_loop_to_stdout_writes_the_serial_bytes(run, capfdbinary):
+def test_pipelined_loop_to_stdout_writes_the_serial_bytes(run, serial_of, capfdbinary):
     run_score(ScoreOptions(data=str(SAMPLE), out="-", run=str(run), window=5, max_tokens=300, batch_size=2,
                            device="cpu"))
-    assert after_header(capfdbinary.readouterr().out) == after_header(serial(run, 5, 300, 2))
+    assert after_header(capfdbinary.readouterr().out) == after_header(serial_of(5, 300, 2))
 
 
 def test_a_writer_error_stops_the_run(run, tmp_path, monkeypatch):
@@ -191,7 +222,7 @@ def test_tokenising_in_a_child_process_writes_the_same_bytes(run, tmp_path, monk
     assert after_header(outs["0"].read_bytes()) == after_header(outs["1"].read_bytes())
 
 
-def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_path, monkeypatch):
+def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, serial_of, tmp_path, monkeypatch):
     monkeypatch.setenv("BRIDGE_TOKENIZE_PROCESS", "1")
     out = tmp_path / "o.bridge"
     real_commit = ResumableOutput.commit
@@ -208,20 +239,18 @@ def test_resume_with_a_child_process_writes_the_uninterrupted_bytes(run, tmp_pat
     monkeypatch.setattr(ResumableOutput, "commit", real_commit)
     assert run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300,
                                   batch_size=2, device="cpu", resume=True)) == 48
-    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2))
+    assert after_header(out.read_bytes()) == after_header(serial_of(4, 300, 2))
 
 
-def test_data_on_stdin_scores_as_the_file_does(run, tmp_path, monkeypatch):
+def test_data_on_stdin_scores_as_the_file_does(run, scored_file, tmp_path, monkeypatch):
     """`bridge score - ...`: the data is copied to a temporary file first (it is read twice), so the
-    records are those of scoring the file itself."""
+    records are those of scoring the file itself (with the same options)."""
     import io
     import sys
 
     from bridgecli.format.reader import read_all
 
-    from_file, from_stdin = tmp_path / "file.bridge", tmp_path / "stdin.bridge"
-    run_score(ScoreOptions(data=str(SAMPLE), out=str(from_file), run=str(run), window=5, max_tokens=300,
-                           batch_size=2, device="cpu"))
+    from_file, from_stdin = scored_file(5, 300, 2)[0], tmp_path / "stdin.bridge"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SAMPLE.read_bytes())))
     run_score(ScoreOptions(data="-", out=str(from_stdin), run=str(run), window=5, max_tokens=300,
                            batch_size=2, device="cpu"))
@@ -296,7 +325,8 @@ class _Poisoned:
                 for ex, sc in zip(examples, results)]
 
 
-def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(run, tmp_path, monkeypatch, capsys):
+def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(run, serial_of, tmp_path, monkeypatch,
+                                                                              capsys):
     out = tmp_path / "o.bridge"
     opts = dict(data=str(SAMPLE), out=str(out), run=str(run), window=4, max_tokens=300, batch_size=2, device="cpu",
                 data_opts=DataOptions(limit=12))
@@ -310,7 +340,7 @@ def test_non_finite_scores_stop_the_run_and_the_windows_before_stay_resumable(ru
     monkeypatch.setattr(score_step, "_build", real_build)
     assert run_score(ScoreOptions(**opts, resume=True)) == 12
     assert "resuming after 8 examples" in capsys.readouterr().err
-    assert after_header(out.read_bytes()) == after_header(serial(run, 4, 300, 2, limit=12))
+    assert after_header(out.read_bytes()) == after_header(serial_of(4, 300, 2, limit=12))
 
 
 def test_the_serial_loop_checks_each_batch_too(run):
@@ -366,14 +396,13 @@ def _payloads(path: Path) -> tuple[Header, list[bytes]]:
         return reader.header, list(reader.payloads())
 
 
-def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_records(run, tmp_path):
+def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_records(run, tmp_path, forked_bridge):
     """Ctrl-C at the default --window 256 (issue 41): score commits every example it wrote, the window it
     was in too, says how to resume, and --resume ends with the records of an uninterrupted run, each byte
-    for byte (the header's timestamps are the interrupted run's; docs/cli.md)."""
+    for byte (the header's timestamps are the interrupted run's; docs/cli.md). Both runs are processes of
+    their own (forked children: tests/forked_cli.py), SIGINT raising KeyboardInterrupt in them."""
     import os
     import signal
-    import subprocess
-    import sys
     import time
 
     from bridgecli.runtime.resumable import header_key
@@ -382,27 +411,24 @@ def test_sigint_keeps_the_window_it_stopped_in_and_resume_writes_the_same_record
     data = tmp_path / "data.jsonl"  # 64 examples of one length: batches in input order, one window
     data.write_text("".join(json.dumps({**record, "id": f"x{i:03d}"}) + "\n" for i in range(64)))
     out, ref = tmp_path / "out.bridge", tmp_path / "ref.bridge"
-    args = [sys.executable, "-m", "bridgecli", "score", str(data), "--from", str(run), "-o", str(out),
-            "--device", "cpu", "--batch-size", "2"]
-    env = dict(os.environ, BRIDGE_TIMINGS="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint)
-    err = []
-    for line in proc.stderr:  # the first batch is scored (and handed to the writer): interrupt soon after
-        err.append(line)
-        if "first batch done" in line:
-            time.sleep(0.3)
-            proc.send_signal(signal.SIGINT)
-            break
-    err += proc.stderr.readlines()
-    assert proc.wait(timeout=120) == 130, "".join(err)
-    text = "".join(err)
+    args = ["score", str(data), "--from", str(run), "-o", str(out), "--device", "cpu", "--batch-size", "2"]
+    env = dict(os.environ, BRIDGE_TIMINGS="1")  # its lines say when the first batch is done
+    proc = forked_bridge.start(args, env=env)
+    deadline = time.monotonic() + 120
+    while "first batch done" not in proc.stderr.decode() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first batch is scored (and handed to the writer): interrupt soon after
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, proc.stderr.decode()
+    text = proc.stderr.decode()
+    assert "first batch done" in text, text
     kept = int(text.split("interrupted: kept ")[1].split()[0])
     assert 0 < kept < 64 and "rerun with --resume" in text and "bridge score: interrupted" in text, text
     assert not out.exists() and Path(f"{out}.partial").exists()
 
-    resumed = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env)
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming after {kept} examples" in resumed.stderr
+    resumed = forked_bridge.run(args + ["--resume"], env=env)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    assert f"resuming after {kept} examples" in resumed.stderr.decode()
     assert run_score(ScoreOptions(data=str(data), out=str(ref), run=str(run), device="cpu", batch_size=2)) == 64
     (h1, got), (h2, want) = _payloads(out), _payloads(ref)
     assert got == want  # every record byte-identical

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,38 +49,37 @@ def test_bucket_properties(lengths, max_tokens, max_rows):
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_model_dir):
+def run_dir(tmp_path_factory, tiny_model_dir, forked_bridge):
+    """A warmup run of the tiny model (`bridge warmup` in a forked child: tests/forked_cli.py)."""
     d = tmp_path_factory.mktemp("scale")
-    subprocess.run([sys.executable, "-m", "bridgecli", "warmup", str(SAMPLE / "warm.jsonl"), "--val",
-                    str(SAMPLE / "val.jsonl"), "-o", str(d / "warmup"), "--model", str(tiny_model_dir),
-                    "--max-steps", "1", "--limit", "6"], check=True, env=ENV, capture_output=True)
+    done = forked_bridge.run(["warmup", SAMPLE / "warm.jsonl", "--val", SAMPLE / "val.jsonl", "-o", d / "warmup",
+                              "--model", tiny_model_dir, "--max-steps", "1", "--limit", "6"], env=ENV)
+    assert done.returncode == 0, done.stderr.decode()
     return d
 
 
-def score_cmd(run_dir, out, *extra):
-    return [sys.executable, "-m", "bridgecli", "score", str(SAMPLE / "train.jsonl"), "--from", str(run_dir / "warmup"),
-            "-o", str(out), "--window", "2", "--max-tokens", "600", *extra]
+def score_args(run_dir, out, *extra):
+    return ["score", str(SAMPLE / "train.jsonl"), "--from", str(run_dir / "warmup"), "-o", str(out), "--window", "2",
+            "--max-tokens", "600", *extra]
 
 
-def after_header(path: Path) -> bytes:
-    """The file's bytes after the preamble and the header's zstd frame."""
-    data = path.read_bytes()[PREAMBLE.size:]
-    dobj = zstandard.ZstdDecompressor().decompressobj()
-    dobj.decompress(data)
-    return dobj.unused_data
+@pytest.fixture(scope="module")
+def full(run_dir, tmp_path_factory, forked_bridge):
+    """(the uninterrupted score of the sample, its stderr): the reference of the resumed run and of the ranks."""
+    out = tmp_path_factory.mktemp("full") / "full.bridge"
+    done = forked_bridge.run(score_args(run_dir, out), env=ENV)
+    assert done.returncode == 0, done.stderr.decode()
+    return out, done.stderr.decode()
 
 
-@pytest.mark.integration  # starts warmup and score processes (run_dir)
-def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
-    full = tmp_path / "full.bridge"
-    log = subprocess.run(score_cmd(run_dir, full), check=True, env=ENV, capture_output=True).stderr.decode()
-    # 24 windows: the loop's rate is also reported without the first (one-time work) window
-    assert re.search(r"tokens/s; [\d,]+ tokens/s after the first window, which took [\d.]+ s\)", log), log
-
-    out = tmp_path / "killed.bridge"
+@pytest.fixture(scope="module")
+def killed(run_dir, tmp_path_factory, forked_bridge):
+    """A `bridge score` process killed with SIGKILL after four committed windows: its output path (only
+    its partial file and index exist), for the tests to copy; skips when three runs all finished first."""
+    out = tmp_path_factory.mktemp("killed") / "killed.bridge"
     idx = Path(str(out) + ".partial.idx")
     for attempt in range(3):
-        proc = subprocess.Popen(score_cmd(run_dir, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = forked_bridge.start(score_args(run_dir, out), env=ENV)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if idx.exists() and len(idx.read_text().splitlines()) >= 4:
@@ -92,11 +92,37 @@ def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
         out.unlink()  # finished before the kill landed: try again
     else:
         pytest.skip("the run finished before it could be killed three times")
-    partial = Path(str(out) + ".partial")
+    return out
+
+
+def copy_of(killed: Path, folder: Path) -> Path:
+    """The killed run's partial output and index copied into ``folder``: the output path there."""
+    out = folder / killed.name
+    for suffix in (".partial", ".partial.idx"):
+        shutil.copyfile(f"{killed}{suffix}", f"{out}{suffix}")
+    return out
+
+
+def after_header(path: Path) -> bytes:
+    """The file's bytes after the preamble and the header's zstd frame."""
+    data = path.read_bytes()[PREAMBLE.size:]
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    dobj.decompress(data)
+    return dobj.unused_data
+
+
+@pytest.mark.integration  # starts warmup and score processes (run_dir, full, killed)
+def test_resume_after_kill_is_byte_identical(full, killed, run_dir, tmp_path, forked_bridge):
+    full, log = full
+    # 24 windows: the loop's rate is also reported without the first (one-time work) window
+    assert re.search(r"tokens/s; [\d,]+ tokens/s after the first window, which took [\d.]+ s\)", log), log
+
+    out = copy_of(killed, tmp_path)
+    partial, idx = Path(str(out) + ".partial"), Path(str(out) + ".partial.idx")
     assert partial.exists() and not out.exists()
     with open(partial, "ab") as fh:  # a frame torn by the crash
         fh.write(b"\x28\xb5\x2f\xfd garbage")
-    proc = subprocess.run(score_cmd(run_dir, out, "--resume"), env=ENV, capture_output=True)
+    proc = forked_bridge.run(score_args(run_dir, out, "--resume"), env=ENV)
     assert proc.returncode == 0, proc.stderr.decode()
     assert "resuming after" in proc.stderr.decode()
     assert out.exists() and not partial.exists() and not idx.exists()
@@ -106,32 +132,26 @@ def test_resume_after_kill_is_byte_identical(run_dir, tmp_path):
     assert [e.id for e in e1] == [e.id for e in e2] and len(e1) == 48
 
 
-@pytest.mark.integration  # starts warmup and score processes (run_dir)
-def test_resume_refuses_other_parameters(run_dir, tmp_path):
-    out = tmp_path / "x.bridge"
+@pytest.mark.integration  # starts warmup and score processes (run_dir, killed)
+def test_resume_refuses_other_parameters(killed, run_dir, tmp_path, forked_bridge):
+    out = copy_of(killed, tmp_path)
     partial = Path(str(out) + ".partial")
-    proc = subprocess.Popen(score_cmd(run_dir, out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    idx = Path(str(out) + ".partial.idx")
-    while proc.poll() is None and not (idx.exists() and len(idx.read_text().splitlines()) >= 2):
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    if out.exists():
-        pytest.skip("finished before the kill")
-    cmd = score_cmd(run_dir, out, "--resume")
-    cmd[cmd.index("--window") + 1] = "3"
-    res = subprocess.run(cmd, env=ENV, capture_output=True)
+    before = partial.read_bytes()
+    args = score_args(run_dir, out, "--resume")
+    args[args.index("--window") + 1] = "3"
+    res = forked_bridge.run(args, env=ENV)
     assert res.returncode == 2 and "other parameters" in res.stderr.decode()
-    assert partial.exists()  # nothing lost
+    assert partial.read_bytes() == before  # nothing lost
 
 
 @pytest.mark.integration  # torchrun with 2 processes
-def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path):
+def test_two_ranks_with_gloo_match_one_process(run_dir, tmp_path, forked_bridge):
     single = tmp_path / "single.bridge"
-    subprocess.run(score_cmd(run_dir, single, "--limit", "9"), check=True, env=ENV, capture_output=True)
+    done = forked_bridge.run(score_args(run_dir, single, "--limit", "9"), env=ENV)
+    assert done.returncode == 0, done.stderr.decode()
     sharded = tmp_path / "sharded.bridge"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "bridgecli", *score_cmd(run_dir, sharded, "--limit", "9")[3:]]
+           "-m", "bridgecli", *score_args(run_dir, sharded, "--limit", "9")]
     proc = subprocess.run(cmd, env=ENV, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     assert not list(tmp_path.glob("sharded.bridge.shard-*"))

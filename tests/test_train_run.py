@@ -74,15 +74,15 @@ def train_args(data, out, model, *extra):
     return ["train", str(data), "-o", str(out), "--model", str(model), "--lr", "1e-3", "--seed", "3", *map(str, extra)]
 
 
-def test_sigkill_then_resume_ends_with_the_uninterrupted_weights(tmp_path, data, small_dir):
+def test_sigkill_then_resume_ends_with_the_uninterrupted_weights(tmp_path, data, small_dir, forked_bridge):
     flags = ["--max-steps", 24, "--batch-size", 2, "--grad-accum", 2, "--epochs", 8]
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "bridgecli", *train_args(data, out, small_dir, *flags, "--save-every", 2)],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # a process of its own (a forked child: tests/forked_cli.py), on one thread as this one
+    proc = forked_bridge.start(train_args(data, out, small_dir, *flags, "--save-every", 2), env=ENV)
     mark = out / "checkpoints" / "step-000004" / "trainer_state.json"
     deadline = time.monotonic() + 240
     while not mark.exists():
-        assert proc.poll() is None, proc.stderr.read().decode()
+        assert proc.poll() is None, proc.stderr.decode()
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,19 +16,25 @@ from bridgecli.training.rows import IGNORE
 
 from tiny import sample_inputs
 
-pytestmark = pytest.mark.integration  # every test runs `python -m bridgecli` processes
+pytestmark = pytest.mark.integration  # every test runs `bridge` processes
 EXAMPLES = 8
 
 
-def bridge(*args, cwd, stdin=None):
-    proc = subprocess.run([sys.executable, "-m", "bridgecli", *map(str, args)], cwd=cwd, stdin=stdin,
-                          capture_output=True, env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
-    assert proc.returncode == 0, f"bridge {' '.join(map(str, args))} failed:\n{proc.stderr.decode()}"
-    return proc
+@pytest.fixture(scope="module")
+def bridge(forked_bridge):
+    """`bridge ARGS` in a process of its own, a forked child of one interpreter that imported the CLI once
+    (tests/forked_cli.py); its exit is 0. ``stdin``: a file read as standard input."""
+
+    def run(*args, cwd, stdin=None):
+        proc = forked_bridge.run(args, cwd=cwd, stdin=stdin, env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
+        assert proc.returncode == 0, f"bridge {' '.join(map(str, args))} failed:\n{proc.stderr.decode()}"
+        return proc
+
+    return run
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model_dir):
+def workdir(tmp_path_factory, tiny_model_dir, bridge):
     """The scored sample with the base model's reference losses (one reference pass: the warm-up checkpoint's
     losses are the stream's scores.loss)."""
     d = tmp_path_factory.mktemp("whole")
@@ -42,7 +46,7 @@ def workdir(tmp_path_factory, tiny_model_dir):
     return d
 
 
-def _train(d, rows: str, out: str) -> dict:
+def _train(bridge, d, rows: str, out: str) -> dict:
     bridge("train", rows, "-o", out, "--max-steps", "1", "--batch-size", "2", "--grad-accum", "1", cwd=d)
     return json.loads((d / out / "bridge_train.json").read_text())
 
@@ -51,7 +55,7 @@ def _rows(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_example_importance_end_to_end(workdir):
+def test_example_importance_end_to_end(workdir, bridge):
     d = workdir
     bridge("select", "scores.bridge", "--method", "example-importance", "--rho-p", "1", "--rho-r", "0.5",
            "-o", "ei.bridge", cwd=d)
@@ -72,16 +76,17 @@ def test_example_importance_end_to_end(workdir):
         assert w == {float(f"{ex.selection.response_weights.numpy()[0]:.6g}")}
     meta = json.loads((d / "ei.jsonl.bridge.json").read_text())
     assert meta["tokens_read"] > meta["tokens_executed"] == budgets["executed_tokens"]
-    summary = _train(d, "ei.jsonl", "ei-model")
+    summary = _train(bridge, d, "ei.jsonl", "ei-model")
     assert summary["rows"] == 4 and summary["executed_tokens"] == meta["tokens_executed"] and summary["steps"] == 1
     info = json.loads(bridge("inspect", "--json", "ei-closed.bridge", cwd=d).stdout)
     assert info["rows"]["rows"] == 4 and info["rows"]["executed_tokens"] == meta["tokens_executed"]
 
 
-def test_rho_loss_end_to_end_through_a_pipe(workdir):
+def test_rho_loss_end_to_end_through_a_pipe(workdir, bridge):
     d = workdir
-    with open(d / "refs.bridge", "rb") as fh:  # the first pass reads a spooled copy of stdin
-        bridge("select", "--method", "rho-loss", "--rho-p", "1", "--rho-r", "0.5", "-o", "rho.bridge", cwd=d, stdin=fh)
+    # from stdin: the first pass reads a spooled copy of it
+    bridge("select", "--method", "rho-loss", "--rho-p", "1", "--rho-r", "0.5", "-o", "rho.bridge", cwd=d,
+           stdin=d / "refs.bridge")
     bridge("close", "rho.bridge", "-o", "rho-closed.bridge", cwd=d)
     bridge("compact", "rho-closed.bridge", "-o", "rho.jsonl", cwd=d)
     header, exs = read_all(d / "rho-closed.bridge")
@@ -95,11 +100,11 @@ def test_rho_loss_end_to_end_through_a_pipe(workdir):
     assert budgets["threshold"] == pytest.approx(reducible[kept].min())
     rows = _rows(d / "rho.jsonl")
     assert [r["id"] for r in rows] == [exs[i].id for i in kept] and all("loss_weights" not in r for r in rows)
-    summary = _train(d, "rho.jsonl", "rho-model")
+    summary = _train(bridge, d, "rho.jsonl", "rho-model")
     assert summary["rows"] == 4 and summary["executed_tokens"] == sum(len(exs[i].tokens.input_ids) for i in kept)
 
 
-def test_trim_tail_end_to_end(workdir):
+def test_trim_tail_end_to_end(workdir, bridge):
     d = workdir
     bridge("select", "scores.bridge", "--method", "importance", "--rho-p", "1", "--rho-r", "0.5", "--option",
            "by=loss", "-o", "imp.bridge", cwd=d)
@@ -115,5 +120,5 @@ def test_trim_tail_end_to_end(workdir):
         assert a["loss_weights"][:n] == b["loss_weights"] and b["labels"][-1] != IGNORE
     meta = json.loads((d / "imp-trim.jsonl.bridge.json").read_text())
     assert meta["tokens_trimmed"] == saved and meta["trim_tail"] is True
-    summary = _train(d, "imp-trim.jsonl", "trim-model")
+    summary = _train(bridge, d, "imp-trim.jsonl", "trim-model")
     assert summary["executed_tokens"] == meta["tokens_executed"] == sum(len(b["input_ids"]) for b in trimmed)
