@@ -702,3 +702,37 @@ def test_device_grid_start_runs_the_grid_through_an_mps_daemon_of_its_own(tmp_pa
                 os.rmdir(folder)
             except OSError:
                 pass
+
+
+@pytest.mark.integration  # runs bash, which waits on a grid for seconds
+def test_device_grid_wait_keeps_time_for_its_copying_within_its_limit(tmp_path):
+    """`device_grid.sh wait N` ends within N, its copying included: it stops waiting on a running grid N less the
+    last copy's seconds less 10 s after it began (a call's limit cut the copy of `wait 545` under 600 s once),
+    copies the grid's state to $OUT/NAME/ (no tables while the grid runs: their bootstraps take 40-50 s), and
+    keeps the copy's seconds for the next wait."""
+    import time
+
+    grids, out = tmp_path / "grids", tmp_path / "out"
+    grid = tmp_path / "grid-wait-test"
+    (grid / "done").mkdir(parents=True)
+    (grid / "grid.pid").write_text("1\n")  # started, no exit status yet: running
+    (grid / "results.json").write_text("{}")
+    grids.mkdir()
+    (grids / grid.name).symlink_to(grid)
+    (grids / ".copy-seconds").write_text("1\n")
+    env = {**os.environ, "GRIDS": str(grids), "OUT": str(out)}
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(ROOT / "bench/results/device_grid.sh"), "wait", "14"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert "== grid-wait-test: running; 0 rows recorded this machine" in proc.stdout
+    assert "== waited 3 s, copied in" in proc.stdout and 2.5 < took < 14
+    assert (out / grid.name / "results.json").read_text() == "{}"
+    assert (out / grid.name / "grid-state.tar.gz").is_file() and not (out / grid.name / "table.md").exists()
+    assert int((grids / ".copy-seconds").read_text()) <= 10
+    (grid / "grid.rc").write_text("0\n")  # ended: no waiting, and its tables come along
+    proc = subprocess.run(["bash", str(ROOT / "bench/results/device_grid.sh"), "wait", "600"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "== grid-wait-test: ended, exit 0" in proc.stdout and "== waited 0 s" in proc.stdout
+    assert (out / grid.name / "table.md").is_file()

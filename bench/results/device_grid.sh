@@ -17,10 +17,12 @@
 #                                   let two grids (two presets) share one machine's GPUs; nvidia-smi logs the GPUs'
 #                                   memory and utilization every 5 s into the grid's gpu-smi.csv; MPS=1 runs the
 #                                   grid's processes through an MPS daemon of its own (one such grid a machine;
-#                                   not yet measured: the next session's first pair says whether it pays)
-#   device_grid.sh wait SECONDS     wait until every started grid has ended or SECONDS have passed, then copy each
-#                                   one's results.json and state (table, log tails, every small result file) to
-#                                   $OUT/NAME/ (NAME: its folder's name); every call after a start is one wait
+#                                   2026-11-29: a pair's evaluation lanes 525-528 s against 629-675 s without)
+#   device_grid.sh wait SECONDS     wait until every started grid has ended, then copy each one's results.json and
+#                                   state (log tails, every small result file; the tables once it has ended) to
+#                                   $OUT/NAME/ (NAME: its folder's name), all within SECONDS (the waiting keeps
+#                                   time for the copying, as long as it took last); every call after a start is
+#                                   one wait
 # The grid's settings come from the preset and the environment (METHODS, SEEDS, PROCS_PER_GPU, ...; see
 # grid.sh); a variable set in the environment wins over the preset's. $SEED_RESULTS (a results.json carried
 # along) seeds /tmp/grid/results.json on a fresh machine, so
@@ -39,9 +41,9 @@
 #   calls 2-12:  carry .carry/qwen-K          bash bench/results/device_grid.sh stash .carry/qwen-K  (K = 01..11)
 #   call 13:     carry .carry/qwen-12         bash ... stash .carry/qwen-12 && bash ... assemble && bash ... start qwen05
 #                                             && bash ... wait 530
-#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 545 (a call's limit 600 s:
-#                                             wait N ends its copying about 40 s after N; the last call of
-#                                             2026-11-29, wait 395 under a 440 s limit, was cut before it)
+#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 585 (a call's limit 600 s:
+#                                             wait N ends within N, its copying included; the last call with
+#                                             less device time left than 600 s: wait (that time less 15)
 # (a lent machine is given back 30 s after a call ends: have each call ready; docs/results.md "Run it" has the
 # session of 2026-11-28, which ran the 135M grid on a fourth GPU beside three 0.5B rows)
 set -uo pipefail
@@ -57,8 +59,12 @@ collect() {
   local dir=$1 dest=$2
   mkdir -p "$dest"
   python3 bench/results/grid_record.py --slim "$dir" 2>/dev/null  # HellaSwag's and MMLU's items, for the archive
-  python3 bench/results/grid_table.py "$dir/results.json" --plot "$dest/finding3.png" > "$dir/table.md" 2>/dev/null
-  cp "$dir/table.md" "$dest/"  # the tables even where the plot failed (no matplotlib)
+  # the tables once the grid has ended (their bootstraps take 40-50 s at 16 rows: mid-grid, the next call's time;
+  # results.json makes them anywhere: grid_table.py results.json)
+  if [ -f "$dir/grid.rc" ]; then
+    python3 bench/results/grid_table.py "$dir/results.json" --plot "$dest/finding3.png" > "$dir/table.md" 2>/dev/null
+    cp "$dir/table.md" "$dest/"  # the tables even where the plot failed (no matplotlib)
+  fi
   tail -n 40 "$dir"/gpu*.log "$dir"/grid.log > "$dir/workers.log" 2>/dev/null
   ls -l "$dir/done" > "$dir/done.txt" 2>/dev/null
   (cd "$dir" && { find done runs sel -type f \( -path 'done/*' -o -name '*.json' -o -name metrics.jsonl \) \
@@ -69,6 +75,7 @@ collect() {
   # a second after an earlier copy, and the archive of that time left their HellaSwag and MMLU results out)
   cp "$dir/results.json" "$dest/" 2>/dev/null
 }
+grids=${GRIDS:-/tmp/grids}  # a link to each started grid (`wait` watches them; GRIDS: elsewhere, for tests)
 case "$phase" in
   setup)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 \
@@ -99,19 +106,26 @@ case "$phase" in
       | tar -xf - -C "${GRID_OUT:-/tmp/grid}" && echo "imported: $(ls "${GRID_OUT:-/tmp/grid}"/done | wc -l) marks"
     exit 0 ;;
   assemble) python3 bench/results/carry_file.py assemble; exit $? ;;
-  wait)  # wait SECONDS: until every started grid has ended (or SECONDS), then each one's results to $OUT/NAME/
+  wait)  # wait SECONDS: until every started grid has ended, then each one's results to $OUT/NAME/, all within
+    # SECONDS: the waiting stops early enough for the copying, timed at the last wait of this machine (90 s before
+    # any; 2026-11-29: 68 s after a 600 s call's `wait 545`, which its limit cut before anything came back)
     limit=${1:?usage: device_grid.sh wait SECONDS}
     t0=$SECONDS
-    running() { local f; for f in /tmp/grids/*; do [ -f "$f/grid.pid" ] && [ ! -f "$f/grid.rc" ] && return 0; done; return 1; }
-    while running && [ $(( SECONDS - t0 )) -lt "$limit" ]; do sleep 5; done
-    compgen -G '/tmp/grids/*' > /dev/null || { echo "device_grid.sh: no grid was started on this machine (start first)" >&2; exit 2; }
-    for dir in /tmp/grids/*; do
+    copy_s=$(cat "$grids/.copy-seconds" 2>/dev/null || echo 90)
+    budget=$(( limit - copy_s - 10 ))
+    running() { local f; for f in "$grids"/*; do [ -f "$f/grid.pid" ] && [ ! -f "$f/grid.rc" ] && return 0; done; return 1; }
+    while running && [ $(( SECONDS - t0 )) -lt "$budget" ]; do sleep 1; done
+    compgen -G "$grids/*" > /dev/null || { echo "device_grid.sh: no grid was started on this machine (start first)" >&2; exit 2; }
+    c0=$SECONDS
+    for dir in "$grids"/*; do
       name=$(basename "$(readlink -f "$dir")")
       state=running; [ -f "$dir/grid.rc" ] && state="ended, exit $(cat "$dir/grid.rc")"
       echo "== $name: $state; $(ls "$dir/done" 2>/dev/null | grep -c _recorded) rows recorded this machine"
       tail -n 3 "$dir/grid.log" "$dir"/gpu*.log 2>/dev/null | grep -v '^$'
       [ -n "${OUT:-}" ] && collect "$dir" "$OUT/$name"
     done
+    echo $(( SECONDS - c0 )) > "$grids/.copy-seconds"
+    echo "== waited $(( c0 - t0 )) s, copied in $(( SECONDS - c0 )) s"
     exit 0 ;;
   grid|start) ;;
   *) echo "$usage" >&2; exit 2 ;;
@@ -130,7 +144,7 @@ if [ -n "${SEED_RESULTS:-}" ] && [ ! -f "$grid_out/results.json" ]; then cp "$SE
 if [ "$phase" = start ]; then  # the grid in its own session, its exit status in grid.rc; `wait` watches it
   [ -f "$grid_out/grid.pid" ] && [ ! -f "$grid_out/grid.rc" ] && { echo "device_grid.sh: a grid runs in $grid_out already" >&2; exit 2; }
   rm -f "$grid_out/grid.rc"
-  mkdir -p /tmp/grids && ln -sfn "$grid_out" "/tmp/grids/$(basename "$grid_out")"
+  mkdir -p "$grids" && ln -sfn "$grid_out" "$grids/$(basename "$grid_out")"
   # MPS=1: the grid's processes share the GPU through NVIDIA's Multi-Process Service (a user-space daemon; the
   # card's compute mode stays as it is), so their kernels may run at once instead of in turns: in a pair of
   # rows twelve evaluation processes take turns on the GPU, and HellaSwag, 56 s alone (721 requests a second,
