@@ -738,3 +738,32 @@ def test_device_grid_wait_keeps_time_for_its_copying_within_its_limit(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert "== grid-wait-test: ended, exit 0" in proc.stdout and "== waited 0 s" in proc.stdout
     assert (out / grid.name / "table.md").is_file()
+
+
+def test_the_memoised_draws_are_the_generator_s_own_in_order_even_after_the_cache_drops_them(monkeypatch):
+    """grid_stats draws each stream of resample indices once (a table repeats a few streams hundreds of times):
+    a stream read from the cache, from a cached prefix's state, or drawn again after its prefix was dropped
+    gives the draws of a fresh default_rng(0), in order; and resample means of 0/1 items counted as bytes equal
+    the float means bit for bit."""
+    monkeypatch.setattr(gt, "_DRAWS", type(gt._DRAWS)())
+    sizes = (5, 7, 5, 3)
+    rng = np.random.default_rng(0)
+    expected = [rng.integers(0, n, size=(40, n)) for n in sizes]
+
+    def stream():
+        draws = gt._Draws(40)
+        return [draws.next(n) for n in sizes]
+
+    for got in (stream(), stream()):  # drawn, then read from the cache
+        assert all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
+    gt._DRAWS.pop((40, sizes[:2]))  # a prefix dropped: the stream beyond it is still the generator's
+    del gt._DRAWS[(40, sizes)]
+    assert np.array_equal(stream()[-1], expected[-1])
+    gt._DRAWS.clear()
+    monkeypatch.setattr(gt, "_DRAWS_BYTES", expected[0].nbytes)  # room for one draw: the oldest go first
+    assert all(np.array_equal(g, e) for g, e in zip(stream(), expected, strict=True)) and len(gt._DRAWS) == 1
+    values = (np.random.default_rng(1).random((3, 50)) < 0.4).astype(float)
+    idx = np.random.default_rng(2).integers(0, 50, size=(40, 50))
+    assert np.array_equal(gt._resample_means(values, idx), values[:, idx].mean(-1))
+    values[0, 0] = 0.5  # not 0/1: the float path
+    assert np.array_equal(gt._resample_means(values, idx), values[:, idx].mean(-1))

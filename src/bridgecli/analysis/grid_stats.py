@@ -16,9 +16,54 @@ than chance would have them (two fine-tunings of one model do), a narrower one o
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
+
+#: the index draws already made, by (resamples, the sizes drawn so far from default_rng(0)): the draw and
+#: the generator's state after it. Every statistic below draws from a fresh default_rng(0), so a table's hundreds
+#: of intervals repeat a few streams; drawing them once takes most of the time off a table of many rows
+#: (bit-identical results: the same draws, read again). Bounded by _DRAWS_BYTES, the oldest dropped first.
+_DRAWS: OrderedDict[tuple[int, tuple[int, ...]], tuple[np.ndarray, Any]] = OrderedDict()
+_DRAWS_BYTES = 1 << 30
+
+
+class _Draws:
+    """The successive draws ``rng.integers(0, n, size=(resamples, n))`` of one ``numpy.random.default_rng(0)``,
+    each taken from the cache where an earlier stream made it."""
+
+    def __init__(self, resamples: int):
+        self.resamples = resamples
+        self.sizes: tuple[int, ...] = ()
+
+    def next(self, n: int) -> np.ndarray:
+        key = (self.resamples, (*self.sizes, n))
+        self.sizes = key[1]
+        if key in _DRAWS:
+            _DRAWS.move_to_end(key)
+            return _DRAWS[key][0]
+        rng = np.random.default_rng(0)
+        before = _DRAWS.get((self.resamples, key[1][:-1])) if len(key[1]) > 1 else None
+        if before is not None:
+            rng.bit_generator.state = before[1]
+        else:  # the stream's earlier draws, dropped or never made: drawn again in order
+            for m in key[1][:-1]:
+                rng.integers(0, m, size=(self.resamples, m))
+        idx = rng.integers(0, n, size=(self.resamples, n))
+        _DRAWS[key] = (idx, rng.bit_generator.state)
+        while sum(v[0].nbytes for v in _DRAWS.values()) > _DRAWS_BYTES and len(_DRAWS) > 1:
+            _DRAWS.popitem(last=False)
+        return idx
+
+
+def _resample_means(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Each seed's mean over each resample of items: [seeds, resamples]; where every value is 0 or 1, counted
+    as bytes (the same numbers: a sum of 0/1 values is exact either way)."""
+    if ((v == 0) | (v == 1)).all():
+        return np.take(v.astype(np.int8), idx, axis=1).sum(-1, dtype=np.int64) / idx.shape[-1]
+    return v[:, idx].mean(-1)
 
 
 def resampled(items: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -31,7 +76,7 @@ def resampled(items: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def interval(items: np.ndarray | None, resamples: int, fallback: tuple | None = None):
     if items is None:
         return fallback
-    idx = np.random.default_rng(0).integers(0, items.shape[1], size=(resamples, items.shape[1]))
+    idx = _Draws(resamples).next(items.shape[1])
     point = float((items[:, :, 0].sum(1) / items[:, :, 1].sum(1)).mean())
     lo, hi = np.percentile(resampled(items, idx), [2.5, 97.5])
     return point, float(lo), float(hi)
@@ -42,7 +87,7 @@ def paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int):
     were not scored on the same examples."""
     if a is None or b is None or a.shape[1] != b.shape[1] or not np.array_equal(a[0, :, 1], b[0, :, 1]):
         return None
-    idx = np.random.default_rng(0).integers(0, a.shape[1], size=(resamples, a.shape[1]))
+    idx = _Draws(resamples).next(a.shape[1])
     point = float((a[:, :, 0].sum(1) / a[:, :, 1].sum(1)).mean() - (b[:, :, 0].sum(1) / b[:, :, 1].sum(1)).mean())
     lo, hi = np.percentile(resampled(a, idx) - resampled(b, idx), [2.5, 97.5])
     return point, float(lo), float(hi)
@@ -57,8 +102,8 @@ def item_interval(values: np.ndarray | None, resamples: int):
     v = values[:, keep]
     if v.shape[1] == 0:
         return None
-    idx = np.random.default_rng(0).integers(0, v.shape[1], size=(resamples, v.shape[1]))
-    lo, hi = np.percentile(v[:, idx].mean(-1).mean(0), [2.5, 97.5])
+    idx = _Draws(resamples).next(v.shape[1])
+    lo, hi = np.percentile(_resample_means(v, idx).mean(0), [2.5, 97.5])
     return float(v.mean()), float(lo), float(hi)
 
 
@@ -71,10 +116,10 @@ def item_paired(a: np.ndarray | None, b: np.ndarray | None, resamples: int, unpa
     a, b = a[:, keep], b[:, keep]
     if a.shape[1] == 0:
         return None
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
-    idx_b = rng.integers(0, a.shape[1], size=idx.shape) if unpaired else idx
-    diff = a[:, idx].mean(-1).mean(0) - b[:, idx_b].mean(-1).mean(0)
+    draws = _Draws(resamples)
+    idx = draws.next(a.shape[1])
+    idx_b = draws.next(a.shape[1]) if unpaired else idx
+    diff = _resample_means(a, idx).mean(0) - _resample_means(b, idx_b).mean(0)
     lo, hi = np.percentile(diff, [2.5, 97.5])
     return float(a.mean(1).mean() - b.mean(1).mean()), float(lo), float(hi)
 
@@ -90,7 +135,7 @@ def task_mean(
     whose two sides resample their items on draws of their own (see the module's note)."""
     if against is not None and len(against) != len(tasks):
         return None
-    rng = np.random.default_rng(0)
+    stream = _Draws(resamples)
     points, draws = [], []
     for k, a in enumerate(tasks):
         b = against[k] if against is not None else None
@@ -102,13 +147,13 @@ def task_mean(
         a = a[:, keep]
         if a.shape[1] == 0:
             return None
-        idx = rng.integers(0, a.shape[1], size=(resamples, a.shape[1]))
-        score = a[:, idx].mean(-1).mean(0)
+        idx = stream.next(a.shape[1])
+        score = _resample_means(a, idx).mean(0)
         point = a.mean(1).mean()
         if b is not None:
             b = b[:, keep]
-            idx_b = rng.integers(0, a.shape[1], size=idx.shape) if k in unpaired else idx
-            score = score - b[:, idx_b].mean(-1).mean(0)
+            idx_b = stream.next(a.shape[1]) if k in unpaired else idx
+            score = score - _resample_means(b, idx_b).mean(0)
             point -= b.mean(1).mean()
         points.append(point)
         draws.append(score)
