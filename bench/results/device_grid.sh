@@ -41,9 +41,10 @@
 #   calls 2-12:  carry .carry/qwen-K          bash bench/results/device_grid.sh stash .carry/qwen-K  (K = 01..11)
 #   call 13:     carry .carry/qwen-12         bash ... stash .carry/qwen-12 && bash ... assemble && bash ... start qwen05
 #                                             && bash ... wait 530
-#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 585 (a call's limit 600 s:
-#                                             wait N ends within N, its copying included; the last call with
-#                                             less device time left than 600 s: wait (that time less 15)
+#   then, back to back until it has ended:    bash bench/results/device_grid.sh wait 570 (a call's limit 600 s:
+#                                             wait N ends within N, its copying included (the tables, 16 s
+#                                             on a 2-core machine, once the grid has ended: hence 30 s spare);
+#                                             the last call, with less device time left: that time less 30
 # (a lent machine is given back 30 s after a call ends: have each call ready; docs/results.md "Run it" has the
 # session of 2026-11-28, which ran the 135M grid on a fourth GPU beside three 0.5B rows)
 set -uo pipefail
