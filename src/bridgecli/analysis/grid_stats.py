@@ -52,6 +52,7 @@ class _Draws:
             for m in key[1][:-1]:
                 rng.integers(0, m, size=(self.resamples, m))
         idx = rng.integers(0, n, size=(self.resamples, n))
+        idx.flags.writeable = False  # shared by every caller of the stream
         _DRAWS[key] = (idx, rng.bit_generator.state)
         while sum(v[0].nbytes for v in _DRAWS.values()) > _DRAWS_BYTES and len(_DRAWS) > 1:
             _DRAWS.popitem(last=False)
