@@ -94,6 +94,12 @@ def test_table_and_plot(tmp_path):
     assert len(rows) == 2 and "[" in rows[0]  # one per retention, with an interval
     assert "| independent | 0.5 |" in out and "| random | 0.75 |" in out  # the paired table
     assert (tmp_path / "f3.png").stat().st_size > 0
+    # without --plot the tables alone: nothing is written beside the results (a default finding3.png there once
+    # overwrote the committed plot of another grid in the same folder)
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(path),
+                           "--resamples", "100"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout == out, proc.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["f3.png", "results.json"]
 
 
 def test_item_intervals_and_paired_differences_against_direct_computation():
