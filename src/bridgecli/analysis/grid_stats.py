@@ -32,7 +32,8 @@ _DRAWS_BYTES = 1 << 30
 
 class _Draws:
     """The successive draws ``rng.integers(0, n, size=(resamples, n))`` of one ``numpy.random.default_rng(0)``,
-    each taken from the cache where an earlier stream made it."""
+    each taken from the cache where an earlier stream made it: shared by every caller, read only by convention
+    (a read-only flag would double numpy's take over them: it copies such indices each call)."""
 
     def __init__(self, resamples: int):
         self.resamples = resamples
@@ -52,7 +53,6 @@ class _Draws:
             for m in key[1][:-1]:
                 rng.integers(0, m, size=(self.resamples, m))
         idx = rng.integers(0, n, size=(self.resamples, n))
-        idx.flags.writeable = False  # shared by every caller of the stream
         _DRAWS[key] = (idx, rng.bit_generator.state)
         while sum(v[0].nbytes for v in _DRAWS.values()) > _DRAWS_BYTES and len(_DRAWS) > 1:
             _DRAWS.popitem(last=False)
