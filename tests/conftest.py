@@ -88,6 +88,23 @@ def forked_bridge(tmp_path_factory):
     server.close()
 
 
+@pytest.fixture(scope="session")
+def bridge_cli(forked_bridge):
+    """`bridge ARGS` with progress off, in a process of its own (:func:`forked_bridge`): ``cwd``, standard input
+    from the bytes ``input`` or the file ``stdin``, ``env`` over this process's variables; with ``check`` (the
+    default) an exit other than 0 fails, saying the command and its stderr."""
+
+    def run(*args, cwd=None, input=None, stdin=None, check=True, env=None):
+        proc = forked_bridge.run(args, cwd=cwd, input=input, stdin=stdin,
+                                 env={**os.environ, "BRIDGE_NO_PROGRESS": "1", **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                                 f"{proc.stderr.decode()}")
+        return proc
+
+    return run
+
+
 @pytest.fixture
 def manager(monkeypatch):
     """A fresh plugin manager with only the built-ins; forgotten again after the test."""

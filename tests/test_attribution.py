@@ -4,6 +4,8 @@ removal effects on tiny float64 models, and selection invariants with an interac
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -65,14 +67,12 @@ def per_token(setup, tokenizer):
     """init -> (the per-token ``atp`` scorer of a fresh ``build(init)`` model, its scores of the examples):
     each init scored once in the module (the slowest pass here; two tests take the init-0.02 scores)."""
     build, exs = setup
-    done: dict[float, tuple] = {}
 
+    @functools.cache
     def get(init: float) -> tuple:
-        if init not in done:
-            model, v = build(init)
-            scorer = atp(model, tokenizer, v, 10_000)
-            done[init] = scorer, scorer.score(exs)
-        return done[init]
+        model, v = build(init)
+        scorer = atp(model, tokenizer, v, 10_000)
+        return scorer, scorer.score(exs)
 
     return get
 

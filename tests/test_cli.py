@@ -23,18 +23,9 @@ pytestmark = pytest.mark.integration  # every test runs `bridge` processes
 
 
 @pytest.fixture(scope="module")
-def bridge(forked_bridge):
+def bridge(bridge_cli):
     """`bridge ARGS` in a process (a forked child, see the module's docstring); with ``check`` its exit is 0."""
-
-    def run(*args, cwd=None, input=None, check=True, env=None):
-        proc = forked_bridge.run(args, cwd=cwd, input=input,
-                                 env={**os.environ, "BRIDGE_NO_PROGRESS": "1", **(env or {})})
-        if check and proc.returncode != 0:
-            raise AssertionError(f"bridge {' '.join(map(str, args))} failed ({proc.returncode}):\n"
-                                 f"{proc.stderr.decode()}")
-        return proc
-
-    return run
+    return bridge_cli
 
 
 @pytest.fixture(scope="module")

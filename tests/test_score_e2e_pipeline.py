@@ -4,6 +4,7 @@ writes the same bytes as scoring and writing one batch after another, and stops 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -87,15 +88,7 @@ def serial(run: Path, window: int, max_tokens: int, batch_size: int, limit: int 
 def serial_of(run):
     """:func:`serial` over the run fixture, each combination computed once in the module (the
     window-5 bytes are the reference of a file, of stdout and of stdin)."""
-    done: dict[tuple, bytes] = {}
-
-    def get(window: int, max_tokens: int, batch_size: int, limit: int | None = None) -> bytes:
-        key = (window, max_tokens, batch_size, limit)
-        if key not in done:
-            done[key] = serial(run, window, max_tokens, batch_size, limit)
-        return done[key]
-
-    return get
+    return functools.cache(functools.partial(serial, run))
 
 
 @pytest.fixture(scope="module")
@@ -103,16 +96,13 @@ def scored_file(run, tmp_path_factory):
     """``bridge score`` of the sample to a file through the pipelined loop, each (window, max_tokens,
     batch_size) once in the module: (the output, the count run_score returned)."""
     folder = tmp_path_factory.mktemp("scored")
-    done: dict[tuple, tuple[Path, int]] = {}
 
+    @functools.cache
     def get(window: int, max_tokens: int, batch_size: int) -> tuple[Path, int]:
-        key = (window, max_tokens, batch_size)
-        if key not in done:
-            out = folder / f"out-{window}-{max_tokens}-{batch_size}.bridge"
-            n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window,
-                                       max_tokens=max_tokens, batch_size=batch_size, device="cpu"))
-            done[key] = out, n
-        return done[key]
+        out = folder / f"out-{window}-{max_tokens}-{batch_size}.bridge"
+        n = run_score(ScoreOptions(data=str(SAMPLE), out=str(out), run=str(run), window=window,
+                                   max_tokens=max_tokens, batch_size=batch_size, device="cpu"))
+        return out, n
 
     return get
 

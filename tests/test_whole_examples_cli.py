@@ -5,7 +5,6 @@ and importance's draw compacted with --trim-tail -> train."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -21,16 +20,10 @@ EXAMPLES = 8
 
 
 @pytest.fixture(scope="module")
-def bridge(forked_bridge):
+def bridge(bridge_cli):
     """`bridge ARGS` in a process of its own, a forked child of one interpreter that imported the CLI once
     (tests/forked_cli.py); its exit is 0. ``stdin``: a file read as standard input."""
-
-    def run(*args, cwd, stdin=None):
-        proc = forked_bridge.run(args, cwd=cwd, stdin=stdin, env={**os.environ, "BRIDGE_NO_PROGRESS": "1"})
-        assert proc.returncode == 0, f"bridge {' '.join(map(str, args))} failed:\n{proc.stderr.decode()}"
-        return proc
-
-    return run
+    return bridge_cli
 
 
 @pytest.fixture(scope="module")
