@@ -100,6 +100,12 @@ def test_table_and_plot(tmp_path):
                            "--resamples", "100"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout == out, proc.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["f3.png", "results.json"]
+    (tmp_path / "cut.json").write_text(path.read_text()[:100])  # a copy cut short: one line, exit 2
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "results" / "grid_table.py"), str(tmp_path / "cut.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"grid_table.py: error: {tmp_path / 'cut.json'}: not JSON (line ")
+    assert len(proc.stderr.splitlines()) == 1
 
 
 def test_item_intervals_and_paired_differences_against_direct_computation():

@@ -623,7 +623,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.results.is_file():
         print(f"grid_table.py: error: {args.results}: no such file", file=sys.stderr)
         return 2
-    results = json.loads(args.results.read_text())
+    try:
+        results = json.loads(args.results.read_text())
+    except json.JSONDecodeError as exc:  # a results.json cut short (a copy that did not finish)
+        print(
+            f"grid_table.py: error: {args.results}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            file=sys.stderr,
+        )
+        return 2
     if args.seed:
         runs = results.get("runs", {})
         results["runs"] = {k: r for k, r in runs.items() if r.get("seed") is None or r["seed"] in args.seed}
